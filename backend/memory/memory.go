@@ -1,0 +1,428 @@
+// Package memory is fencelock's in-process backend.
+//
+// It keeps locks in a Store inside the current process. Use it where every
+// contender lives in one process (tests, a single binary coordinating its
+// own goroutines) and as the reference that other backends are measured
+// against: it implements every optional capability of package driver.
+//
+// It is also a test tool for applications: a Store can force a lease to
+// expire (Expire), take it away and tell the holder (ForceRelease), and a
+// Backend can be cut off from its store (SetUnreachable), so code that
+// handles lost leases can be tested without a database.
+//
+//	store := memory.NewStore()
+//	a := fencelock.New(store.Backend(), nil) // two clients, one store
+//	b := fencelock.New(store.Backend(), nil)
+//
+// Expiry is judged by the Store's clock (time.Now, so it follows fake time
+// inside a testing/synctest bubble). Tokens come from a per-key counter that
+// is never deleted, so they strictly increase for the life of the Store.
+package memory
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// ErrUnreachable is returned by every call of a Backend cut off from its
+// store with SetUnreachable. The engine treats it as a transient failure.
+var ErrUnreachable = errors.New("memory: store unreachable")
+
+// Store is an in-process lock store shared by any number of Backends.
+type Store struct {
+	mu       sync.Mutex
+	locks    map[string]*record
+	counters map[string]driver.Token
+	watchers map[string]map[chan struct{}]struct{}
+	losses   map[string]map[*lossWatch]struct{}
+}
+
+type record struct {
+	owner   string
+	token   driver.Token
+	expires time.Time
+}
+
+type lossWatch struct {
+	owner string
+	token driver.Token
+	done  atomic.Bool // set once lost has been started or stop called
+	fn    func(error)
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{
+		locks:    make(map[string]*record),
+		counters: make(map[string]driver.Token),
+		watchers: make(map[string]map[chan struct{}]struct{}),
+		losses:   make(map[string]map[*lossWatch]struct{}),
+	}
+}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Store{}
+)
+
+// Named returns the process-wide store with the given name, creating it on
+// first use. The URL mem://NAME opens a backend on Named(NAME).
+func Named(name string) *Store {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s, ok := named[name]
+	if !ok {
+		s = NewStore()
+		named[name] = s
+	}
+	return s
+}
+
+// New returns a Backend on a new, private Store.
+func New() *Backend { return NewStore().Backend() }
+
+// Backend returns a new connection to the store. Closing it does not affect
+// the store or its other Backends.
+func (s *Store) Backend() *Backend { return &Backend{s: s} }
+
+// Expire makes key's current record expire now, as if its holder had
+// stopped renewing a full TTL ago. The holder is not told: like a real
+// record store, it finds out when its next renewal is refused. Waiters are
+// woken. It reports whether a live record was expired.
+func (s *Store) Expire(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.live(key, time.Now())
+	if !ok {
+		return false
+	}
+	r.expires = time.Now()
+	s.wakeLocked(key)
+	return true
+}
+
+// TokenOf returns the highest token the store has issued for key.
+func (s *Store) TokenOf(key string) driver.Token {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counters[key]
+}
+
+// live returns key's record if it exists and has not expired. Called with
+// s.mu held.
+func (s *Store) live(key string, now time.Time) (*record, bool) {
+	r, ok := s.locks[key]
+	if !ok {
+		return nil, false
+	}
+	if !now.Before(r.expires) {
+		return r, false
+	}
+	return r, true
+}
+
+func (s *Store) wakeLocked(key string) {
+	for ch := range s.watchers[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lostLocked calls the loss watchers of key's grant (owner, token).
+func (s *Store) lostLocked(key, owner string, token driver.Token) {
+	for w := range s.losses[key] {
+		if w.owner == owner && w.token == token {
+			delete(s.losses[key], w)
+			if w.done.CompareAndSwap(false, true) {
+				go w.fn(driver.ErrNotHeld)
+			}
+		}
+	}
+}
+
+func (s *Store) info(key string, r *record, now time.Time) driver.Info {
+	return driver.Info{Key: key, Owner: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
+}
+
+// Backend is one connection to a Store. It implements driver.Backend and
+// every optional capability: Watcher, BatchRenewer, LossNotifier,
+// ForceReleaser and Describer.
+type Backend struct {
+	s           *Store
+	closed      atomic.Bool
+	unreachable atomic.Bool
+}
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Watcher       = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.LossNotifier  = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Describer     = (*Backend)(nil)
+)
+
+// Store returns the store this backend is connected to.
+func (b *Backend) Store() *Store { return b.s }
+
+// SetUnreachable cuts this backend off from its store (true) or reconnects
+// it (false). While cut off every call fails with ErrUnreachable, so a test
+// can watch a lease run out of local validity.
+func (b *Backend) SetUnreachable(v bool) { b.unreachable.Store(v) }
+
+func (b *Backend) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.unreachable.Load() {
+		return ErrUnreachable
+	}
+	return nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
+	}
+	return nil
+}
+
+// Acquire implements driver.Backend.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := driver.ValidateKey(req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return driver.Grant{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if r, ok := s.live(req.Key, now); ok {
+		if r.owner != req.Owner {
+			return driver.Grant{}, &driver.HeldError{Holder: s.info(req.Key, r, now)}
+		}
+		r.expires = now.Add(req.TTL)
+		return driver.Grant{Key: req.Key, Owner: r.owner, Token: r.token}, nil
+	}
+	tok := s.counters[req.Key] + 1
+	s.counters[req.Key] = tok
+	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL)}
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok}, nil
+}
+
+// Renew implements driver.Backend.
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return driver.Grant{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewLocked(g, req, time.Now())
+}
+
+func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Time) (driver.Grant, error) {
+	r, ok := s.live(g.Key, now)
+	if !ok || r.owner != g.Owner || r.token != g.Token {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	r.expires = now.Add(req.TTL)
+	if req.Rotate {
+		tok := s.counters[g.Key] + 1
+		s.counters[g.Key] = tok
+		// Loss watchers follow the grant to its new token.
+		for w := range s.losses[g.Key] {
+			if w.owner == g.Owner && w.token == r.token {
+				w.token = tok
+			}
+		}
+		r.token = tok
+	}
+	g.Token = r.token
+	return g, nil
+}
+
+// RenewBatch implements driver.BatchRenewer.
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return nil, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.RenewResult, len(grants))
+	for i, g := range grants {
+		out[i].Grant, out[i].Err = s.renewLocked(g, req, now)
+	}
+	return out, nil
+}
+
+// Release implements driver.Backend.
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.live(g.Key, time.Now())
+	if !ok || r.owner != g.Owner || r.token != g.Token {
+		return driver.ErrNotHeld
+	}
+	delete(s.locks, g.Key)
+	s.wakeLocked(g.Key)
+	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it removes key's record
+// whoever holds it, tells the holder at once, and wakes waiters.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	r, ok := s.live(key, now)
+	if !ok {
+		return driver.Info{Key: key}, nil
+	}
+	info := s.info(key, r, now)
+	delete(s.locks, key)
+	s.lostLocked(key, r.owner, r.token)
+	s.wakeLocked(key)
+	return info, nil
+}
+
+// Inspect implements driver.Backend.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if r, ok := s.live(key, now); ok {
+		return s.info(key, r, now), nil
+	}
+	return driver.Info{Key: key}, nil
+}
+
+// List implements driver.Backend. Keys come back sorted.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []driver.Info
+	for k := range s.locks {
+		if r, ok := s.live(k, now); ok && strings.HasPrefix(k, prefix) {
+			out = append(out, s.info(k, r, now))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Watch implements driver.Watcher: the channel receives a value when key is
+// released, force-released or expired with Store.Expire.
+func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s := b.s
+	s.mu.Lock()
+	if s.watchers[key] == nil {
+		s.watchers[key] = make(map[chan struct{}]struct{})
+	}
+	s.watchers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.watchers[key], ch)
+		if len(s.watchers[key]) == 0 {
+			delete(s.watchers, key)
+		}
+		s.mu.Unlock()
+		close(ch)
+	})
+	return ch, nil
+}
+
+// NotifyLoss implements driver.LossNotifier: lost is called when the grant
+// is force-released. (Expiry is not pushed: the holder's next renewal finds
+// it, as with a real record store.)
+func (b *Backend) NotifyLoss(g driver.Grant, lost func(error)) (stop func()) {
+	s := b.s
+	w := &lossWatch{owner: g.Owner, token: g.Token, fn: lost}
+	s.mu.Lock()
+	if s.losses[g.Key] == nil {
+		s.losses[g.Key] = make(map[*lossWatch]struct{})
+	}
+	s.losses[g.Key][w] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.losses[g.Key], w)
+		if len(s.losses[g.Key]) == 0 {
+			delete(s.losses, g.Key)
+		}
+		s.mu.Unlock()
+		w.done.Store(true) // after stop, lost is never started
+	}
+}
+
+// Describe implements driver.Describer.
+func (b *Backend) Describe() driver.Description {
+	return driver.Description{
+		Name:     "memory",
+		Fencing:  "per-key counter in process memory; strictly increasing for the life of the Store",
+		Clock:    "the process's monotonic clock",
+		Liveness: "TTL",
+	}
+}
+
+// Close implements driver.Backend. It closes this connection only.
+func (b *Backend) Close() error {
+	b.closed.Store(true)
+	return nil
+}

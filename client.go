@@ -1,0 +1,534 @@
+package fencelock
+
+import (
+	"container/heap"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Client acquires leases from one Backend. It is safe for concurrent use by
+// any number of goroutines. Close it to release what it holds and stop its
+// goroutines.
+type Client struct {
+	b    Backend
+	name string
+	o    Options
+
+	// Optional capabilities, discovered once.
+	waiter  driver.Waiter
+	watcher driver.Watcher
+	batch   driver.BatchRenewer
+	loss    driver.LossNotifier
+	forcer  driver.ForceReleaser
+
+	nonce string
+	seq   atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool                // no new leases
+	stopped bool                // no new background work
+	leases  map[*Lease]struct{} // held leases
+	queue   leaseQueue          // held leases not being renewed, by next renewal
+	wake    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// New returns a Client that acquires leases from b. The Client owns b: its
+// Close closes b. A nil opts means defaults; invalid options return an
+// *InvalidOptionError.
+func New(b Backend, opts *Options) (*Client, error) {
+	if b == nil {
+		return nil, errors.New("fencelock: New: nil Backend")
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var nonce [6]byte
+	_, _ = crand.Read(nonce[:])
+	c := &Client{
+		b:      b,
+		name:   "backend",
+		o:      o,
+		nonce:  hex.EncodeToString(nonce[:]),
+		leases: make(map[*Lease]struct{}),
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+	}
+	c.waiter, _ = b.(driver.Waiter)
+	c.watcher, _ = b.(driver.Watcher)
+	c.batch, _ = b.(driver.BatchRenewer)
+	c.loss, _ = b.(driver.LossNotifier)
+	c.forcer, _ = b.(driver.ForceReleaser)
+	if d, ok := b.(driver.Describer); ok {
+		if n := d.Describe().Name; n != "" {
+			c.name = n
+		}
+	}
+	c.wg.Add(1)
+	go c.schedule()
+	return c, nil
+}
+
+// Options returns the client's options with every default filled in.
+func (c *Client) Options() Options { return c.o }
+
+// Backend returns the backend the client was created with.
+func (c *Client) Backend() Backend { return c.b }
+
+// Describe returns the backend's description of its guarantees, or one
+// with only a Name if the backend does not describe itself.
+func (c *Client) Describe() driver.Description {
+	if d, ok := c.b.(driver.Describer); ok {
+		return d.Describe()
+	}
+	return driver.Description{Name: c.name}
+}
+
+func (c *Client) newOwner() string {
+	return fmt.Sprintf("%s/%s.%d", c.o.Owner, c.nonce, c.seq.Add(1))
+}
+
+func (c *Client) now() time.Time { return c.o.Clock.Now() }
+
+func (c *Client) log() *slog.Logger { return c.o.Logger }
+
+// definite reports whether err is an answer rather than a failure.
+func definite(err error) bool {
+	return errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrNotHeld) ||
+		errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidOption) ||
+		errors.Is(err, ErrUnsupported) || errors.Is(err, ErrClosed)
+}
+
+// wrap wraps a backend failure once; answers and context errors pass
+// through unchanged.
+func (c *Client) wrap(ctx context.Context, op string, err error) error {
+	if err == nil || definite(err) {
+		return err
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return ctx.Err()
+	}
+	var be *BackendError
+	if errors.As(err, &be) {
+		return err
+	}
+	return &BackendError{Backend: c.name, Op: op, Err: err}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// TryAcquire makes one attempt to take key. If the key is held by someone
+// else it returns an error matching ErrNotAcquired (a *HeldError that names
+// the holder where the backend knows it). If the attempt's outcome is
+// unknown (ctx ended, or the backend failed mid-request), any record it may
+// have left is removed before TryAcquire returns.
+func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
+	start := c.now()
+	g, err := c.b.Acquire(ctx, req)
+	if err == nil {
+		return c.newLease(ctx, start, req, g)
+	}
+	if !definite(err) {
+		c.abandon(req)
+	}
+	return nil, c.wrap(ctx, "acquire", err)
+}
+
+// Acquire takes key, waiting while someone else holds it, until it is held
+// or ctx ends. It waits with the backend's queue (etcd, ZooKeeper) or
+// notifications (PostgreSQL, Redis) where available, and otherwise polls
+// with capped exponential backoff and jitter, never longer than until the
+// holder's record is due to expire. Transient backend failures are retried.
+// When ctx ends first, Acquire returns ctx's error and leaves nothing
+// behind in the backend: records or queue entries of its attempts are
+// removed using a fresh context bounded by Options.ReleaseTimeout.
+func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
+	start := c.now()
+	g, err := c.b.Acquire(ctx, req)
+	if err == nil {
+		return c.newLease(ctx, start, req, g)
+	}
+	if definite(err) && !errors.Is(err, ErrNotAcquired) {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		c.abandon(req)
+		return nil, ctx.Err()
+	}
+	if c.waiter != nil {
+		return c.acquireQueued(ctx, req)
+	}
+	return c.acquirePolling(ctx, req, err)
+}
+
+// acquireQueued waits in the backend's queue.
+func (c *Client) acquireQueued(ctx context.Context, req driver.AcquireRequest) (*Lease, error) {
+	backoff := c.o.MinBackoff
+	for {
+		g, err := c.waiter.AcquireWait(ctx, req)
+		if err == nil {
+			// Confirm the grant so the local-validity clock starts
+			// before a request the store answered.
+			start := c.now()
+			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL})
+			if err == nil {
+				return c.newLease(ctx, start, req, g2)
+			}
+			if !errors.Is(err, ErrNotHeld) {
+				c.releaseGrant(g)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if definite(err) && !errors.Is(err, ErrNotAcquired) {
+			return nil, err
+		}
+		c.log().Warn("fencelock: queued acquire failed; retrying", "key", req.Key, "err", err)
+		if err := c.sleep(ctx, jitter(backoff)); err != nil {
+			c.abandon(req)
+			return nil, err
+		}
+		backoff = min(2*backoff, c.o.MaxBackoff)
+	}
+}
+
+// acquirePolling retries Acquire, woken by the backend's notifications when
+// it has them, with capped exponential backoff as the safety net.
+func (c *Client) acquirePolling(ctx context.Context, req driver.AcquireRequest, last error) (*Lease, error) {
+	var notify <-chan struct{}
+	if c.watcher != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if ch, err := c.watcher.Watch(wctx, req.Key); err == nil {
+			notify = ch
+		} else {
+			c.log().Debug("fencelock: watch failed; polling", "key", req.Key, "err", err)
+		}
+	}
+	backoff := c.o.MinBackoff
+	ambiguous := !errors.Is(last, ErrNotAcquired)
+	// With a fresh subscription, try again at once: the key may have been
+	// released between the first attempt and the subscription.
+	immediate := notify != nil
+	for {
+		if !immediate {
+			wait := jitter(backoff)
+			var held *HeldError
+			if errors.As(last, &held) && held.Holder.Remaining > 0 && held.Holder.Remaining < wait {
+				wait = held.Holder.Remaining + time.Millisecond
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				if ambiguous {
+					c.abandon(req)
+				}
+				return nil, ctx.Err()
+			case _, ok := <-notify:
+				if !ok {
+					notify = nil
+				} else {
+					backoff = c.o.MinBackoff
+				}
+			case <-t.C:
+				backoff = min(2*backoff, c.o.MaxBackoff)
+			}
+			t.Stop()
+		}
+		immediate = false
+		start := c.now()
+		g, err := c.b.Acquire(ctx, req)
+		if err == nil {
+			return c.newLease(ctx, start, req, g)
+		}
+		if definite(err) && !errors.Is(err, ErrNotAcquired) {
+			return nil, err
+		}
+		last = err
+		ambiguous = !errors.Is(err, ErrNotAcquired)
+		if ctx.Err() != nil {
+			if ambiguous {
+				c.abandon(req)
+			}
+			return nil, ctx.Err()
+		}
+		if ambiguous {
+			c.log().Warn("fencelock: acquire failed; retrying", "key", req.Key, "err", err)
+		}
+	}
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// abandon removes a record that an acquire attempt with an unknown outcome
+// may have left, using a fresh bounded context.
+func (c *Client) abandon(req driver.AcquireRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+	defer cancel()
+	info, err := c.b.Inspect(ctx, req.Key)
+	if err != nil {
+		c.log().Warn("fencelock: could not check for a record left by an abandoned acquire; it expires with its TTL", "key", req.Key, "err", err)
+		return
+	}
+	if info.Owner != req.Owner {
+		return
+	}
+	err = c.b.Release(ctx, driver.Grant{Key: req.Key, Owner: req.Owner, Token: info.Token})
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		c.log().Warn("fencelock: could not remove a record left by an abandoned acquire; it expires with its TTL", "key", req.Key, "err", err)
+	}
+}
+
+// releaseGrant releases g with a fresh bounded context, best effort.
+func (c *Client) releaseGrant(g driver.Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+	defer cancel()
+	if err := c.b.Release(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
+		c.log().Warn("fencelock: release failed; the lock expires with its TTL", "key", g.Key, "token", uint64(g.Token), "err", err)
+	}
+}
+
+// Do acquires key (waiting as Acquire does), runs fn with a context that is
+// cancelled the moment the lease is lost (or ctx ends), and releases the
+// lease when fn returns. It returns fn's error, joined with the
+// *LostError if the lease was lost while fn ran: in that case fn's work
+// may not have been exclusive, even if fn itself returned nil.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error) error {
+	l, err := c.Acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	ferr := fn(fctx, l)
+	stop()
+	cancel(nil)
+	if lost := l.Err(); lost != nil {
+		return errors.Join(ferr, lost)
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+	defer rcancel()
+	rerr := l.Release(rctx)
+	if errors.Is(rerr, ErrNotHeld) {
+		// The store no longer had our record: the lease had been lost
+		// without our noticing yet, so fn may not have run exclusively.
+		return errors.Join(ferr, &LostError{Key: key, Token: l.Token(), Cause: rerr})
+	}
+	return errors.Join(ferr, rerr)
+}
+
+// Inspect reports the current holder of key as the store sees it; the
+// returned Info's Owner is empty if the key is free.
+func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return Info{}, err
+	}
+	info, err := c.b.Inspect(ctx, key)
+	return info, c.wrap(ctx, "inspect", err)
+}
+
+// List reports every held key that starts with prefix ("" for all), across
+// every client of the store, sorted by key.
+func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	infos, err := c.b.List(ctx, prefix)
+	if err != nil {
+		return nil, c.wrap(ctx, "list", err)
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Key < infos[j].Key })
+	return infos, nil
+}
+
+// ForceRelease removes key's lock whoever holds it, and returns what it
+// removed (Owner empty if the key was free). It is an administrator's tool:
+// the holder learns of the loss at its next renewal (at once on backends
+// that push loss). Tokens stay monotonic. It returns ErrUnsupported on
+// backends without the capability.
+func (c *Client) ForceRelease(ctx context.Context, key string) (Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return Info{}, err
+	}
+	if c.forcer == nil {
+		return Info{}, ErrUnsupported
+	}
+	info, err := c.forcer.ForceRelease(ctx, key)
+	return info, c.wrap(ctx, "force-release", err)
+}
+
+// Holding returns the keys this client holds leases on, sorted, each once.
+func (c *Client) Holding() []string {
+	c.mu.Lock()
+	seen := make(map[string]struct{}, len(c.leases))
+	for l := range c.leases {
+		seen[l.key] = struct{}{}
+	}
+	c.mu.Unlock()
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Close releases every lease the client holds (each with a fresh context
+// bounded by Options.ReleaseTimeout), stops every goroutine the client
+// started, and closes the backend. Calls after the first return nil.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+
+	var (
+		errMu sync.Mutex
+		errs  []error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 32)
+	)
+	for _, l := range leases {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+			defer cancel()
+			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				errMu.Lock()
+				errs = append(errs, err)
+				errMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	close(c.stop)
+	c.wg.Wait()
+	if err := c.b.Close(); err != nil {
+		errs = append(errs, c.wrap(context.Background(), "close", err))
+	}
+	return errors.Join(errs...)
+}
+
+// goBackground runs f on a tracked goroutine unless the client has stopped.
+func (c *Client) goBackground(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// forget removes l from the client's bookkeeping.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	if l.qidx >= 0 {
+		heap.Remove(&c.queue, l.qidx)
+	}
+	c.mu.Unlock()
+}
+
+// poke wakes the scheduler.
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leaseQueue is a min-heap of leases by next renewal time, guarded by c.mu.
+type leaseQueue []*Lease
+
+func (q leaseQueue) Len() int           { return len(q) }
+func (q leaseQueue) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
+func (q leaseQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].qidx = i
+	q[j].qidx = j
+}
+func (q *leaseQueue) Push(x any) {
+	l := x.(*Lease)
+	l.qidx = len(*q)
+	*q = append(*q, l)
+}
+func (q *leaseQueue) Pop() any {
+	old := *q
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	l.qidx = -1
+	return l
+}

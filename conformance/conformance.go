@@ -1,0 +1,317 @@
+// Package conformance is the test suite every fencelock backend passes.
+//
+// A backend's test calls Run with a Harness that opens connections to a
+// real store; each case is named after the invariant it proves and, when it
+// fails, explains the rule. Cases that need a capability the backend lacks
+// (force-release, token rotation, a store restart hook) are skipped with
+// the capability's name, never silently passed.
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Harness{
+//			Open: func(ctx context.Context) (driver.Backend, error) { return mybackend.Open(ctx, dsn) },
+//			TTL:  time.Second,
+//		})
+//	}
+//
+// Third-party backends use it the same way. Keys live under a random
+// prefix, so runs can share a store.
+package conformance
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Harness tells the suite how to reach the store under test.
+type Harness struct {
+	// Open returns a new connection to the store: a separate backend value,
+	// as a separate process would have. Required. The suite closes what it
+	// opens.
+	Open func(ctx context.Context) (driver.Backend, error)
+
+	// TTL is the lease TTL used by the suite. It must be at least the
+	// store's smallest TTL (etcd grants whole seconds; ZooKeeper's session
+	// timeout must match it). Default 1s.
+	TTL time.Duration
+
+	// Slack is how late a timed event may be observed and still pass
+	// (scheduling, round trips, a store's expiry sweep). Default TTL/2 plus
+	// 250ms.
+	Slack time.Duration
+
+	// Crash, if set, makes the backend b behave as if its process died:
+	// nothing is released and no keep-alive is sent any more. The default
+	// just stops using b, which is right for record stores (PostgreSQL,
+	// Redis, MongoDB) but not for a session store whose client library
+	// keeps its session alive by itself.
+	Crash func(b driver.Backend)
+
+	// Restart, if set, crashes the store (kill -9) and starts it again with
+	// its data, returning once it accepts connections again. It enables the
+	// case that checks fencing tokens across a store restart.
+	Restart func(ctx context.Context) error
+
+	// Leases is how many leases the many-leases case holds at once.
+	// Default 1000.
+	Leases int
+}
+
+func (h *Harness) defaults() {
+	if h.TTL == 0 {
+		h.TTL = time.Second
+	}
+	if h.Slack == 0 {
+		h.Slack = h.TTL/2 + 250*time.Millisecond
+	}
+	if h.Leases == 0 {
+		h.Leases = 1000
+	}
+}
+
+// Run runs every conformance case against the harness's store.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Open == nil {
+		t.Fatal("conformance: Harness.Open is required")
+	}
+	h.defaults()
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	s := &suite{h: h, prefix: "conformance-" + hex.EncodeToString(rnd[:]) + "/"}
+	s.reportCapabilities(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Helper()
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", c.rule)
+				}
+			}()
+			c.run(t, s)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	rule string
+	run  func(t *testing.T, s *suite)
+}
+
+var cases = []testCase{
+	{"BadInputRejectedAndNothingStored", "empty, oversized, non-UTF-8 and control-character keys, and TTLs out of range, are rejected with typed errors (ErrInvalidKey, ErrInvalidOption), and nothing is stored.", testBadInput},
+	{"OddKeysRoundTrip", "any valid key (spaces, slashes, dots, braces, percent signs, non-ASCII) is stored and reported back exactly, and distinct keys never collide.", testOddKeys},
+	{"MutualExclusion", "at any instant at most one holder per key: many clients hammering one key never overlap, and a counter they increment under the lock ends exact.", testMutualExclusion},
+	{"FencingTokensIncrease", "a key's tokens strictly increase across holders, release and re-acquire, takeover after expiry and force-release.", testTokensIncrease},
+	{"TokenRotationIncreases", "a renewal that rotates the token returns a higher token for the same holder, and later holders get higher ones still.", testRotation},
+	{"FencingAcrossStoreRestart", "tokens keep increasing after the store is killed and restarted with its data.", testRestart},
+	{"CrashedHolderFreedWithinTTL", "a holder that dies without releasing frees its key within TTL (plus slack), and not before its TTL has passed.", testCrashRelease},
+	{"RenewalKeepsLeaseAlive", "a renewed lease stays held across many TTLs and nobody else can acquire it meanwhile.", testRenewal},
+	{"LossSignalledWithinBound", "when the store no longer has the holder's record, the holder's Done closes and Err reports ErrLeaseLost within one renewal interval plus slack.", testLossSignalled},
+	{"OwnerCheckedReleaseAndRenew", "only the current holder, with its own token, can release or renew; a stale or forged grant gets ErrNotHeld and changes nothing.", testOwnerChecked},
+	{"CancelledWaitLeavesNothing", "an Acquire whose context ends while waiting returns the context's error and leaves no record or queue entry: the next contender gets the key at once.", testCancelledWait},
+	{"WaiterWokenOnRelease", "a waiting Acquire gets the key promptly once the holder releases it.", testWaiterWoken},
+	{"InspectAndListAgree", "Inspect and List report exactly the held keys, with the holders' owners and tokens, and nothing after release.", testInspectList},
+	{"CloseReleasesEverything", "Client.Close releases every lease it holds, ends them (Done closed), and makes the keys available at once.", testClose},
+	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
+}
+
+type suite struct {
+	h      Harness
+	prefix string
+	n      atomic.Int64
+}
+
+// key returns a fresh key for a case.
+func (s *suite) key(t *testing.T, name string) string {
+	return fmt.Sprintf("%s%s/%d/%s", s.prefix, strings.ReplaceAll(t.Name(), "/", "."), s.n.Add(1), name)
+}
+
+func (s *suite) ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// backend opens a raw backend, closed at the end of the test.
+func (s *suite) backend(t *testing.T) driver.Backend {
+	t.Helper()
+	b, err := s.h.Open(t.Context())
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func (s *suite) options() *fencelock.Options {
+	return &fencelock.Options{
+		TTL:            s.h.TTL,
+		MinBackoff:     2 * time.Millisecond,
+		MaxBackoff:     max(s.h.TTL/8, 10*time.Millisecond),
+		ReleaseTimeout: 10 * time.Second,
+	}
+}
+
+// client opens a backend and a Client on it, closed at the end of the test.
+func (s *suite) client(t *testing.T) *fencelock.Client {
+	t.Helper()
+	return s.clientWith(t, s.options())
+}
+
+func (s *suite) clientWith(t *testing.T, o *fencelock.Options) *fencelock.Client {
+	t.Helper()
+	b, err := s.h.Open(t.Context())
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	c, err := fencelock.New(b, o)
+	if err != nil {
+		b.Close()
+		t.Fatalf("fencelock.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Client.Close: %v", err)
+		}
+	})
+	return c
+}
+
+func (s *suite) reportCapabilities(t *testing.T) {
+	b, err := s.h.Open(t.Context())
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	defer b.Close()
+	caps := Capabilities(b)
+	var have, lack []string
+	for _, c := range caps {
+		if c.Present {
+			have = append(have, c.Name)
+		} else {
+			lack = append(lack, c.Name)
+		}
+	}
+	t.Logf("backend capabilities: %s; lacks: %s", strings.Join(have, ", "), strings.Join(lack, ", "))
+	if d, ok := b.(driver.Describer); ok {
+		desc := d.Describe()
+		t.Logf("backend %q: fencing: %s; clock: %s; liveness: %s", desc.Name, desc.Fencing, desc.Clock, desc.Liveness)
+		for _, w := range desc.Warnings {
+			t.Logf("backend warning: %s", w)
+		}
+	}
+}
+
+// Capability is one optional interface of package driver.
+type Capability struct {
+	// Name is the interface's name, e.g. "Waiter".
+	Name string
+	// Present reports whether the backend implements it.
+	Present bool
+}
+
+// Capabilities reports which optional driver interfaces b implements.
+func Capabilities(b driver.Backend) []Capability {
+	_, waiter := b.(driver.Waiter)
+	_, watcher := b.(driver.Watcher)
+	_, batch := b.(driver.BatchRenewer)
+	_, loss := b.(driver.LossNotifier)
+	_, force := b.(driver.ForceReleaser)
+	_, desc := b.(driver.Describer)
+	return []Capability{
+		{"Waiter", waiter}, {"Watcher", watcher}, {"BatchRenewer", batch},
+		{"LossNotifier", loss}, {"ForceReleaser", force}, {"Describer", desc},
+	}
+}
+
+func requireForce(t *testing.T, b driver.Backend) driver.ForceReleaser {
+	t.Helper()
+	f, ok := b.(driver.ForceReleaser)
+	if !ok {
+		t.Skip("capability ForceReleaser not implemented by this backend: case not run")
+	}
+	return f
+}
+
+// crash makes b stop as a dead process would.
+func (s *suite) crash(b driver.Backend) {
+	if s.h.Crash != nil {
+		s.h.Crash(b)
+	}
+}
+
+// rawAcquire acquires key directly on b (no engine, so no renewals).
+func rawAcquire(t *testing.T, ctx context.Context, b driver.Backend, key string, ttl time.Duration) driver.Grant {
+	t.Helper()
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "conformance-" + randHex(), TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	if g.Token == 0 {
+		t.Fatalf("Acquire(%q) returned token 0; tokens start at 1", key)
+	}
+	return g
+}
+
+func randHex() string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// waitFree polls TryAcquire until it succeeds or the deadline passes, and
+// returns the lease and when it succeeded.
+func waitFree(t *testing.T, ctx context.Context, c *fencelock.Client, key string, deadline time.Time) (*fencelock.Lease, time.Time) {
+	t.Helper()
+	for {
+		l, err := c.TryAcquire(ctx, key)
+		if err == nil {
+			return l, time.Now()
+		}
+		if !errors.Is(err, fencelock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire(%q): %v", key, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q still held at the deadline: %v", key, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("context ended: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func checkEmpty(t *testing.T, ctx context.Context, c *fencelock.Client, prefix string) {
+	t.Helper()
+	infos, err := c.List(ctx, prefix)
+	if err != nil {
+		t.Fatalf("List(%q): %v", prefix, err)
+	}
+	if len(infos) != 0 {
+		t.Fatalf("List(%q) = %v; want nothing stored", prefix, infos)
+	}
+}
+
+func mustRelease(t *testing.T, l *fencelock.Lease) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release(%q): %v", l.Key(), err)
+	}
+}
+
+var _ = sync.Mutex{}

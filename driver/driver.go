@@ -1,0 +1,261 @@
+// Package driver defines the interface that fencelock backends implement.
+//
+// Application code does not use this package: it holds a *fencelock.Client
+// and *fencelock.Lease. This package is for the authors of backends
+// (PostgreSQL, Redis, etcd, ZooKeeper, MongoDB, the in-process memory
+// backend, and third-party stores) and is deliberately small, in the manner
+// of database/sql/driver and gocloud.dev's pubsub/driver.
+//
+// # Division of labour
+//
+// The engine in package fencelock owns everything that involves time or
+// retries: the acquire/wait loop, backoff with jitter, the renewal schedule,
+// local validity (the holder's own deadline), token-regression checks and
+// loss signalling. A backend performs single attempts: each method is one
+// attempt, ideally one round trip, and returns. A backend never sleeps,
+// never loops to retry, and starts no goroutines except where its store
+// needs a session (a ZooKeeper connection, an etcd watch or keep-alive
+// stream, a PostgreSQL LISTEN connection).
+//
+// # Errors
+//
+// A backend reports outcomes with the sentinel errors of this package so the
+// engine can tell a definite answer from a transient failure:
+//
+//   - ErrNotAcquired (usually as a *HeldError that names the holder): the key
+//     is held by someone else. A definite answer, not a failure.
+//   - ErrNotHeld: a renew or release was answered "this grant is not the
+//     current holder" (expired, released, stolen, or a stale token). For a
+//     renewal this ends the lease at once.
+//   - *InvalidKeyError, *InvalidOptionError: bad input, detected before
+//     anything is stored.
+//   - ErrUnsupported: the operation is not available on this backend.
+//   - ErrClosed: the backend was closed.
+//
+// Any other error is treated as transient: the engine may retry it (for
+// renewals, until the lease's local validity runs out). Context errors
+// should be returned as they are (or wrapped with %w).
+//
+// # Concurrency
+//
+// Every method may be called concurrently from many goroutines. After Close
+// returns, every method returns ErrClosed.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Token is a fencing token: a number issued by the store that strictly
+// increases, per key, across holders, takeovers, release and re-acquire, and
+// token rotation. Zero is never a valid token.
+type Token uint64
+
+// AcquireRequest asks for a key on behalf of one lease.
+type AcquireRequest struct {
+	// Key is the lock key. The engine has already checked it with
+	// ValidateKey; a backend with stricter rules (for example a length limit
+	// of its store) returns an *InvalidKeyError before storing anything.
+	Key string
+	// Owner identifies the lease. It is unique per Acquire or TryAcquire call
+	// of the engine and is what Inspect and List report as the holder.
+	Owner string
+	// TTL is how long the store should keep the record alive without a
+	// renewal. A backend with coarser granularity rounds up and reports the
+	// TTL it granted in Grant.TTL.
+	TTL time.Duration
+}
+
+// Grant is a successful acquisition or renewal as the store recorded it.
+type Grant struct {
+	// Key is the lock key.
+	Key string
+	// Owner is the owner from the AcquireRequest.
+	Owner string
+	// Token is the fencing token the store issued for this grant.
+	Token Token
+	// TTL is the time to live the store granted, if it differs from the one
+	// requested (etcd grants whole seconds). Zero means "as requested". The
+	// engine bases local validity on the smaller of the two.
+	TTL time.Duration
+	// Handle is opaque backend state that later calls need to find the
+	// grant again: a znode path, an etcd lease ID. The engine stores it and
+	// passes it back unchanged.
+	Handle string
+}
+
+// RenewRequest asks to extend a grant.
+type RenewRequest struct {
+	// TTL is the new time to live, counted from the store's receipt of the
+	// request.
+	TTL time.Duration
+	// Rotate asks for a new, higher fencing token for the same holder. A
+	// backend that cannot rotate ignores it and keeps the token; the engine
+	// then reports rotation as unsupported.
+	Rotate bool
+}
+
+// Info describes the current holder of a key, as the store sees it.
+type Info struct {
+	// Key is the lock key.
+	Key string
+	// Owner is the holder's owner string; empty if the key is free.
+	Owner string
+	// Token is the holder's fencing token; zero if the key is free.
+	Token Token
+	// Remaining is how long the record stays alive without a renewal, as
+	// judged by the store's clock. Zero means unknown, as when the lock lives
+	// as long as the holder's session (ZooKeeper).
+	Remaining time.Duration
+}
+
+// Locked reports whether Info describes a held key.
+func (i Info) Locked() bool { return i.Owner != "" }
+
+// Backend is one connection to a lock store.
+//
+// The contract of each method:
+//
+//   - Acquire makes one attempt to take Key. On success it returns a Grant
+//     with a token greater than every token previously issued for the key.
+//     If the key is held by someone else it returns an error for which
+//     errors.Is(err, ErrNotAcquired) holds, preferably a *HeldError naming
+//     the holder. An expired record counts as free. If the key is already
+//     held by the same Owner (a retry after an ambiguous reply), Acquire
+//     succeeds and returns the existing grant, so retries are safe.
+//   - Renew extends a grant that is still current: same Owner, same Token,
+//     not expired. Otherwise it returns ErrNotHeld and changes nothing. Renew
+//     must never create a record (a late renewal must not resurrect a
+//     released lock). With Rotate it issues a higher token.
+//   - Release removes the record if and only if Owner and Token match and
+//     it has not expired; otherwise it returns ErrNotHeld and changes
+//     nothing.
+//   - Inspect reports the current holder of a key (Owner empty if free;
+//     expired records count as free).
+//   - List reports every held key with the given prefix ("" for all), in
+//     any order.
+//   - Close releases the backend's own resources (connections it opened,
+//     goroutines it started). It must not close a store client the caller
+//     passed in, and it does not release locks: the engine does that first.
+type Backend interface {
+	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	Renew(ctx context.Context, g Grant, req RenewRequest) (Grant, error)
+	Release(ctx context.Context, g Grant) error
+	Inspect(ctx context.Context, key string) (Info, error)
+	List(ctx context.Context, prefix string) ([]Info, error)
+	Close() error
+}
+
+// Waiter is implemented by stores that can queue contenders fairly
+// (etcd, ZooKeeper).
+//
+// AcquireWait blocks until the request holds the key or ctx ends. While it
+// waits, the backend keeps its queue entry alive (through its session). When
+// ctx ends first, it removes its queue entry before returning, using a fresh
+// context with a bounded timeout (never the dead ctx), and returns ctx's
+// error. The engine calls AcquireWait only after Acquire has answered
+// ErrNotAcquired, and confirms the returned grant with a Renew before
+// starting the lease's local-validity clock.
+type Waiter interface {
+	AcquireWait(ctx context.Context, req AcquireRequest) (Grant, error)
+}
+
+// Watcher is implemented by record stores that can notify waiters when a key
+// may have become free (PostgreSQL LISTEN/NOTIFY, Redis pub/sub).
+//
+// Watch subscribes to releases of key until ctx ends. The returned channel
+// receives a value (sent without blocking; buffer it) whenever the key may
+// have become free; spurious wake-ups are allowed. The backend closes the
+// channel when the subscription ends for any reason, including losing its
+// notification connection; the engine then falls back to polling. The
+// engine always keeps polling with capped backoff as a safety net, so a
+// lost notification delays a waiter but never strands it.
+type Watcher interface {
+	Watch(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+// RenewResult is the outcome of renewing one grant in a batch.
+type RenewResult struct {
+	// Grant is the renewed grant when Err is nil.
+	Grant Grant
+	// Err is nil, ErrNotHeld, or a transient error for this grant alone.
+	Err error
+}
+
+// BatchRenewer is implemented by backends that can renew many grants in one
+// round trip (one SQL statement, one Redis pipeline). The engine then renews
+// all of a client's leases together, at most about twice per renewal
+// interval, instead of once per lease.
+//
+// RenewBatch returns one result per grant, in order. A non-nil error means
+// the whole batch failed transiently and results is ignored.
+type BatchRenewer interface {
+	RenewBatch(ctx context.Context, grants []Grant, req RenewRequest) ([]RenewResult, error)
+}
+
+// LossNotifier is implemented by stores that can tell a holder that its
+// grant is gone before the next renewal would (a watch on the lock key, an
+// etcd lease revoked, a ZooKeeper session expired).
+//
+// NotifyLoss arranges for lost to be called, at most once and from any
+// goroutine, when the store reports that g is definitely no longer held. The
+// returned stop function cancels the notification; after stop returns, lost
+// is not started (a call already under way may still be running, so lost
+// must be safe to call concurrently with stop and must not block on it). The engine also applies its own local-validity deadline,
+// so a notifier only ever makes loss detection faster.
+type LossNotifier interface {
+	NotifyLoss(g Grant, lost func(cause error)) (stop func())
+}
+
+// ForceReleaser is implemented by backends that let an administrator remove
+// a lock regardless of its holder. It returns what it removed (Owner empty
+// if the key was free). The holder learns of the loss at its next renewal,
+// or at once where the backend is also a LossNotifier. Tokens stay
+// monotonic: the next grant of the key still gets a higher token.
+type ForceReleaser interface {
+	ForceRelease(ctx context.Context, key string) (Info, error)
+}
+
+// Description is a backend's own account of what it guarantees. The safety
+// report puts these claims beside measurements.
+type Description struct {
+	// Name is the backend's short name, e.g. "postgres".
+	Name string
+	// Fencing says how tokens are issued and what they survive, e.g.
+	// "per-key INCR counter; survives restart only with appendfsync always".
+	Fencing string
+	// Clock says whose clock judges expiry, e.g. "server (now())".
+	Clock string
+	// Liveness says how a crashed holder's lock is freed, e.g. "TTL" or
+	// "session timeout".
+	Liveness string
+	// Warnings lists detected settings of this store that weaken exclusion
+	// or fencing (eviction policy, missing persistence, asynchronous
+	// replication). Empty means none detected.
+	Warnings []string
+}
+
+// Describer is implemented by backends that describe their guarantees.
+type Describer interface {
+	Describe() Description
+}
+
+// Sentinel errors. Backends return them (or errors wrapping them); callers
+// test for them with errors.Is.
+var (
+	// ErrNotAcquired reports that a key is held by someone else.
+	ErrNotAcquired = errors.New("fencelock: not acquired")
+	// ErrNotHeld reports that a grant is not (or no longer) the current
+	// holder of its key.
+	ErrNotHeld = errors.New("fencelock: not held")
+	// ErrInvalidKey is matched by every *InvalidKeyError.
+	ErrInvalidKey = errors.New("fencelock: invalid key")
+	// ErrInvalidOption is matched by every *InvalidOptionError.
+	ErrInvalidOption = errors.New("fencelock: invalid option")
+	// ErrUnsupported reports an operation the backend does not offer.
+	ErrUnsupported = errors.New("fencelock: not supported by this backend")
+	// ErrClosed reports use of a closed backend or client.
+	ErrClosed = errors.New("fencelock: closed")
+)

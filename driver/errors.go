@@ -1,0 +1,108 @@
+package driver
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// HeldError reports that a key is held by someone else. It matches
+// ErrNotAcquired with errors.Is.
+type HeldError struct {
+	// Holder describes the current holder as far as the store told.
+	Holder Info
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	s := "fencelock: not acquired: key " + strconv.Quote(e.Holder.Key)
+	if e.Holder.Owner == "" {
+		return s + " is held"
+	}
+	s += " held by " + strconv.Quote(e.Holder.Owner)
+	if e.Holder.Token != 0 {
+		s += " (token " + strconv.FormatUint(uint64(e.Holder.Token), 10)
+		if e.Holder.Remaining > 0 {
+			s += ", " + e.Holder.Remaining.Round(time.Millisecond).String() + " left"
+		}
+		s += ")"
+	}
+	return s
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// InvalidKeyError reports a key that cannot be used. It matches
+// ErrInvalidKey with errors.Is.
+type InvalidKeyError struct {
+	// Key is the offending key (possibly truncated for display by Error).
+	Key string
+	// Reason says which rule the key breaks.
+	Reason string
+}
+
+// Error implements error.
+func (e *InvalidKeyError) Error() string {
+	k := e.Key
+	if len(k) > 64 {
+		k = k[:64] + "…"
+	}
+	return fmt.Sprintf("fencelock: invalid key %q: %s", k, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidKey.
+func (e *InvalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// InvalidOptionError reports an option or configuration value out of range.
+// It matches ErrInvalidOption with errors.Is.
+type InvalidOptionError struct {
+	// Option names the option, e.g. "TTL" or "table".
+	Option string
+	// Value is the offending value as text.
+	Value string
+	// Reason names the bound or rule it violates.
+	Reason string
+}
+
+// Error implements error.
+func (e *InvalidOptionError) Error() string {
+	return fmt.Sprintf("fencelock: invalid %s %s: %s", e.Option, e.Value, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidOption.
+func (e *InvalidOptionError) Is(target error) bool { return target == ErrInvalidOption }
+
+// MaxKeyLen is the longest key, in bytes, that every backend accepts.
+const MaxKeyLen = 512
+
+// ValidateKey checks the rules every backend shares: a key is 1 to
+// MaxKeyLen bytes of valid UTF-8 without control characters. Backends may
+// add rules of their own and report them with *InvalidKeyError.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return &InvalidKeyError{Key: key, Reason: "empty"}
+	case len(key) > MaxKeyLen:
+		return &InvalidKeyError{Key: key, Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), MaxKeyLen)}
+	case !utf8.ValidString(key):
+		return &InvalidKeyError{Key: key, Reason: "not valid UTF-8"}
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return &InvalidKeyError{Key: key, Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
+		}
+	}
+	return nil
+}
+
+// ValidatePrefix checks a List prefix: empty (everything) or a string that
+// ValidateKey would accept.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return ValidateKey(prefix)
+}

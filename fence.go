@@ -1,0 +1,92 @@
+package fencelock
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrStaleToken is matched by every *StaleTokenError.
+var ErrStaleToken = errors.New("fencelock: stale fencing token")
+
+// StaleTokenError reports a write refused because a higher fencing token
+// (or the same token from another grant) has already been seen for the
+// resource. It matches ErrStaleToken.
+type StaleTokenError struct {
+	// Resource is the fenced resource.
+	Resource string
+	// Token is the refused token.
+	Token Token
+	// Highest is the highest token the resource has accepted.
+	Highest Token
+}
+
+// Error implements error.
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("fencelock: stale fencing token %d for %q (highest seen %d)", e.Token, e.Resource, e.Highest)
+}
+
+// Is reports whether target is ErrStaleToken.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// Fence is the resource side of fencing, in memory: it remembers, per
+// resource, the highest token it has accepted and which grant presented it,
+// and refuses writes that come with anything older. A lease that was lost
+// while its holder was paused (GC, swap, SIGSTOP) still carries its old
+// token, so its late write is refused once the next holder has written.
+//
+// A Fence is safe for concurrent use. Its zero value is ready to use.
+//
+// The same rule belongs inside the resource itself when the resource is a
+// database, so that the check and the write are one atomic step:
+//
+//	-- PostgreSQL: a row per resource with a fence column
+//	UPDATE accounts SET balance = $1, fence = $2
+//	 WHERE id = $3 AND (fence < $2 OR (fence = $2 AND fence_owner = $4))
+//	-- zero rows updated: the token is stale, the write is refused
+//
+//	-- Redis (Lua, one script): KEYS[1] data key, KEYS[2] fence key
+//	local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+//	if tonumber(ARGV[1]) < seen then return redis.error_reply('STALE') end
+//	redis.call('SET', KEYS[2], ARGV[1])
+//	redis.call('SET', KEYS[1], ARGV[2])
+//	return 'OK'
+type Fence struct {
+	mu   sync.Mutex
+	seen map[string]fenceMark
+}
+
+type fenceMark struct {
+	token  Token
+	holder string
+}
+
+// Check admits a write to resource carrying token from holder (a lease's
+// Owner, unique per grant). It accepts, and records, a token greater than
+// any seen for resource, or equal to the highest from the same holder (a
+// live holder writing again). Anything else returns a *StaleTokenError.
+func (f *Fence) Check(resource string, token Token, holder string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.seen[resource]
+	if token > m.token || (token == m.token && holder == m.holder && token != 0) {
+		if f.seen == nil {
+			f.seen = make(map[string]fenceMark)
+		}
+		f.seen[resource] = fenceMark{token: token, holder: holder}
+		return nil
+	}
+	return &StaleTokenError{Resource: resource, Token: token, Highest: m.token}
+}
+
+// Admit is Check with the lease's current token and owner.
+func (f *Fence) Admit(resource string, l *Lease) error {
+	return f.Check(resource, l.Token(), l.Owner())
+}
+
+// Highest returns the highest token accepted for resource (0 if none).
+func (f *Fence) Highest(resource string) Token {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen[resource].token
+}

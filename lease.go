@@ -1,0 +1,283 @@
+package fencelock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+type leaseState int
+
+const (
+	held leaseState = iota
+	released
+	lost
+)
+
+// Lease is a held lock: a key, a fencing token, and a deadline that the
+// engine keeps pushing forward by renewing in the background. A Lease ends
+// when it is released or lost; then Done is closed and Context is
+// cancelled. Its methods are safe for concurrent use.
+type Lease struct {
+	c      *Client
+	key    string
+	owner  string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	// guarded by c.mu
+	nextRenew time.Time
+	qidx      int
+
+	mu             sync.Mutex
+	grant          driver.Grant
+	state          leaseState
+	err            error // *LostError once lost
+	releasePending bool  // a backend release has not been confirmed
+	validUntil     time.Time
+	lastRotate     time.Time
+	failures       int
+	validTimer     *time.Timer
+	dangerTimer    *time.Timer
+	stopLoss       func()
+}
+
+// newLease registers a fresh grant as a held lease. start is the clock
+// reading taken before the request that produced g was sent.
+func (c *Client) newLease(ctx context.Context, start time.Time, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
+	if g.Key == "" {
+		g.Key = req.Key
+	}
+	if g.Owner == "" {
+		g.Owner = req.Owner
+	}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.mu.Lock()
+	l.setValidityLocked(start, g.TTL)
+	l.mu.Unlock()
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		l.mu.Lock()
+		l.state = released
+		l.stopTimersLocked()
+		l.mu.Unlock()
+		l.cancel(ErrClosed)
+		close(l.done)
+		c.releaseGrant(g)
+		return nil, ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	l.nextRenew = start.Add(c.o.RenewInterval)
+	heap.Push(&c.queue, l)
+	c.mu.Unlock()
+	c.poke()
+
+	if c.loss != nil {
+		stop := c.loss.NotifyLoss(g, func(cause error) { l.lose(cause) })
+		l.mu.Lock()
+		if l.state == held {
+			l.stopLoss = stop
+			stop = nil
+		}
+		l.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	}
+	c.log().Debug("fencelock: acquired", "key", l.key, "token", uint64(g.Token), "owner", l.owner)
+	return l, nil
+}
+
+// setValidityLocked restarts the local-validity and danger-zone timers for
+// a request sent at start that the store answered with the granted TTL.
+func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
+	o := &l.c.o
+	ttl := o.TTL
+	if granted > 0 && granted < ttl {
+		ttl = granted
+	}
+	l.validUntil = start.Add(ttl - o.Margin)
+	now := l.c.now()
+	left := l.validUntil.Sub(now)
+	danger := left - o.RenewInterval
+	if l.validTimer == nil {
+		l.validTimer = time.AfterFunc(left, l.validityTimer)
+		l.dangerTimer = time.AfterFunc(danger, l.dangerZoneTimer)
+		return
+	}
+	l.validTimer.Reset(left)
+	l.dangerTimer.Reset(danger)
+}
+
+func (l *Lease) stopTimersLocked() {
+	if l.validTimer != nil {
+		l.validTimer.Stop()
+		l.dangerTimer.Stop()
+	}
+}
+
+func (l *Lease) validityTimer() {
+	l.mu.Lock()
+	expired := l.state == held && !l.c.now().Before(l.validUntil)
+	l.mu.Unlock()
+	if expired {
+		l.lose(ErrLocalExpiry)
+	}
+}
+
+func (l *Lease) dangerZoneTimer() {
+	l.mu.Lock()
+	now := l.c.now()
+	remaining := l.validUntil.Sub(now)
+	inDanger := l.state == held && remaining > 0 && remaining <= l.c.o.RenewInterval
+	l.mu.Unlock()
+	if !inDanger {
+		return
+	}
+	l.c.log().Warn("fencelock: lease in danger zone: renewals failing", "key", l.key, "remaining", remaining)
+	if f := l.c.o.OnDanger; f != nil {
+		f(l, remaining)
+	}
+}
+
+// lose ends a held lease with the given cause. It is idempotent.
+func (l *Lease) lose(cause error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.state = lost
+	l.err = &LostError{Key: l.key, Token: l.grant.Token, Cause: cause}
+	l.stopTimersLocked()
+	stop, g, err := l.stopLoss, l.grant, l.err
+	l.stopLoss = nil
+	l.mu.Unlock()
+
+	c := l.c
+	c.forget(l)
+	l.cancel(err)
+	close(l.done)
+	if stop != nil {
+		stop()
+	}
+	c.log().Error("fencelock: lease lost", "key", l.key, "token", uint64(g.Token), "cause", cause)
+	if !errors.Is(cause, ErrNotHeld) {
+		// The store may still hold our record (we merely stopped
+		// believing): free it early for the next holder, best effort.
+		c.goBackground(func() { c.releaseGrant(g) })
+	}
+}
+
+// Key returns the lease's key.
+func (l *Lease) Key() string { return l.key }
+
+// Owner returns the owner string the store records for this lease (the
+// client's Options.Owner plus a unique suffix).
+func (l *Lease) Owner() string { return l.owner }
+
+// Token returns the lease's current fencing token. It changes only when
+// Options.RotateEvery rotates it, and only upwards. Pass it with every
+// write to the protected resource.
+func (l *Lease) Token() Token {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grant.Token
+}
+
+// Done returns a channel that is closed when the lease ends: released, or
+// lost (Err then says why).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Context returns a context that is cancelled when the lease ends; its
+// context.Cause is the *LostError, ErrReleased or ErrClosed. It carries the
+// values of the context given to Acquire, but not its cancellation.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is held and after Release, and a
+// *LostError (matching ErrLeaseLost) once the lease has been lost.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Remaining returns how long the lease stays valid by the holder's own
+// clock if no further renewal succeeds; zero once it has ended.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return 0
+	}
+	return max(0, l.validUntil.Sub(l.c.now()))
+}
+
+// Release ends the lease: it stops renewal, cancels Context, and removes
+// the record from the store if (and only if) this lease still owns it. The
+// lease ends locally before the store is asked, so the holder stops
+// believing it holds the lock first.
+//
+// Release returns ErrNotHeld if the lease was already released or lost, or
+// if the store no longer had this lease's record (it had expired or been
+// taken: work done under the lease may not have been exclusive). If the
+// store could not be reached, Release returns the error and may be called
+// again; a retry after an ambiguous failure returns nil once the record is
+// gone, whether the first attempt or the retry removed it. The record
+// expires with its TTL in any case.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	switch l.state {
+	case lost:
+		err := l.err
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	case released:
+		pending, g := l.releasePending, l.grant
+		l.mu.Unlock()
+		if !pending {
+			return ErrNotHeld
+		}
+		err := l.c.b.Release(ctx, g)
+		if errors.Is(err, ErrNotHeld) {
+			err = nil // an earlier, ambiguous attempt removed it
+		}
+		return l.finishRelease(ctx, err)
+	}
+	l.state = released
+	l.releasePending = true
+	l.stopTimersLocked()
+	stop, g := l.stopLoss, l.grant
+	l.stopLoss = nil
+	l.mu.Unlock()
+
+	l.c.forget(l)
+	l.cancel(ErrReleased)
+	close(l.done)
+	if stop != nil {
+		stop()
+	}
+	err := l.c.b.Release(ctx, g)
+	return l.finishRelease(ctx, err)
+}
+
+func (l *Lease) finishRelease(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		l.mu.Lock()
+		l.releasePending = false
+		l.mu.Unlock()
+	}
+	if err == nil {
+		l.c.log().Debug("fencelock: released", "key", l.key, "token", uint64(l.grant.Token))
+	}
+	return l.c.wrap(ctx, "release", err)
+}

@@ -1,0 +1,167 @@
+package fencelock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// OpenFunc opens a backend from a URL whose scheme it was registered for.
+// The engine's own parameters (ttl, renew_interval, margin, rotate_every,
+// owner) have already been removed from u's query; the OpenFunc must reject
+// any parameter it does not know (driver.Params does this) and must not
+// put credentials from u into error messages (use u.Redacted()).
+type OpenFunc func(ctx context.Context, u *url.URL) (Backend, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]OpenFunc{}
+)
+
+// Register makes a backend available to Open under a URL scheme, in the
+// manner of database/sql.Register. Schemes are case-insensitive. Backend
+// packages call it from init; importing the package (for its side effect if
+// need be) is what makes the scheme known. Register panics if open is nil or
+// the scheme is already registered.
+func Register(scheme string, open OpenFunc) {
+	scheme = strings.ToLower(scheme)
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if open == nil {
+		panic("fencelock: Register open func is nil")
+	}
+	if _, dup := registry[scheme]; dup {
+		panic("fencelock: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s := make([]string, 0, len(registry))
+	for k := range registry {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
+
+func init() {
+	Register("mem", func(ctx context.Context, u *url.URL) (Backend, error) {
+		if err := driver.NewParams(u).Err(); err != nil {
+			return nil, err
+		}
+		if u.Path != "" && u.Path != "/" {
+			return nil, &InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "mem URLs are mem://NAME with no path"}
+		}
+		name := u.Host
+		if name == "" {
+			name = u.Opaque
+		}
+		return memory.Named(name).Backend(), nil
+	})
+}
+
+// OpenBackend opens a backend from a URL without creating a Client, and
+// returns the engine parameters found in the URL as Options.
+func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse errors quote the URL, password included.
+		return nil, nil, &InvalidOptionError{Option: "URL", Value: redactRaw(rawURL), Reason: "cannot be parsed"}
+	}
+	scheme := strings.ToLower(u.Scheme)
+	registryMu.RLock()
+	open, ok := registry[scheme]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("%w %q in %s (forgotten import?); known schemes: %s",
+			ErrUnknownScheme, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
+	}
+	q := u.Query()
+	o := &Options{}
+	for name, dst := range map[string]*time.Duration{
+		"ttl": &o.TTL, "renew_interval": &o.RenewInterval, "margin": &o.Margin, "rotate_every": &o.RotateEvery,
+	} {
+		if v := q.Get(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, nil, &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(v), Reason: "not a duration (e.g. 1500ms, 15s)"}
+			}
+			*dst = d
+		}
+		q.Del(name)
+	}
+	o.Owner = q.Get("owner")
+	q.Del("owner")
+	u2 := *u
+	u2.Scheme = scheme
+	u2.RawQuery = q.Encode()
+	b, err := open(ctx, &u2)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, o, nil
+}
+
+// Open opens the backend named by rawURL's scheme ("mem://", "postgres://",
+// "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
+// and returns a Client on it. Engine options may be given in the URL's
+// query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
+// of opts wins over the URL. Passwords in the URL never appear in errors.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
+	b, uo, err := OpenBackend(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	o := *uo
+	if opts != nil {
+		merged := *opts
+		if merged.TTL == 0 {
+			merged.TTL = o.TTL
+		}
+		if merged.RenewInterval == 0 {
+			merged.RenewInterval = o.RenewInterval
+		}
+		if merged.Margin == 0 {
+			merged.Margin = o.Margin
+		}
+		if merged.RotateEvery == 0 {
+			merged.RotateEvery = o.RotateEvery
+		}
+		if merged.Owner == "" {
+			merged.Owner = o.Owner
+		}
+		o = merged
+	}
+	c, err := New(b, &o)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// redactRaw hides a password in a URL that url.Parse rejected.
+func redactRaw(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	sep := strings.Index(raw, "://")
+	if at < 0 || sep < 0 || at < sep {
+		return raw
+	}
+	userinfo := raw[sep+3 : at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return raw[:sep+3] + userinfo[:i] + ":xxxxx" + raw[at:]
+	}
+	return raw
+}

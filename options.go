@@ -1,0 +1,167 @@
+package fencelock
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+	"unicode"
+)
+
+// Bounds on Options.TTL.
+const (
+	MinTTL = 10 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// Clock is the engine's source of the current time. The engine only ever
+// uses differences between its readings, so a clock that is offset from
+// true time by a constant (a client whose wall clock is wrong) changes
+// nothing; that is the point of injecting one in tests. The clock must run
+// at the rate of real time: timers are real (or, inside a testing/synctest
+// bubble, fake) durations. For deterministic timing tests use
+// testing/synctest rather than a manual clock.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Options configures a Client. A nil *Options, and every zero field, means
+// the documented default.
+type Options struct {
+	// TTL is how long the store keeps a lease alive without renewal, and
+	// the basis of the holder's local validity. Default 15s; range
+	// MinTTL..MaxTTL.
+	TTL time.Duration
+
+	// RenewInterval is the time between renewals of a lease. Default TTL/3.
+	// It must satisfy TTL ≥ 2 × RenewInterval, so that a renewal can fail
+	// once and be retried before the lease runs out.
+	RenewInterval time.Duration
+
+	// Margin is subtracted from TTL to get the holder's local validity
+	// (start + TTL − Margin, with start taken before the request is sent).
+	// It absorbs clock-rate drift between holder and store. Default TTL/10;
+	// must be less than TTL − RenewInterval.
+	Margin time.Duration
+
+	// RotateEvery, if positive, makes renewals issue a new, higher fencing
+	// token at least this often, so downstream services see a live
+	// holder's token advance. Default 0 (never). Must satisfy
+	// RenewInterval ≤ RotateEvery and TTL ≥ 2 × RotateEvery.
+	RotateEvery time.Duration
+
+	// MinBackoff and MaxBackoff bound the capped exponential backoff (with
+	// jitter) between attempts while Acquire waits for a key held by
+	// someone else, when the backend cannot notify waiters or as a safety
+	// net when it can. Defaults 5ms and 1s; 0 < MinBackoff ≤ MaxBackoff.
+	// The wait is also cut short when the holder's record is due to expire.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+
+	// Owner names this client in Inspect and List output (each lease adds a
+	// unique suffix). Default "HOSTNAME:PID". At most 200 bytes of
+	// printable text.
+	Owner string
+
+	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
+	// releases during Close, removal of a record left by an abandoned
+	// acquire, best-effort release of a lost lease. Default 5s.
+	ReleaseTimeout time.Duration
+
+	// OnDanger, if set, is called when a lease enters its danger zone: its
+	// local validity has less than one RenewInterval left because renewals
+	// have been failing. It runs on its own goroutine and should return
+	// quickly. The lease is still held; if no renewal succeeds it will be
+	// lost when remaining reaches zero.
+	OnDanger func(l *Lease, remaining time.Duration)
+
+	// Logger receives the engine's log records (a lost lease at Error, a
+	// failed renewal at Warn, routine events at Debug). Default: silent.
+	Logger *slog.Logger
+
+	// Clock is the engine's clock. Default: the system clock.
+	Clock Clock
+}
+
+// Validate reports the first option that is out of range, as an
+// *InvalidOptionError naming the bound it violates. Zero fields are checked
+// with their defaults filled in.
+func (o *Options) Validate() error {
+	_, err := o.resolve()
+	return err
+}
+
+func badOption(name string, v any, format string, args ...any) error {
+	return &InvalidOptionError{Option: name, Value: fmt.Sprint(v), Reason: fmt.Sprintf(format, args...)}
+}
+
+// resolve returns a copy with defaults filled in, or the first violation.
+func (o *Options) resolve() (Options, error) {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.TTL == 0 {
+		r.TTL = 15 * time.Second
+	}
+	if r.TTL < MinTTL || r.TTL > MaxTTL {
+		return r, badOption("TTL", r.TTL, "must be between %v and %v", MinTTL, MaxTTL)
+	}
+	if r.RenewInterval == 0 {
+		r.RenewInterval = r.TTL / 3
+	}
+	if r.RenewInterval < 0 || 2*r.RenewInterval > r.TTL {
+		return r, badOption("RenewInterval", r.RenewInterval, "must be positive and satisfy TTL (%v) ≥ 2 × RenewInterval", r.TTL)
+	}
+	if r.Margin == 0 {
+		r.Margin = r.TTL / 10
+	}
+	if r.Margin < 0 || r.Margin >= r.TTL-r.RenewInterval {
+		return r, badOption("Margin", r.Margin, "must be non-negative and less than TTL − RenewInterval (%v)", r.TTL-r.RenewInterval)
+	}
+	if r.RotateEvery < 0 || (r.RotateEvery > 0 && (r.RotateEvery < r.RenewInterval || 2*r.RotateEvery > r.TTL)) {
+		return r, badOption("RotateEvery", r.RotateEvery, "must be 0 or satisfy RenewInterval (%v) ≤ RotateEvery and TTL (%v) ≥ 2 × RotateEvery", r.RenewInterval, r.TTL)
+	}
+	if r.MinBackoff == 0 {
+		r.MinBackoff = 5 * time.Millisecond
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = max(time.Second, r.MinBackoff)
+	}
+	if r.MinBackoff < 0 || r.MaxBackoff < r.MinBackoff {
+		return r, badOption("MaxBackoff", r.MaxBackoff, "must satisfy 0 < MinBackoff (%v) ≤ MaxBackoff", r.MinBackoff)
+	}
+	if r.Owner == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "localhost"
+		}
+		r.Owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if len(r.Owner) > 200 {
+		return r, badOption("Owner", strconv.Quote(r.Owner[:20]+"…"), "must be at most 200 bytes")
+	}
+	for _, c := range r.Owner {
+		if !unicode.IsPrint(c) {
+			return r, badOption("Owner", strconv.Quote(r.Owner), "must be printable text")
+		}
+	}
+	if r.ReleaseTimeout == 0 {
+		r.ReleaseTimeout = 5 * time.Second
+	}
+	if r.ReleaseTimeout < 0 {
+		return r, badOption("ReleaseTimeout", r.ReleaseTimeout, "must be positive")
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if r.Clock == nil {
+		r.Clock = systemClock{}
+	}
+	return r, nil
+}

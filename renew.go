@@ -1,0 +1,187 @@
+package fencelock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// schedule is the client's one long-lived goroutine. It renews each held
+// lease when it falls due: one short-lived goroutine per renewal, or, for a
+// BatchRenewer, one per batch of every lease due within the next half
+// interval (so a client's N leases cost at most about two round trips per
+// interval). It exits when Close closes c.stop.
+func (c *Client) schedule() {
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	align := time.Duration(0)
+	if c.batch != nil {
+		align = c.o.RenewInterval / 2
+	}
+	for {
+		c.mu.Lock()
+		now := c.now()
+		var due []*Lease
+		for c.queue.Len() > 0 && !c.queue[0].nextRenew.After(now.Add(align)) {
+			due = append(due, heap.Pop(&c.queue).(*Lease))
+		}
+		wait := time.Duration(-1)
+		if c.queue.Len() > 0 {
+			wait = c.queue[0].nextRenew.Sub(now)
+		}
+		if len(due) > 0 {
+			// c.wg cannot be waited on while this goroutine runs.
+			if c.batch != nil {
+				c.wg.Add(1)
+				go c.renewBatch(due)
+			} else {
+				c.wg.Add(len(due))
+				for _, l := range due {
+					go c.renewOne(l)
+				}
+			}
+		}
+		c.mu.Unlock()
+		if wait >= 0 {
+			t.Reset(wait)
+		}
+		select {
+		case <-c.wake:
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// renewPlan reads what a renewal of l needs; ok is false if l has ended.
+func (c *Client) renewPlan(l *Lease, now time.Time) (g driver.Grant, rotate bool, deadline time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return g, false, deadline, false
+	}
+	rotate = c.o.RotateEvery > 0 && !now.Add(c.o.RenewInterval).Before(l.lastRotate.Add(c.o.RotateEvery))
+	return l.grant, rotate, l.validUntil, true
+}
+
+func (c *Client) renewOne(l *Lease) {
+	defer c.wg.Done()
+	start := c.now()
+	g, rotate, deadline, ok := c.renewPlan(l, start)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, deadline.Sub(start))
+	ng, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+	cancel()
+	c.renewed(l, start, g, rotate, ng, err)
+}
+
+func (c *Client) renewBatch(due []*Lease) {
+	defer c.wg.Done()
+	start := c.now()
+	type item struct {
+		l *Lease
+		g driver.Grant
+	}
+	var groups [2][]item // [0] plain, [1] rotating
+	deadline := time.Time{}
+	for _, l := range due {
+		g, rotate, until, ok := c.renewPlan(l, start)
+		if !ok {
+			continue
+		}
+		i := 0
+		if rotate {
+			i = 1
+		}
+		groups[i] = append(groups[i], item{l, g})
+		if deadline.IsZero() || until.Before(deadline) {
+			deadline = until
+		}
+	}
+	for i, group := range groups {
+		if len(group) == 0 {
+			continue
+		}
+		rotate := i == 1
+		grants := make([]driver.Grant, len(group))
+		for j, it := range group {
+			grants[j] = it.g
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
+		results, err := c.batch.RenewBatch(ctx, grants, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+		cancel()
+		if err == nil && len(results) != len(grants) {
+			err = errors.New("backend returned a batch result of the wrong length")
+		}
+		for j, it := range group {
+			if err != nil {
+				c.renewed(it.l, start, it.g, rotate, driver.Grant{}, err)
+			} else {
+				c.renewed(it.l, start, it.g, rotate, results[j].Grant, results[j].Err)
+			}
+		}
+	}
+}
+
+// renewed applies the outcome of a renewal of l that was sent at start.
+func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	var next time.Time
+	switch {
+	case err == nil && ng.Token < old.Token:
+		l.mu.Unlock()
+		c.log().Error("fencelock: backend returned a lower token", "key", l.key, "had", uint64(old.Token), "got", uint64(ng.Token))
+		l.lose(ErrTokenRegressed)
+		return
+	case err == nil:
+		if ng.Key == "" {
+			ng.Key, ng.Owner = old.Key, old.Owner
+		}
+		if ng.Handle == "" {
+			ng.Handle = old.Handle
+		}
+		l.grant = ng
+		if rotate && ng.Token > old.Token {
+			l.lastRotate = start
+		}
+		l.failures = 0
+		l.setValidityLocked(start, ng.TTL)
+		next = start.Add(c.o.RenewInterval)
+	case errors.Is(err, ErrNotHeld):
+		l.mu.Unlock()
+		l.lose(err)
+		return
+	default:
+		if l.ctx.Err() != nil {
+			l.mu.Unlock()
+			return
+		}
+		l.failures++
+		retry := min(c.o.MinBackoff<<min(l.failures, 20), c.o.RenewInterval/2)
+		next = c.now().Add(jitter(retry))
+		c.log().Warn("fencelock: renewal failed; retrying", "key", l.key, "token", uint64(old.Token),
+			"failures", l.failures, "remaining", l.validUntil.Sub(c.now()), "err", err)
+	}
+	l.mu.Unlock()
+
+	c.mu.Lock()
+	if _, ok := c.leases[l]; ok && l.qidx < 0 {
+		l.nextRenew = next
+		heap.Push(&c.queue, l)
+	}
+	c.mu.Unlock()
+	c.poke()
+}
