@@ -6,10 +6,10 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +32,8 @@ type Client struct {
 	loss    driver.LossNotifier
 	forcer  driver.ForceReleaser
 
-	nonce string
-	seq   atomic.Uint64
+	ownerPrefix string // Options.Owner + "/" + a random nonce + "."
+	seq         atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool                // no new leases
@@ -59,13 +59,13 @@ func New(b Backend, opts *Options) (*Client, error) {
 	var nonce [6]byte
 	_, _ = crand.Read(nonce[:])
 	c := &Client{
-		b:      b,
-		name:   "backend",
-		o:      o,
-		nonce:  hex.EncodeToString(nonce[:]),
-		leases: make(map[*Lease]struct{}),
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
+		b:           b,
+		name:        "backend",
+		o:           o,
+		ownerPrefix: o.Owner + "/" + hex.EncodeToString(nonce[:]) + ".",
+		leases:      make(map[*Lease]struct{}),
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
 	}
 	c.waiter, _ = b.(driver.Waiter)
 	c.watcher, _ = b.(driver.Watcher)
@@ -98,7 +98,13 @@ func (c *Client) Describe() driver.Description {
 }
 
 func (c *Client) newOwner() string {
-	return fmt.Sprintf("%s/%s.%d", c.o.Owner, c.nonce, c.seq.Add(1))
+	return c.ownerPrefix + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// debug reports whether debug records would be logged, so that hot paths
+// skip building their attributes.
+func (c *Client) debug() bool {
+	return c.o.Logger.Enabled(context.Background(), slog.LevelDebug)
 }
 
 func (c *Client) now() time.Time { return c.o.Clock.Now() }

@@ -27,12 +27,12 @@ type Lease struct {
 	c      *Client
 	key    string
 	owner  string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	parent context.Context // Acquire's ctx, for its values
 	done   chan struct{}
 
 	// guarded by c.mu
 	nextRenew time.Time
+	retrying  bool // the next renewal is a retry after a failure
 	qidx      int
 
 	mu             sync.Mutex
@@ -43,9 +43,12 @@ type Lease struct {
 	validUntil     time.Time
 	lastRotate     time.Time
 	failures       int
-	validTimer     *time.Timer
-	dangerTimer    *time.Timer
+	timer          *time.Timer // fires at the danger zone, then at the end of validity
+	dangerFired    bool        // OnDanger ran for the current validity period
 	stopLoss       func()
+	ctx            context.Context // created on first use
+	cancel         context.CancelCauseFunc
+	endCause       error // the context cause once ended
 }
 
 // newLease registers a fresh grant as a held lease. start is the clock
@@ -57,8 +60,7 @@ func (c *Client) newLease(ctx context.Context, start time.Time, req driver.Acqui
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	l.mu.Unlock()
@@ -68,9 +70,8 @@ func (c *Client) newLease(ctx context.Context, start time.Time, req driver.Acqui
 		c.mu.Unlock()
 		l.mu.Lock()
 		l.state = released
-		l.stopTimersLocked()
+		l.endLocked(ErrClosed)
 		l.mu.Unlock()
-		l.cancel(ErrClosed)
 		close(l.done)
 		c.releaseGrant(g)
 		return nil, ErrClosed
@@ -78,8 +79,11 @@ func (c *Client) newLease(ctx context.Context, start time.Time, req driver.Acqui
 	c.leases[l] = struct{}{}
 	l.nextRenew = start.Add(c.o.RenewInterval)
 	heap.Push(&c.queue, l)
+	first := l.qidx == 0
 	c.mu.Unlock()
-	c.poke()
+	if first { // the scheduler's timer is set for a later lease
+		c.poke()
+	}
 
 	if c.loss != nil {
 		stop := c.loss.NotifyLoss(g, func(cause error) { l.lose(cause) })
@@ -93,12 +97,14 @@ func (c *Client) newLease(ctx context.Context, start time.Time, req driver.Acqui
 			stop()
 		}
 	}
-	c.log().Debug("fencelock: acquired", "key", l.key, "token", uint64(g.Token), "owner", l.owner)
+	if c.debug() {
+		c.log().Debug("fencelock: acquired", "key", l.key, "token", uint64(g.Token), "owner", l.owner)
+	}
 	return l, nil
 }
 
-// setValidityLocked restarts the local-validity and danger-zone timers for
-// a request sent at start that the store answered with the granted TTL.
+// setValidityLocked restarts the local-validity clock for a request sent
+// at start that the store answered with the granted TTL.
 func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
 	o := &l.c.o
 	ttl := o.TTL
@@ -106,42 +112,58 @@ func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
 		ttl = granted
 	}
 	l.validUntil = start.Add(ttl - o.Margin)
-	now := l.c.now()
-	left := l.validUntil.Sub(now)
-	danger := left - o.RenewInterval
-	if l.validTimer == nil {
-		l.validTimer = time.AfterFunc(left, l.validityTimer)
-		l.dangerTimer = time.AfterFunc(danger, l.dangerZoneTimer)
+	l.dangerFired = false
+	l.armLocked(l.c.now())
+}
+
+// armLocked sets the lease's one timer to its next point: the danger zone
+// (one RenewInterval before the end of validity) if OnDanger has not run
+// for this validity period, else the end of validity.
+func (l *Lease) armLocked(now time.Time) {
+	d := l.validUntil.Sub(now)
+	if !l.dangerFired {
+		d = max(0, d-l.c.o.RenewInterval)
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(d, l.onTimer)
+	} else {
+		l.timer.Reset(d)
+	}
+}
+
+// endLocked stops the timer and records why the lease ended, cancelling
+// its context if one was handed out.
+func (l *Lease) endLocked(cause error) {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.endCause = cause
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
+}
+
+func (l *Lease) onTimer() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
 		return
 	}
-	l.validTimer.Reset(left)
-	l.dangerTimer.Reset(danger)
-}
-
-func (l *Lease) stopTimersLocked() {
-	if l.validTimer != nil {
-		l.validTimer.Stop()
-		l.dangerTimer.Stop()
-	}
-}
-
-func (l *Lease) validityTimer() {
-	l.mu.Lock()
-	expired := l.state == held && !l.c.now().Before(l.validUntil)
-	l.mu.Unlock()
-	if expired {
+	now := l.c.now()
+	if !now.Before(l.validUntil) {
+		l.mu.Unlock()
 		l.lose(ErrLocalExpiry)
-	}
-}
-
-func (l *Lease) dangerZoneTimer() {
-	l.mu.Lock()
-	now := l.c.now()
-	remaining := l.validUntil.Sub(now)
-	inDanger := l.state == held && remaining > 0 && remaining <= l.c.o.RenewInterval
-	l.mu.Unlock()
-	if !inDanger {
 		return
+	}
+	remaining := l.validUntil.Sub(now)
+	danger := !l.dangerFired && remaining <= l.c.o.RenewInterval
+	if danger {
+		l.dangerFired = true
+	}
+	l.armLocked(now)
+	l.mu.Unlock()
+	if !danger {
+		return // a stale firing after a renewal moved the deadline
 	}
 	l.c.log().Warn("fencelock: lease in danger zone: renewals failing", "key", l.key, "remaining", remaining)
 	if f := l.c.o.OnDanger; f != nil {
@@ -158,14 +180,13 @@ func (l *Lease) lose(cause error) {
 	}
 	l.state = lost
 	l.err = &LostError{Key: l.key, Token: l.grant.Token, Cause: cause}
-	l.stopTimersLocked()
-	stop, g, err := l.stopLoss, l.grant, l.err
+	l.endLocked(l.err)
+	stop, g := l.stopLoss, l.grant
 	l.stopLoss = nil
 	l.mu.Unlock()
 
 	c := l.c
 	c.forget(l)
-	l.cancel(err)
 	close(l.done)
 	if stop != nil {
 		stop()
@@ -201,7 +222,17 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 // Context returns a context that is cancelled when the lease ends; its
 // context.Cause is the *LostError, ErrReleased or ErrClosed. It carries the
 // values of the context given to Acquire, but not its cancellation.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		if l.state != held {
+			l.cancel(l.endCause)
+		}
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lease is held and after Release, and a
 // *LostError (matching ErrLeaseLost) once the lease has been lost.
@@ -255,13 +286,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.state = released
 	l.releasePending = true
-	l.stopTimersLocked()
+	l.endLocked(ErrReleased)
 	stop, g := l.stopLoss, l.grant
 	l.stopLoss = nil
 	l.mu.Unlock()
 
 	l.c.forget(l)
-	l.cancel(ErrReleased)
 	close(l.done)
 	if stop != nil {
 		stop()
@@ -276,8 +306,8 @@ func (l *Lease) finishRelease(ctx context.Context, err error) error {
 		l.releasePending = false
 		l.mu.Unlock()
 	}
-	if err == nil {
-		l.c.log().Debug("fencelock: released", "key", l.key, "token", uint64(l.grant.Token))
+	if err == nil && l.c.debug() {
+		l.c.log().Debug("fencelock: released", "key", l.key, "token", uint64(l.Token()))
 	}
 	return l.c.wrap(ctx, "release", err)
 }

@@ -26,7 +26,13 @@ func (c *Client) schedule() {
 		c.mu.Lock()
 		now := c.now()
 		var due []*Lease
-		for c.queue.Len() > 0 && !c.queue[0].nextRenew.After(now.Add(align)) {
+		// Due leases, plus (for batches) regular renewals due within the
+		// next half interval; a retry after a failure waits its backoff.
+		for c.queue.Len() > 0 {
+			top := c.queue[0]
+			if top.nextRenew.After(now) && (top.retrying || top.nextRenew.After(now.Add(align))) {
+				break
+			}
 			due = append(due, heap.Pop(&c.queue).(*Lease))
 		}
 		wait := time.Duration(-1)
@@ -67,7 +73,9 @@ func (c *Client) renewPlan(l *Lease, now time.Time) (g driver.Grant, rotate bool
 	if l.state != held {
 		return g, false, deadline, false
 	}
-	rotate = c.o.RotateEvery > 0 && !now.Add(c.o.RenewInterval).Before(l.lastRotate.Add(c.o.RotateEvery))
+	// Rotate now if waiting for the next renewal would stretch the gap
+	// between rotations beyond RotateEvery.
+	rotate = c.o.RotateEvery > 0 && now.Add(c.o.RenewInterval).After(l.lastRotate.Add(c.o.RotateEvery))
 	return l.grant, rotate, l.validUntil, true
 }
 
@@ -78,7 +86,8 @@ func (c *Client) renewOne(l *Lease) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, deadline.Sub(start))
+	// The lease's context aborts the request if the lease ends meanwhile.
+	ctx, cancel := context.WithTimeout(l.Context(), deadline.Sub(start))
 	ng, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
 	cancel()
 	c.renewed(l, start, g, rotate, ng, err)
@@ -140,6 +149,7 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		return
 	}
 	var next time.Time
+	retrying := false
 	switch {
 	case err == nil && ng.Token < old.Token:
 		l.mu.Unlock()
@@ -165,13 +175,10 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		l.lose(err)
 		return
 	default:
-		if l.ctx.Err() != nil {
-			l.mu.Unlock()
-			return
-		}
 		l.failures++
 		retry := min(c.o.MinBackoff<<min(l.failures, 20), c.o.RenewInterval/2)
 		next = c.now().Add(jitter(retry))
+		retrying = true
 		c.log().Warn("fencelock: renewal failed; retrying", "key", l.key, "token", uint64(old.Token),
 			"failures", l.failures, "remaining", l.validUntil.Sub(c.now()), "err", err)
 	}
@@ -180,8 +187,11 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 	c.mu.Lock()
 	if _, ok := c.leases[l]; ok && l.qidx < 0 {
 		l.nextRenew = next
+		l.retrying = retrying
 		heap.Push(&c.queue, l)
+		if l.qidx == 0 {
+			c.poke()
+		}
 	}
 	c.mu.Unlock()
-	c.poke()
 }

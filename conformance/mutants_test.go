@@ -1,0 +1,152 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// A suite that cannot fail is worth nothing. Each mutant below breaks one
+// invariant of a correct backend (the memory backend, capabilities hidden
+// so that nothing rescues it); the suite must fail it, in the case named.
+
+type mutant struct {
+	name     string
+	wantFail string // the conformance case that must catch it
+	wrap     func(s *memory.Store) driver.Backend
+}
+
+var mutants = []mutant{
+	{"tokens-go-backwards", "FencingTokensIncrease", func(s *memory.Store) driver.Backend { return backwards{plain{s.Backend()}} }},
+	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain{s.Backend()}, s} }},
+	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain{s.Backend()}, s} }},
+	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain{s.Backend()}} }},
+}
+
+// backwards issues tokens that decrease.
+type backwards struct{ driver.Backend }
+
+const top = 1 << 40
+
+func flip(t driver.Token) driver.Token {
+	if t == 0 {
+		return 0
+	}
+	return top - t
+}
+
+func (b backwards) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.Backend.Acquire(ctx, r)
+	g.Token = flip(g.Token)
+	return g, err
+}
+func (b backwards) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	g.Token = flip(g.Token)
+	g, err := b.Backend.Renew(ctx, g, r)
+	g.Token = flip(g.Token)
+	return g, err
+}
+func (b backwards) Release(ctx context.Context, g driver.Grant) error {
+	g.Token = flip(g.Token)
+	return b.Backend.Release(ctx, g)
+}
+func (b backwards) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	i, err := b.Backend.Inspect(ctx, key)
+	i.Token = flip(i.Token)
+	return i, err
+}
+func (b backwards) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	is, err := b.Backend.List(ctx, prefix)
+	for k := range is {
+		is[k].Token = flip(is[k].Token)
+	}
+	return is, err
+}
+
+// noExclusion takes the key from its holder instead of refusing.
+type noExclusion struct {
+	driver.Backend
+	s *memory.Store
+}
+
+func (b noExclusion) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.Backend.Acquire(ctx, r)
+	if err == nil {
+		return g, nil
+	}
+	b.s.Expire(r.Key)
+	return b.Backend.Acquire(ctx, r)
+}
+
+// anyRelease releases whoever holds the key.
+type anyRelease struct {
+	driver.Backend
+	s *memory.Store
+}
+
+func (b anyRelease) Release(ctx context.Context, g driver.Grant) error {
+	if _, err := b.s.Backend().ForceRelease(ctx, g.Key); err != nil {
+		return err
+	}
+	return nil
+}
+
+// immortal ignores the TTL.
+type immortal struct{ driver.Backend }
+
+func (b immortal) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if r.TTL > 0 {
+		r.TTL = time.Hour
+	}
+	return b.Backend.Acquire(ctx, r)
+}
+
+// TestHelperMutantSuite runs the suite on the mutant named by the
+// environment; it is the child process of TestSuiteCatchesBrokenBackends.
+func TestHelperMutantSuite(t *testing.T) {
+	name := os.Getenv("FENCELOCK_CONFORMANCE_MUTANT")
+	if name == "" {
+		t.Skip("helper process for TestSuiteCatchesBrokenBackends")
+	}
+	for _, m := range mutants {
+		if m.name == name {
+			store := memory.NewStore()
+			conformance.Run(t, conformance.Harness{
+				Open:   func(context.Context) (driver.Backend, error) { return m.wrap(store), nil },
+				Leases: 10,
+			})
+			return
+		}
+	}
+	t.Fatalf("unknown mutant %q", name)
+}
+
+func TestSuiteCatchesBrokenBackends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the suite once per mutant")
+	}
+	for _, m := range mutants {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperMutantSuite$/^"+m.wantFail+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "FENCELOCK_CONFORMANCE_MUTANT="+m.name)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a backend whose %s; output:\n%s", m.name, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestHelperMutantSuite/"+m.wantFail) {
+				t.Fatalf("mutant %s was not caught by case %s; output:\n%s", m.name, m.wantFail, out)
+			}
+			if !strings.Contains(string(out), "rule:") {
+				t.Errorf("failing case did not explain its rule; output:\n%s", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+func TestOpenMem(t *testing.T) {
+	ctx := t.Context()
+	a, err := fencelock.Open(ctx, "mem://open-test?ttl=2s&renew_interval=500ms&owner=svc-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if o := a.Options(); o.TTL != 2*time.Second || o.RenewInterval != 500*time.Millisecond || o.Owner != "svc-a" {
+		t.Errorf("URL options not applied: %+v", o)
+	}
+	// Explicit options win over the URL.
+	b, err := fencelock.Open(ctx, "MEM://open-test?ttl=2s", &fencelock.Options{TTL: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Options().TTL != 4*time.Second {
+		t.Errorf("explicit TTL lost to the URL's: %v", b.Options().TTL)
+	}
+	// Same name, same store.
+	l, err := a.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "k"); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Errorf("second client on mem://open-test: %v; want ErrNotAcquired", err)
+	}
+	var held *fencelock.HeldError
+	if _, err := b.TryAcquire(ctx, "k"); !errors.As(err, &held) || held.Holder.Owner != l.Owner() {
+		t.Errorf("HeldError does not name the holder: %v", err)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	_, err := fencelock.Open(ctx, "nosuch://user:hunter2@db.example:1234/x", nil)
+	if !errors.Is(err, fencelock.ErrUnknownScheme) {
+		t.Fatalf("unknown scheme: %v", err)
+	}
+	for _, want := range []string{`"nosuch"`, "forgotten import?", "known schemes: ", "mem"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("password in error: %v", err)
+	}
+	_, err = fencelock.Open(ctx, "mem://x?tll=3s", nil)
+	var oe *fencelock.InvalidOptionError
+	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "tll") {
+		t.Errorf("unknown parameter: %v; want an *InvalidOptionError naming it", err)
+	}
+	if _, err := fencelock.Open(ctx, "mem://x?ttl=soon", nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+		t.Errorf("malformed ttl: %v", err)
+	}
+	if _, err := fencelock.Open(ctx, "mem://x?ttl=1ms", nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+		t.Errorf("ttl out of range: %v", err)
+	}
+	_, err = fencelock.Open(ctx, "postgres://u:s3cret@%zz/db", nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("unparsable URL: %v (must fail without showing the password)", err)
+	}
+}
+
+func TestRegisterRejectsDuplicates(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("registering mem twice did not panic")
+		}
+	}()
+	fencelock.Register("MEM", func(context.Context, *url.URL) (fencelock.Backend, error) { return nil, nil })
+}
+
+func TestParamsRejectUnknown(t *testing.T) {
+	u, _ := url.Parse("x://h/?table=t&timeout=2s&tabel=oops")
+	p := driver.NewParams(u)
+	if got := p.String("table", "d"); got != "t" {
+		t.Errorf("table = %q", got)
+	}
+	if got := p.Duration("timeout", 0); got != 2*time.Second {
+		t.Errorf("timeout = %v", got)
+	}
+	err := p.Err()
+	if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), `"tabel"`) || !strings.Contains(err.Error(), "table, timeout") {
+		t.Errorf("Err() = %v; want the unknown parameter and the known ones", err)
+	}
+}
+
+// TestCoreHasNoThirdPartyDependencies checks that a program importing the
+// core (and the memory backend and conformance suite) links only the
+// standard library: a user of one backend must not get every backend's
+// dependencies.
+func TestCoreHasNoThirdPartyDependencies(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command not found: %v", err)
+	}
+	cmd := exec.Command(gobin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, "github.com/fencelock/fencelock") {
+			t.Errorf("core module package graph includes third-party package %s", p)
+		}
+	}
+}
