@@ -704,13 +704,17 @@ func testManyLeases(t *testing.T, s *suite) {
 	case <-leases[0].Done():
 	}
 	lostN := 0
+	var firstErr error
 	for _, l := range leases {
-		if l.Err() != nil {
+		if err := l.Err(); err != nil {
 			lostN++
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
 	}
 	if lostN > 0 {
-		t.Fatalf("%d of %d leases lost while held for 2×TTL: %v", lostN, n, leases[0].Err())
+		t.Fatalf("%d of %d leases lost while held for 2×TTL; first: %v", lostN, n, firstErr)
 	}
 	infos, err := c.List(ctx, base)
 	if err != nil {
