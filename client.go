@@ -6,7 +6,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -101,15 +100,7 @@ func (c *Client) newOwner() string {
 	return c.ownerPrefix + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
-// debug reports whether debug records would be logged, so that hot paths
-// skip building their attributes.
-func (c *Client) debug() bool {
-	return c.o.Logger.Enabled(context.Background(), slog.LevelDebug)
-}
-
 func (c *Client) now() time.Time { return c.o.Clock.Now() }
-
-func (c *Client) log() *slog.Logger { return c.o.Logger }
 
 // definite reports whether err is an answer rather than a failure.
 func definite(err error) bool {
@@ -156,12 +147,18 @@ func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	start := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
-		return c.newLease(ctx, start, req, g)
+		return c.newLease(ctx, start, start, false, req, g)
 	}
 	if !definite(err) {
 		c.abandon(req)
 	}
-	return nil, c.wrap(ctx, "acquire", err)
+	err = c.wrap(ctx, "acquire", err)
+	kind := EventAcquireFailed
+	if errors.Is(err, ErrNotAcquired) {
+		kind = EventNotAcquired
+	}
+	c.emit(Event{Kind: kind, Key: key, Owner: req.Owner, Wait: c.now().Sub(start), Err: err})
+	return nil, err
 }
 
 // Acquire takes key, waiting while someone else holds it, until it is held
@@ -180,26 +177,30 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
-	start := c.now()
+	begin := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
-		return c.newLease(ctx, start, req, g)
+		return c.newLease(ctx, begin, begin, false, req, g)
 	}
-	if definite(err) && !errors.Is(err, ErrNotAcquired) {
-		return nil, err
-	}
-	if ctx.Err() != nil {
+	var l *Lease
+	switch {
+	case definite(err) && !errors.Is(err, ErrNotAcquired):
+	case ctx.Err() != nil:
 		c.abandon(req)
-		return nil, ctx.Err()
+		err = ctx.Err()
+	case c.waiter != nil:
+		l, err = c.acquireQueued(ctx, begin, req)
+	default:
+		l, err = c.acquirePolling(ctx, begin, req, err)
 	}
-	if c.waiter != nil {
-		return c.acquireQueued(ctx, req)
+	if err != nil {
+		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Err: err})
 	}
-	return c.acquirePolling(ctx, req, err)
+	return l, err
 }
 
 // acquireQueued waits in the backend's queue.
-func (c *Client) acquireQueued(ctx context.Context, req driver.AcquireRequest) (*Lease, error) {
+func (c *Client) acquireQueued(ctx context.Context, begin time.Time, req driver.AcquireRequest) (*Lease, error) {
 	backoff := c.o.MinBackoff
 	for {
 		g, err := c.waiter.AcquireWait(ctx, req)
@@ -209,7 +210,7 @@ func (c *Client) acquireQueued(ctx context.Context, req driver.AcquireRequest) (
 			start := c.now()
 			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL})
 			if err == nil {
-				return c.newLease(ctx, start, req, g2)
+				return c.newLease(ctx, begin, start, true, req, g2)
 			}
 			if !errors.Is(err, ErrNotHeld) {
 				c.releaseGrant(g)
@@ -225,7 +226,7 @@ func (c *Client) acquireQueued(ctx context.Context, req driver.AcquireRequest) (
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
-		c.log().Warn("fencelock: queued acquire failed; retrying", "key", req.Key, "err", err)
+		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
 		if err := c.sleep(ctx, jitter(backoff)); err != nil {
 			c.abandon(req)
 			return nil, err
@@ -236,7 +237,7 @@ func (c *Client) acquireQueued(ctx context.Context, req driver.AcquireRequest) (
 
 // acquirePolling retries Acquire, woken by the backend's notifications when
 // it has them, with capped exponential backoff as the safety net.
-func (c *Client) acquirePolling(ctx context.Context, req driver.AcquireRequest, last error) (*Lease, error) {
+func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver.AcquireRequest, last error) (*Lease, error) {
 	var notify <-chan struct{}
 	if c.watcher != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -244,11 +245,12 @@ func (c *Client) acquirePolling(ctx context.Context, req driver.AcquireRequest, 
 		if ch, err := c.watcher.Watch(wctx, req.Key); err == nil {
 			notify = ch
 		} else {
-			c.log().Debug("fencelock: watch failed; polling", "key", req.Key, "err", err)
+			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "watch", err)})
 		}
 	}
 	backoff := c.o.MinBackoff
 	ambiguous := !errors.Is(last, ErrNotAcquired)
+	contended := !ambiguous
 	// With a fresh subscription, try again at once: the key may have been
 	// released between the first attempt and the subscription.
 	immediate := notify != nil
@@ -282,13 +284,14 @@ func (c *Client) acquirePolling(ctx context.Context, req driver.AcquireRequest, 
 		start := c.now()
 		g, err := c.b.Acquire(ctx, req)
 		if err == nil {
-			return c.newLease(ctx, start, req, g)
+			return c.newLease(ctx, begin, start, contended, req, g)
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
+		contended = contended || !ambiguous
 		if ctx.Err() != nil {
 			if ambiguous {
 				c.abandon(req)
@@ -296,7 +299,7 @@ func (c *Client) acquirePolling(ctx context.Context, req driver.AcquireRequest, 
 			return nil, ctx.Err()
 		}
 		if ambiguous {
-			c.log().Warn("fencelock: acquire failed; retrying", "key", req.Key, "err", err)
+			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
 		}
 	}
 }
@@ -327,7 +330,7 @@ func (c *Client) abandon(req driver.AcquireRequest) {
 	defer cancel()
 	info, err := c.b.Inspect(ctx, req.Key)
 	if err != nil {
-		c.log().Warn("fencelock: could not check for a record left by an abandoned acquire; it expires with its TTL", "key", req.Key, "err", err)
+		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "inspect", err)})
 		return
 	}
 	if info.Owner != req.Owner {
@@ -335,7 +338,7 @@ func (c *Client) abandon(req driver.AcquireRequest) {
 	}
 	err = c.b.Release(ctx, driver.Grant{Key: req.Key, Owner: req.Owner, Token: info.Token})
 	if err != nil && !errors.Is(err, ErrNotHeld) {
-		c.log().Warn("fencelock: could not remove a record left by an abandoned acquire; it expires with its TTL", "key", req.Key, "err", err)
+		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "release", err)})
 	}
 }
 
@@ -344,7 +347,7 @@ func (c *Client) releaseGrant(g driver.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
 	defer cancel()
 	if err := c.b.Release(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
-		c.log().Warn("fencelock: release failed; the lock expires with its TTL", "key", g.Key, "token", uint64(g.Token), "err", err)
+		c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
 	}
 }
 

@@ -52,6 +52,10 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 //	redis.call('SET', KEYS[1], ARGV[2])
 //	return 'OK'
 type Fence struct {
+	// Observer, if set, receives an EventFenceRejected for every refused
+	// write (Key is the resource). Set it before first use.
+	Observer Observer
+
 	mu   sync.Mutex
 	seen map[string]fenceMark
 }
@@ -75,6 +79,9 @@ func (f *Fence) Check(resource string, token Token, holder string) error {
 		}
 		f.seen[resource] = fenceMark{token: token, holder: holder}
 		return nil
+	}
+	if f.Observer != nil {
+		f.Observer.Observe(Event{Kind: EventFenceRejected, Key: resource, Owner: holder, Token: token, Previous: m.token})
 	}
 	return &StaleTokenError{Resource: resource, Token: token, Highest: m.token}
 }

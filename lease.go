@@ -43,6 +43,7 @@ type Lease struct {
 	validUntil     time.Time
 	lastRotate     time.Time
 	failures       int
+	acquired       time.Time   // clock reading before the acquiring request
 	timer          *time.Timer // fires at the danger zone, then at the end of validity
 	dangerFired    bool        // OnDanger ran for the current validity period
 	stopLoss       func()
@@ -53,14 +54,16 @@ type Lease struct {
 
 // newLease registers a fresh grant as a held lease. start is the clock
 // reading taken before the request that produced g was sent.
-func (c *Client) newLease(ctx context.Context, start time.Time, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
+// begin is when the Acquire call started (for the wait metric); contended
+// says whether the key was found held on the way.
+func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
 	if g.Key == "" {
 		g.Key = req.Key
 	}
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start, acquired: start}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	l.mu.Unlock()
@@ -97,9 +100,7 @@ func (c *Client) newLease(ctx context.Context, start time.Time, req driver.Acqui
 			stop()
 		}
 	}
-	if c.debug() {
-		c.log().Debug("fencelock: acquired", "key", l.key, "token", uint64(g.Token), "owner", l.owner)
-	}
+	c.emit(Event{Kind: EventAcquired, Key: l.key, Owner: l.owner, Token: g.Token, Wait: c.now().Sub(begin), Contended: contended})
 	return l, nil
 }
 
@@ -165,7 +166,7 @@ func (l *Lease) onTimer() {
 	if !danger {
 		return // a stale firing after a renewal moved the deadline
 	}
-	l.c.log().Warn("fencelock: lease in danger zone: renewals failing", "key", l.key, "remaining", remaining)
+	l.c.emit(Event{Kind: EventDanger, Key: l.key, Owner: l.owner, Token: l.Token(), Remaining: remaining})
 	if f := l.c.o.OnDanger; f != nil {
 		f(l, remaining)
 	}
@@ -187,11 +188,12 @@ func (l *Lease) lose(cause error) {
 
 	c := l.c
 	c.forget(l)
+	// Observers hear of the loss before anyone can see Done closed.
+	c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: g.Token, Held: c.now().Sub(l.acquired), Err: l.Err()})
 	close(l.done)
 	if stop != nil {
 		stop()
 	}
-	c.log().Error("fencelock: lease lost", "key", l.key, "token", uint64(g.Token), "cause", cause)
 	if !errors.Is(cause, ErrNotHeld) {
 		// The store may still hold our record (we merely stopped
 		// believing): free it early for the next holder, best effort.
@@ -306,8 +308,11 @@ func (l *Lease) finishRelease(ctx context.Context, err error) error {
 		l.releasePending = false
 		l.mu.Unlock()
 	}
-	if err == nil && l.c.debug() {
-		l.c.log().Debug("fencelock: released", "key", l.key, "token", uint64(l.Token()))
+	err = l.c.wrap(ctx, "release", err)
+	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: l.c.now().Sub(l.acquired), Err: err}
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		ev.Kind = EventReleaseFailed
 	}
-	return l.c.wrap(ctx, "release", err)
+	l.c.emit(ev)
+	return err
 }

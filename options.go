@@ -80,9 +80,14 @@ type Options struct {
 	// lost when remaining reaches zero.
 	OnDanger func(l *Lease, remaining time.Duration)
 
-	// Logger receives the engine's log records (a lost lease at Error, a
-	// failed renewal at Warn, routine events at Debug). Default: silent.
+	// Logger receives the engine's log records, one per Event (a lost
+	// lease at Error, a failed renewal at Warn, routine events at Debug;
+	// see EventKind.Level). Default: silent.
 	Logger *slog.Logger
+
+	// Observer, if set, receives every lifecycle Event (for metrics and
+	// traces; see observe/prometheus and observe/otel). Default: none.
+	Observer Observer
 
 	// Clock is the engine's clock. Default: the system clock.
 	Clock Clock

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -153,7 +154,8 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 	switch {
 	case err == nil && ng.Token < old.Token:
 		l.mu.Unlock()
-		c.log().Error("fencelock: backend returned a lower token", "key", l.key, "had", uint64(old.Token), "got", uint64(ng.Token))
+		c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true,
+			Err: fmt.Errorf("%w: had %d, got %d", ErrTokenRegressed, old.Token, ng.Token)})
 		l.lose(ErrTokenRegressed)
 		return
 	case err == nil:
@@ -164,14 +166,22 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 			ng.Handle = old.Handle
 		}
 		l.grant = ng
+		latency := c.now().Sub(start)
 		if rotate && ng.Token > old.Token {
 			l.lastRotate = start
 		}
+		defer func() {
+			c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: latency})
+			if ng.Token > old.Token {
+				c.emit(Event{Kind: EventRotated, Key: l.key, Owner: l.owner, Token: ng.Token, Previous: old.Token})
+			}
+		}()
 		l.failures = 0
 		l.setValidityLocked(start, ng.TTL)
 		next = start.Add(c.o.RenewInterval)
 	case errors.Is(err, ErrNotHeld):
 		l.mu.Unlock()
+		c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err})
 		l.lose(err)
 		return
 	default:
@@ -179,8 +189,9 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		retry := min(c.o.MinBackoff<<min(l.failures, 20), c.o.RenewInterval/2)
 		next = c.now().Add(jitter(retry))
 		retrying = true
-		c.log().Warn("fencelock: renewal failed; retrying", "key", l.key, "token", uint64(old.Token),
-			"failures", l.failures, "remaining", l.validUntil.Sub(c.now()), "err", err)
+		remaining := l.validUntil.Sub(c.now())
+		defer c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Remaining: remaining,
+			Err: c.wrap(context.Background(), "renew", err)})
 	}
 	l.mu.Unlock()
 

@@ -740,3 +740,109 @@ func testManyLeases(t *testing.T, s *suite) {
 	wg.Wait()
 	checkEmpty(t, ctx, c, base)
 }
+
+type eventLog struct {
+	mu     sync.Mutex
+	events []fencelock.Event
+}
+
+func (r *eventLog) Observe(e fencelock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// kinds returns the kinds of key's events, runs of one kind squeezed.
+func (r *eventLog) kinds(key string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		k := e.Kind.String()
+		if e.Key == key && (len(out) == 0 || out[len(out)-1] != k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (r *eventLog) last(key string, kind fencelock.EventKind) (fencelock.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if e := r.events[i]; e.Key == key && e.Kind == kind {
+			return e, true
+		}
+	}
+	return fencelock.Event{}, false
+}
+
+func testObserver(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "observed")
+	rec := &eventLog{}
+	o := s.options()
+	o.Observer = rec
+	c := s.clientWith(t, o)
+	other := s.clientWith(t, o)
+	l, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold through at least one renewal.
+	deadline := time.Now().Add(s.h.TTL + s.h.Slack)
+	for {
+		if _, ok := rec.last(key, fencelock.EventRenewed); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewed event within TTL+slack; events %v", rec.kinds(key))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the recorder; nothing to await
+	}
+	// A contender waits, then gets the key on release.
+	got := make(chan *fencelock.Lease, 1)
+	go func() {
+		wl, err := other.Acquire(ctx, key)
+		if err != nil {
+			t.Errorf("contended Acquire: %v", err)
+		}
+		got <- wl
+	}()
+	time.Sleep(100 * time.Millisecond) // let it find the key held
+	mustRelease(t, l)
+	wl := <-got
+	if wl == nil {
+		return
+	}
+	ks := rec.kinds(key)
+	want := []string{"acquired", "renewed", "released", "acquired"}
+	if len(ks) < 4 || ks[0] != want[0] || ks[1] != want[1] || ks[len(ks)-2] != want[2] || ks[len(ks)-1] != want[3] {
+		t.Errorf("events %v; want %v (renewed possibly repeated)", ks, want)
+	}
+	if e, _ := rec.last(key, fencelock.EventAcquired); !e.Contended || e.Token != wl.Token() || e.Owner != wl.Owner() || e.Backend == "" {
+		t.Errorf("contended acquired event %+v; want contended, token %d, owner %q, a backend name", e, wl.Token(), wl.Owner())
+	}
+	if e, _ := rec.last(key, fencelock.EventReleased); e.Token != l.Token() || e.Held <= 0 {
+		t.Errorf("released event %+v", e)
+	}
+	// Theft, where the backend can be made to drop the record.
+	f, ok := s.backend(t).(driver.ForceReleaser)
+	if !ok {
+		mustRelease(t, wl)
+		t.Log("capability ForceReleaser not implemented: the lost event was not checked")
+		return
+	}
+	if _, err := f.ForceRelease(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wl.Done():
+	case <-time.After(o.TTL + s.h.Slack):
+		t.Fatal("holder not told of the theft")
+	}
+	e, ok := rec.last(key, fencelock.EventLost)
+	if !ok || !errors.Is(e.Err, fencelock.ErrNotHeld) || e.Token != wl.Token() {
+		t.Errorf("lost event %+v (found %v); want cause ErrNotHeld for token %d; events %v", e, ok, wl.Token(), rec.kinds(key))
+	}
+}

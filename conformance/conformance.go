@@ -124,6 +124,7 @@ var cases = []testCase{
 	{"WaiterWokenOnRelease", "a waiting Acquire gets the key promptly once the holder releases it.", testWaiterWoken},
 	{"InspectAndListAgree", "Inspect and List report exactly the held keys, with the holders' owners and tokens, and nothing after release.", testInspectList},
 	{"CloseReleasesEverything", "Client.Close releases every lease it holds, ends them (Done closed), and makes the keys available at once.", testClose},
+	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a contended acquire is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
 }
 
