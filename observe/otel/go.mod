@@ -1,0 +1,7 @@
+module github.com/fencelock/fencelock/observe/otel
+
+go 1.25.0
+
+require github.com/fencelock/fencelock v0.0.0
+
+replace github.com/fencelock/fencelock => ../..
