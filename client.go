@@ -34,6 +34,8 @@ type Client struct {
 	ownerPrefix string // Options.Owner + "/" + a random nonce + "."
 	seq         atomic.Uint64
 
+	life    context.Context // cancelled when Close begins
+	endLife context.CancelFunc
 	mu      sync.Mutex
 	closed  bool                // no new leases
 	stopped bool                // no new background work
@@ -66,6 +68,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.waiter, _ = b.(driver.Waiter)
 	c.watcher, _ = b.(driver.Watcher)
 	c.batch, _ = b.(driver.BatchRenewer)
@@ -188,10 +191,20 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 	case ctx.Err() != nil:
 		c.abandon(req)
 		err = ctx.Err()
-	case c.waiter != nil:
-		l, err = c.acquireQueued(ctx, begin, req)
 	default:
-		l, err = c.acquirePolling(ctx, begin, req, err)
+		// Waiting ends when ctx ends or the client is closed.
+		wctx, cancel := context.WithCancelCause(ctx)
+		stop := context.AfterFunc(c.life, func() { cancel(ErrClosed) })
+		if c.waiter != nil {
+			l, err = c.acquireQueued(wctx, begin, req)
+		} else {
+			l, err = c.acquirePolling(wctx, begin, req, err)
+		}
+		stop()
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), ErrClosed) {
+			err = ErrClosed
+		}
+		cancel(nil)
 	}
 	if err != nil {
 		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Err: err})
@@ -437,8 +450,9 @@ func (c *Client) Holding() []string {
 }
 
 // Close releases every lease the client holds (each with a fresh context
-// bounded by Options.ReleaseTimeout), stops every goroutine the client
-// started, and closes the backend. Calls after the first return nil.
+// bounded by Options.ReleaseTimeout), makes waiting Acquire calls return
+// ErrClosed, stops every goroutine the client started, and closes the
+// backend. Calls after the first return nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -446,6 +460,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.endLife()
 	leases := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {
 		leases = append(leases, l)

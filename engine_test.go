@@ -505,3 +505,27 @@ func TestClosedClient(t *testing.T) {
 	}
 	goleak.VerifyNone(t)
 }
+
+func TestCloseEndsWaitingAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		h := newClient(t, store.Backend(), nil)
+		if _, err := h.Acquire(t.Context(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		w, err := fencelock.New(store.Backend(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Acquire(t.Context(), "k")
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		w.Close()
+		if err := <-done; !errors.Is(err, fencelock.ErrClosed) {
+			t.Fatalf("waiting Acquire after Close = %v; want ErrClosed", err)
+		}
+	})
+}
