@@ -41,6 +41,7 @@ type Client struct {
 	stopped bool                // no new background work
 	leases  map[*Lease]struct{} // held leases
 	queue   leaseQueue          // held leases not being renewed, by next renewal
+	armed   time.Time           // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup

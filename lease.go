@@ -82,11 +82,8 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	c.leases[l] = struct{}{}
 	l.nextRenew = start.Add(c.o.RenewInterval)
 	heap.Push(&c.queue, l)
-	first := l.qidx == 0
+	c.pokeIfEarlierLocked(l.nextRenew)
 	c.mu.Unlock()
-	if first { // the scheduler's timer is set for a later lease
-		c.poke()
-	}
 
 	if c.loss != nil {
 		stop := c.loss.NotifyLoss(g, func(cause error) { l.lose(cause) })

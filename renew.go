@@ -52,6 +52,10 @@ func (c *Client) schedule() {
 				}
 			}
 		}
+		c.armed = time.Time{}
+		if wait >= 0 {
+			c.armed = c.queue[0].nextRenew
+		}
 		c.mu.Unlock()
 		if wait >= 0 {
 			t.Reset(wait)
@@ -64,6 +68,14 @@ func (c *Client) schedule() {
 			return
 		}
 		t.Stop()
+	}
+}
+
+// pokeIfEarlierLocked wakes the scheduler if its timer is not set to fire
+// at or before t. Called with c.mu held.
+func (c *Client) pokeIfEarlierLocked(t time.Time) {
+	if c.armed.IsZero() || t.Before(c.armed) {
+		c.poke()
 	}
 }
 
@@ -200,9 +212,7 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		l.nextRenew = next
 		l.retrying = retrying
 		heap.Push(&c.queue, l)
-		if l.qidx == 0 {
-			c.poke()
-		}
+		c.pokeIfEarlierLocked(next)
 	}
 	c.mu.Unlock()
 }

@@ -167,7 +167,10 @@ type Waiter interface {
 //
 // Watch subscribes to releases of key until ctx ends. The returned channel
 // receives a value (sent without blocking; buffer it) whenever the key may
-// have become free; spurious wake-ups are allowed. The backend closes the
+// have become free; spurious wake-ups are allowed. A backend may wake only
+// some of a key's watchers per release (at least one, to avoid a herd): a
+// woken waiter that loses the race, or whose wait ends, must not leave the
+// others stranded, which the engine's polling safety net guarantees. The backend closes the
 // channel when the subscription ends for any reason, including losing its
 // notification connection; the engine then falls back to polling. The
 // engine always keeps polling with capped backoff as a safety net, so a
