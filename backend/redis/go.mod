@@ -2,6 +2,16 @@ module github.com/fencelock/fencelock/backend/redis
 
 go 1.25.0
 
-require github.com/fencelock/fencelock v0.0.0
+require (
+	github.com/fencelock/fencelock v0.0.0
+	github.com/redis/go-redis/v9 v9.22.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
 
 replace github.com/fencelock/fencelock => ../..

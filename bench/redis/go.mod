@@ -5,3 +5,18 @@ go 1.25.0
 require github.com/fencelock/fencelock v0.0.0
 
 replace github.com/fencelock/fencelock => ../..
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/fencelock/fencelock/backend/redis v0.0.0
+	github.com/go-redsync/redsync/v4 v4.17.0
+	github.com/redis/go-redis/v9 v9.22.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.43.0 // indirect
+)
+
+replace github.com/fencelock/fencelock/backend/redis => ../../backend/redis

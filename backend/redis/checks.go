@@ -1,0 +1,127 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// checkServer reads the settings of every primary that decide whether
+// Redis keeps its promises to a lock: eviction, persistence, replication.
+// It returns one warning per finding; a server that refuses CONFIG
+// (renamed or disabled, as managed services do) gets a warning that its
+// settings are unknown, not an error.
+func checkServer(ctx context.Context, c goredis.UniversalClient) []string {
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+		out  []string
+	)
+	add := func(ws []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range ws {
+			if !seen[w] {
+				seen[w] = true
+				out = append(out, w)
+			}
+		}
+	}
+	switch c.(type) {
+	case *goredis.ClusterClient:
+		add([]string{"Redis Cluster replicates asynchronously: a failover can lose recently issued tokens and lock records, so tokens can repeat and two holders can overlap"})
+	case *goredis.Ring:
+		add([]string{"Ring shards keys by client-side hashing: a shard added, removed or marked down moves keys to another shard, where a lock and its counter start afresh (two holders, tokens restart)"})
+	}
+	err := forEachPrimary(ctx, c, func(ctx context.Context, node goredis.Cmdable) error {
+		add(checkNode(ctx, node))
+		return nil
+	})
+	if err != nil {
+		add([]string{fmt.Sprintf("could not check every primary (%v): settings partly unknown", oneLine(err))})
+	}
+	sort.Strings(out)
+	return out
+}
+
+func checkNode(ctx context.Context, c goredis.Cmdable) []string {
+	var ws []string
+	conf := map[string]string{}
+	var confErr error
+	for _, name := range []string{"maxmemory-policy", "appendonly", "appendfsync", "save"} {
+		m, err := c.ConfigGet(ctx, name).Result()
+		if err != nil {
+			confErr = err
+			break
+		}
+		v, ok := m[name]
+		if !ok {
+			confErr = fmt.Errorf("CONFIG GET %s returned nothing", name)
+			break
+		}
+		conf[name] = v
+	}
+	if confErr != nil {
+		ws = append(ws, fmt.Sprintf("could not read the server's configuration (%v): eviction and persistence settings unknown; fencing tokens survive a restart only with appendonly yes and appendfsync always, and only maxmemory-policy noeviction keeps counters and locks from being evicted", oneLine(confErr)))
+	} else {
+		ws = append(ws, configWarnings(conf)...)
+	}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		ws = append(ws, fmt.Sprintf("could not read INFO replication (%v): replication unknown", oneLine(err)))
+	} else {
+		ws = append(ws, replicationWarnings(info)...)
+	}
+	return ws
+}
+
+// configWarnings judges CONFIG GET results.
+func configWarnings(conf map[string]string) []string {
+	var ws []string
+	switch p := conf["maxmemory-policy"]; {
+	case strings.HasPrefix(p, "allkeys-"):
+		ws = append(ws, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict token counters (tokens restart from 1: fencing broken) and live locks (two holders); use noeviction", p))
+	case strings.HasPrefix(p, "volatile-"):
+		ws = append(ws, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict live locks before their TTL (two holders); use noeviction", p))
+	}
+	aof := conf["appendonly"] == "yes"
+	switch {
+	case !aof && strings.TrimSpace(conf["save"]) == "":
+		ws = append(ws, `no persistence (appendonly no, save ""): a restart empties the server, so token counters restart from 1 and fencing tokens go backwards; use appendonly yes with appendfsync always`)
+	case !aof:
+		ws = append(ws, fmt.Sprintf("persistence by RDB snapshots only (save %q): a restart loses the token increments since the last snapshot, so fencing tokens can repeat; use appendonly yes with appendfsync always", conf["save"]))
+	case conf["appendfsync"] == "everysec":
+		ws = append(ws, "appendfsync everysec: acknowledged tokens survive a crash of Redis itself, but an OS crash or power loss can lose about the last second of them (tokens can repeat); use appendfsync always")
+	case conf["appendfsync"] == "no":
+		ws = append(ws, "appendfsync no: acknowledged tokens survive a crash of Redis itself, but an OS crash or power loss can lose the last ~30 s of them (tokens can repeat); use appendfsync always")
+	}
+	return ws
+}
+
+// replicationWarnings judges INFO replication.
+func replicationWarnings(info string) []string {
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	switch fields["role"] {
+	case "slave", "replica":
+		return []string{"connected to a replica (role:slave): lock writes go to a copy that the primary overwrites; connect to the primary"}
+	case "master":
+		if n, _ := strconv.Atoi(fields["connected_slaves"]); n > 0 {
+			return []string{fmt.Sprintf("replication is asynchronous (%d replicas connected): a failover can lose recently issued tokens and lock records, so tokens can repeat and two holders can overlap", n)}
+		}
+	}
+	return nil
+}
+
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", " ")
+}

@@ -1,0 +1,64 @@
+// Package redis is fencelock's Redis backend, on github.com/redis/go-redis/v9.
+//
+// Import it for its side effect to make fencelock.Open understand redis://,
+// rediss://, redis+sentinel:// and redis+cluster:// URLs (see Open), or
+// build a Backend on a client you own with New:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // go-redis
+//	b, err := fencelockredis.New(ctx, rdb, nil)
+//	c, err := fencelock.New(b, nil)
+//
+// # Design
+//
+// Each lock key K lives in three Redis names that share one hash tag, so
+// they share a Cluster slot and one Lua script may touch them together:
+//
+//	{fencelock:K}:lock      hash {owner, token}, PEXPIRE'd to the lease's TTL
+//	{fencelock:K}:token     the key's fencing-token counter; never expires
+//	{fencelock:K}:released  pub/sub channel a release publishes on
+//
+// ('%', '{' and '}' in K are percent-escaped, so a key cannot move the hash
+// tag; "fencelock" is Options.Prefix.) Five Lua scripts, embedded from
+// lua/*.lua and run with EVALSHA (EVAL when the server answers NOSCRIPT,
+// e.g. after SCRIPT FLUSH or a restart), do all the work, each in one round
+// trip and atomically:
+//
+//   - acquire: if the lock is missing (expired locks are missing: Redis's
+//     own clock judges expiry), INCR the counter and HSET owner and token
+//     with PEXPIRE; if the same owner holds it (a retried request), extend
+//     it and return its token; otherwise return the holder and its PTTL.
+//   - renew: if owner and token match, PEXPIRE, and with rotation take a
+//     new token from the counter. It never creates a lock.
+//   - release: if owner and token match, DEL and PUBLISH on the release
+//     channel. The counter stays, so tokens keep increasing.
+//   - inspect, force (DEL whoever holds it, PUBLISH, counter kept).
+//
+// # Capabilities
+//
+// Watcher: one pub/sub connection per Backend (opened by the first wait),
+// one channel per awaited key; a notification wakes one local waiter of the
+// key, the longest-waiting, not all of them. BatchRenewer: a client's
+// renewals go out as one pipeline of EVALSHAs. ForceReleaser, Describer.
+// Not a LossNotifier: a holder learns of a force-release at its next
+// renewal. Expiry is not pushed either: a waiter that was told the holder's
+// remaining TTL sleeps that long.
+//
+// # What Redis does and does not promise
+//
+// A lock is only as safe as the Redis that stores it. New checks the
+// server's settings and reports what it finds in Describe().Warnings and in
+// a log warning:
+//
+//   - Fencing tokens survive a restart only with appendonly yes and
+//     appendfsync always. Without persistence a restart resets every
+//     counter: tokens start again from 1.
+//   - maxmemory-policy allkeys-* may evict counters (tokens go backwards)
+//     and locks; volatile-* may evict live locks. Use noeviction.
+//   - Replication (replicas, Sentinel, Cluster) is asynchronous: after a
+//     failover the new primary may lack the last tokens and locks, so two
+//     holders can overlap and tokens can repeat. This backend does not use
+//     WAIT and does not implement Redlock.
+//
+// Counters never expire: each key ever locked leaves one small string key.
+// Deleting counters breaks fencing for those keys.
+package redis

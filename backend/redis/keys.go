@@ -1,0 +1,193 @@
+package redis
+
+import (
+	"strings"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Key layout. For the lock key K under prefix P (default "fencelock"):
+//
+//	{P:E}:lock      hash {owner, token} with a PEXPIRE TTL
+//	{P:E}:token     the key's token counter (INCR), never expires
+//	{P:E}:released  pub/sub channel a release publishes on
+//
+// where E is K with '%', '{' and '}' percent-escaped. Redis Cluster hashes
+// only the part between the first '{' and the next '}', so all three names
+// of one key share a slot (a script may touch them together), and because E
+// has no '}', the whole of P:E is the hash tag: distinct keys spread over
+// the slots instead of every key with a '}' in it landing on one. The
+// escaping maps each character on its own, so the escape of a prefix is a
+// prefix of the escape of every key starting with it, which is what List's
+// SCAN MATCH pattern needs.
+
+const (
+	lockSuffix     = ":lock"
+	tokenSuffix    = ":token"
+	releasedSuffix = ":released"
+)
+
+// escapeKey percent-escapes '%', '{' and '}'.
+func escapeKey(k string) string {
+	if !strings.ContainsAny(k, "%{}") {
+		return k
+	}
+	var sb strings.Builder
+	sb.Grow(len(k) + 8)
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case '%':
+			sb.WriteString("%25")
+		case '{':
+			sb.WriteString("%7B")
+		case '}':
+			sb.WriteString("%7D")
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+// unescapeKey reverses escapeKey; ok is false if e is not an escaped key.
+func unescapeKey(e string) (string, bool) {
+	if !strings.Contains(e, "%") {
+		return e, !strings.ContainsAny(e, "{}")
+	}
+	var sb strings.Builder
+	sb.Grow(len(e))
+	for i := 0; i < len(e); i++ {
+		c := e[i]
+		switch c {
+		case '{', '}':
+			return "", false
+		case '%':
+			if i+2 >= len(e) {
+				return "", false
+			}
+			switch e[i+1 : i+3] {
+			case "25":
+				sb.WriteByte('%')
+			case "7B":
+				sb.WriteByte('{')
+			case "7D":
+				sb.WriteByte('}')
+			default:
+				return "", false
+			}
+			i += 2
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String(), true
+}
+
+// keyspace turns lock keys into Redis names under one prefix.
+type keyspace struct {
+	prefix string // validated: no '{', '}', glob characters or spaces
+}
+
+func (ks keyspace) base(key string) string { return "{" + ks.prefix + ":" + escapeKey(key) + "}" }
+
+// names returns the lock hash, the counter and the release channel of key.
+func (ks keyspace) names(key string) (lock, counter, channel string) {
+	b := ks.base(key)
+	return b + lockSuffix, b + tokenSuffix, b + releasedSuffix
+}
+
+func (ks keyspace) lockName(key string) string { return ks.base(key) + lockSuffix }
+
+func (ks keyspace) channel(key string) string { return ks.base(key) + releasedSuffix }
+
+// pattern is the SCAN MATCH pattern for the lock hashes of every key that
+// starts with prefix.
+func (ks keyspace) pattern(prefix string) string {
+	return "{" + globEscape(ks.prefix+":"+escapeKey(prefix)) + "*}" + lockSuffix
+}
+
+// keyOf returns the lock key of a lock hash's name, if name is one.
+func (ks keyspace) keyOf(name string) (string, bool) {
+	head := "{" + ks.prefix + ":"
+	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, "}"+lockSuffix) {
+		return "", false
+	}
+	return unescapeKey(name[len(head) : len(name)-len("}"+lockSuffix)])
+}
+
+// globEscape escapes the characters that Redis's glob matching (SCAN
+// MATCH) treats specially.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\^`) {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\', '^':
+			sb.WriteByte('\\')
+			sb.WriteByte(c)
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+// DefaultPrefix is the namespace of every Redis key the backend writes,
+// unless Options.Prefix says otherwise.
+const DefaultPrefix = "fencelock"
+
+// maxPrefixLen bounds Options.Prefix.
+const maxPrefixLen = 128
+
+// validatePrefix checks Options.Prefix: 1 to 128 bytes of letters, digits
+// and "_-.:/". Braces would break the hash tag, glob characters List's SCAN
+// pattern.
+func validatePrefix(p string) error {
+	bad := func(reason string) error {
+		return &driver.InvalidOptionError{Option: "Prefix", Value: quote(p), Reason: reason}
+	}
+	if p == "" {
+		return bad("empty")
+	}
+	if len(p) > maxPrefixLen {
+		return bad("longer than 128 bytes")
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '_' || c == '-' || c == '.' || c == ':' || c == '/':
+		default:
+			return bad("may hold only letters, digits and _ - . : /")
+		}
+	}
+	return nil
+}
+
+// slot is Redis Cluster's hash slot of a key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key if it has none, modulo 16384.
+func slot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return int(crc16(key) & 16383)
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,209 @@
+package redis
+
+import (
+	"context"
+	"net/url"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Schemes are the URL schemes this package registers with fencelock.Open.
+var Schemes = []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
+
+func init() {
+	for _, s := range Schemes {
+		fencelock.Register(s, func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
+			return OpenURL(ctx, u)
+		})
+	}
+}
+
+// Open opens a Backend from a URL; the backend owns its go-redis client and
+// closes it on Close. The forms are:
+//
+//	redis://[user:password@]host:port[/db][?param=value...]       one server
+//	rediss://...                                                   the same over TLS
+//	redis+sentinel://[user:password@]h1:26379,h2:26379/master[/db]  Sentinel
+//	redis+cluster://[user:password@]h1:7000,h2:7001                 Cluster
+//
+// (rediss+sentinel and rediss+cluster use TLS.) Parameters of the backend:
+// prefix (Options.Prefix), skip_checks (Options.SkipChecks), and for
+// Sentinel sentinel_username and sentinel_password (the credentials of the
+// Sentinels; the URL's user and password are the primary's). Every other
+// parameter goes to go-redis's URL parser (dial_timeout, read_timeout,
+// pool_size, protocol, client_name, skip_verify, ...), which rejects the
+// ones it does not know. Passwords never appear in errors.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: redactRaw(rawURL), Reason: "cannot be parsed"}
+	}
+	return OpenURL(ctx, u)
+}
+
+// OpenURL is Open for a parsed URL.
+func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
+	client, opts, err := clientFromURL(u)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBackend(ctx, client, true, opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func badURL(u *url.URL, reason string) error {
+	return &driver.InvalidOptionError{Option: "URL", Value: redactURL(u), Reason: reason}
+}
+
+// clientFromURL builds the go-redis client a URL names, without
+// connecting.
+func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
+	scheme := strings.ToLower(u.Scheme)
+	base, kind, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" || (kind != "" && kind != "sentinel" && kind != "cluster") {
+		return nil, nil, badURL(u, "scheme must be one of "+strings.Join(Schemes, ", "))
+	}
+	p := driver.NewParams(u)
+	opts := &Options{
+		Prefix:     p.String("prefix", DefaultPrefix),
+		SkipChecks: p.Bool("skip_checks", false),
+	}
+	var sentinelUser, sentinelPass string
+	if kind == "sentinel" {
+		sentinelUser = p.String("sentinel_username", "")
+		sentinelPass = p.String("sentinel_password", "")
+	}
+	rest := p.Rest()
+	if err := p.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if opts.Prefix == "" {
+		return nil, nil, &driver.InvalidOptionError{Option: "URL parameter \"prefix\"", Value: `""`, Reason: "empty (leave it out for the default, " + DefaultPrefix + ")"}
+	}
+	for _, reserved := range []string{"addr", "master_name"} {
+		if rest.Has(reserved) && kind != "" {
+			return nil, nil, badURL(u, "parameter "+reserved+" is not used: list the hosts in the URL's host part, comma-separated")
+		}
+	}
+	goErr := func(err error) error {
+		// go-redis names the parameter or value at fault, never a
+		// password (userinfo is not echoed).
+		return badURL(u, strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	hosts := strings.Split(u.Host, ",")
+	for _, h := range hosts {
+		if h == "" && kind != "" {
+			return nil, nil, badURL(u, "empty host in the host list")
+		}
+	}
+	switch kind {
+	case "":
+		gu := *u
+		gu.Scheme = base
+		gu.RawQuery = rest.Encode()
+		o, err := goredis.ParseURL(gu.String())
+		if err != nil {
+			return nil, nil, goErr(err)
+		}
+		return goredis.NewClient(o), opts, nil
+
+	case "sentinel":
+		parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
+		switch len(parts) {
+		case 1:
+		case 2:
+			if rest.Has("db") {
+				return nil, nil, badURL(u, "database given both in the path and as db=")
+			}
+			rest.Set("db", parts[1])
+		default:
+			return nil, nil, badURL(u, "the path must be /MASTER_NAME or /MASTER_NAME/DB")
+		}
+		rest.Set("master_name", parts[0])
+		for _, h := range hosts[1:] {
+			rest.Add("addr", h)
+		}
+		gu := url.URL{Scheme: base, Host: hosts[0], RawQuery: rest.Encode()}
+		o, err := goredis.ParseFailoverURL(gu.String())
+		if err != nil {
+			return nil, nil, goErr(err)
+		}
+		o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPass
+		o.Username, o.Password = "", ""
+		if u.User != nil {
+			o.Username = u.User.Username()
+			o.Password, _ = u.User.Password()
+		}
+		return goredis.NewFailoverClient(o), opts, nil
+
+	default: // cluster
+		if u.Path != "" && u.Path != "/" {
+			return nil, nil, badURL(u, "a Cluster URL has no path (Cluster has only database 0)")
+		}
+		for _, h := range hosts[1:] {
+			rest.Add("addr", h)
+		}
+		gu := url.URL{Scheme: base, User: u.User, Host: hosts[0], RawQuery: rest.Encode()}
+		o, err := goredis.ParseClusterURL(gu.String())
+		if err != nil {
+			return nil, nil, goErr(err)
+		}
+		return goredis.NewClusterClient(o), opts, nil
+	}
+}
+
+// redactURL is u.Redacted() that also hides password query parameters.
+func redactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	q := u.Query()
+	changed := false
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Set(k, "xxxxx")
+			changed = true
+		}
+	}
+	if changed {
+		u2 := *u
+		u2.RawQuery = q.Encode()
+		return u2.Redacted()
+	}
+	return u.Redacted()
+}
+
+// redactRaw hides the password of a URL that url.Parse rejected.
+func redactRaw(raw string) string {
+	sep := strings.Index(raw, "://")
+	if sep < 0 {
+		return "(unparsable URL)"
+	}
+	rest := raw[sep+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+		user := rest[:at]
+		if i := strings.Index(user, ":"); i >= 0 {
+			user = user[:i] + ":xxxxx"
+		}
+		rest = user + rest[at:]
+	}
+	if i := strings.Index(rest, "?"); i >= 0 {
+		rest = rest[:i] + "?…"
+	}
+	return raw[:sep+3] + rest
+}

@@ -1,0 +1,133 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+func parse(t *testing.T, raw string) (goredis.UniversalClient, *Options, error) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("url.Parse(%q): %v", raw, err)
+	}
+	c, o, err := clientFromURL(u)
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, o, err
+}
+
+func TestURLForms(t *testing.T) {
+	c, o, err := parse(t, "redis://u:secret@db.example:6380/3?prefix=app:locks&dial_timeout=2s&pool_size=7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := c.(*goredis.Client).Options()
+	if single.Addr != "db.example:6380" || single.DB != 3 || single.Username != "u" || single.Password != "secret" ||
+		single.DialTimeout != 2*time.Second || single.PoolSize != 7 || single.TLSConfig != nil || o.Prefix != "app:locks" {
+		t.Errorf("redis URL parsed as %+v, prefix %q", single, o.Prefix)
+	}
+
+	c, _, err = parse(t, "rediss://db.example:6380")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.(*goredis.Client).Options().TLSConfig == nil {
+		t.Error("rediss URL without TLS")
+	}
+
+	c, o, err = parse(t, "redis+cluster://u:pw@h1:7000,h2:7001,h3:7002?read_timeout=1s&skip_checks=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, ok := c.(*goredis.ClusterClient)
+	if !ok {
+		t.Fatalf("redis+cluster gave %T", c)
+	}
+	co := cl.Options()
+	if strings.Join(co.Addrs, ",") != "h1:7000,h2:7001,h3:7002" || co.Password != "pw" || co.ReadTimeout != time.Second || !o.SkipChecks || o.Prefix != DefaultPrefix {
+		t.Errorf("cluster URL parsed as addrs %v password %q read timeout %v, opts %+v", co.Addrs, co.Password, co.ReadTimeout, o)
+	}
+
+	if _, _, err = parse(t, "redis+sentinel://u:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=spw&dial_timeout=1s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSentinelOptions(t *testing.T) {
+	u, _ := url.Parse("redis+sentinel://u:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=spw")
+	// Reach into the parser the way clientFromURL does, to see the
+	// FailoverOptions (a failover *Client does not expose them).
+	c, _, err := clientFromURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	o := c.(*goredis.Client).Options()
+	if o.DB != 2 || o.Username != "u" || o.Password != "pw" {
+		t.Errorf("sentinel primary options: db %d user %q password %q", o.DB, o.Username, o.Password)
+	}
+}
+
+func TestBadURLs(t *testing.T) {
+	for _, raw := range []string{
+		"redis://u:secret@h:1/0?prefxi=x",                  // typo
+		"redis://u:secret@h:1/0?prefix=a{b}",               // braces
+		"redis://u:secret@h:1/0?prefix=",                   // empty
+		"redis://u:secret@h:1/0?dial_timeout=soon",         // go-redis value error
+		"redis://u:secret@h:1/0?no_such_go_redis_option=1", // go-redis unknown
+		"redis+cluster://u:secret@h1:1,h2:2/0",             // cluster has no db
+		"redis+cluster://u:secret@h1:1,,h2:2",              // empty host
+		"redis+cluster://u:secret@h1:1?addr=h2:2",          // addr reserved
+		"redis+sentinel://u:secret@h1:1",                   // no master name
+		"redis+sentinel://u:secret@h1:1/m/0/extra",         // path too long
+		"redis+sentinel://u:secret@h1:1/m/0?db=1",          // db twice
+		"redis+sentinel://u:secret@h1:1/m?sentinel_password=secret&bogus=1",
+		"redis+nope://u:secret@h1:1",
+	} {
+		_, _, err := parse(t, raw)
+		if err == nil {
+			t.Errorf("%s: accepted", raw)
+			continue
+		}
+		if !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("%s: error %v is not ErrInvalidOption", raw, err)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: error shows the password: %v", raw, err)
+		}
+	}
+}
+
+func TestOpenRedactsAndRegisters(t *testing.T) {
+	for _, s := range Schemes {
+		found := false
+		for _, r := range fencelock.Schemes() {
+			found = found || r == s
+		}
+		if !found {
+			t.Errorf("scheme %q not registered", s)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Nothing listens on port 1: the error must not show the password.
+	_, err := fencelock.Open(ctx, "redis://u:secret@127.0.0.1:1/0?dial_timeout=500ms&ttl=5s", nil)
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open of an unreachable server = %v", err)
+	}
+	_, err = Open(ctx, "redis://u:secret@[::1/0")
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open of a malformed URL = %v", err)
+	}
+}

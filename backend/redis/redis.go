@@ -1,0 +1,537 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+var (
+	//go:embed lua/acquire.lua
+	acquireSrc string
+	//go:embed lua/renew.lua
+	renewSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
+	//go:embed lua/inspect.lua
+	inspectSrc string
+	//go:embed lua/force.lua
+	forceSrc string
+
+	acquireScript = newScript(acquireSrc)
+	renewScript   = newScript(renewSrc)
+	releaseScript = newScript(releaseSrc)
+	inspectScript = newScript(inspectSrc)
+	forceScript   = newScript(forceSrc)
+)
+
+// script is a Lua script run with EVALSHA, falling back to EVAL (which
+// loads it) when the server answers NOSCRIPT.
+type script struct {
+	*goredis.Script
+	src string
+}
+
+func newScript(src string) script { return script{goredis.NewScript(src), src} }
+
+// Options configures a Backend. The zero value (or nil) means defaults.
+type Options struct {
+	// Prefix namespaces every Redis key and channel the backend uses, so
+	// several applications (or test runs) can share one server. 1 to 128
+	// bytes of letters, digits and "_-.:/". Default "fencelock"
+	// (DefaultPrefix). Backends must agree on it to see each other's locks.
+	Prefix string
+
+	// Logger receives the warnings found by the start-up check of the
+	// server's settings (see Describe). Default slog.Default().
+	Logger *slog.Logger
+
+	// SkipChecks turns off the start-up check of the server's settings
+	// (CONFIG GET maxmemory-policy, appendonly, appendfsync, save; INFO
+	// replication). Describe then carries a warning that nothing was
+	// checked. Default false: check.
+	SkipChecks bool
+}
+
+// Validate reports the first option out of range as a
+// *driver.InvalidOptionError.
+func (o *Options) Validate() error {
+	if o == nil {
+		return nil
+	}
+	if o.Prefix != "" {
+		return validatePrefix(o.Prefix)
+	}
+	return nil
+}
+
+// Backend is a fencelock backend on one Redis deployment (a single server,
+// a Sentinel-managed primary, or a Cluster). It implements driver.Backend,
+// driver.Watcher, driver.BatchRenewer, driver.ForceReleaser and
+// driver.Describer. It is safe for concurrent use.
+type Backend struct {
+	c      goredis.UniversalClient
+	owned  bool // Close closes c
+	ks     keyspace
+	log    *slog.Logger
+	desc   driver.Description
+	closed atomic.Bool
+
+	w watchHub
+}
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Watcher       = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Describer     = (*Backend)(nil)
+)
+
+// New returns a Backend on client, which the caller keeps owning: Close
+// does not close it. Any go-redis client fits: *redis.Client (single
+// server or Sentinel failover), *redis.ClusterClient and *redis.Ring (a
+// lock's names share a hash tag, so they land on one shard). New pings the
+// server and, unless opts.SkipChecks, reads its settings and logs what
+// weakens exclusion or fencing (see Describe). A nil opts means defaults.
+func New(ctx context.Context, client goredis.UniversalClient, opts *Options) (*Backend, error) {
+	return newBackend(ctx, client, false, opts)
+}
+
+func newBackend(ctx context.Context, client goredis.UniversalClient, owned bool, opts *Options) (*Backend, error) {
+	if client == nil {
+		return nil, errors.New("redis: New: nil client")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis: ping: %w", err)
+	}
+	b := &Backend{
+		c:     client,
+		owned: owned,
+		ks:    keyspace{prefix: o.Prefix},
+		log:   o.Logger,
+	}
+	b.w.b = b
+	b.desc = driver.Description{
+		Name:     "redis",
+		Fencing:  "per-key INCR counter that never expires, issued in the same Lua script as the lock; survives a server restart only with appendonly yes and appendfsync always, and a failover only if the replica had it",
+		Clock:    "Redis server (PEXPIRE/PTTL)",
+		Liveness: "TTL",
+	}
+	if o.SkipChecks {
+		b.desc.Warnings = []string{"server settings not checked (SkipChecks): persistence, eviction and replication unknown"}
+	} else {
+		b.desc.Warnings = checkServer(ctx, client)
+	}
+	for _, w := range b.desc.Warnings {
+		b.log.Warn("fencelock/redis: "+w, "prefix", o.Prefix)
+	}
+	return b, nil
+}
+
+// Client returns the go-redis client the backend uses.
+func (b *Backend) Client() goredis.UniversalClient { return b.c }
+
+// Prefix returns the namespace of the backend's keys.
+func (b *Backend) Prefix() string { return b.ks.prefix }
+
+func (b *Backend) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// ttlMillis converts a TTL to whole milliseconds, rounding up; granted is
+// the TTL actually set when it differs from ttl.
+func ttlMillis(ttl time.Duration) (ms int64, granted time.Duration, err error) {
+	if ttl <= 0 {
+		return 0, 0, &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
+	}
+	ms = int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	if g := time.Duration(ms) * time.Millisecond; g != ttl {
+		granted = g
+	}
+	return ms, granted, nil
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+// Acquire implements driver.Backend: one EVALSHA of acquire.lua.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := driver.ValidateKey(req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	if req.Owner == "" {
+		return driver.Grant{}, &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
+	}
+	ms, granted, err := ttlMillis(req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	lock, counter, _ := b.ks.names(req.Key)
+	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms).Result()
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		if v <= 0 {
+			return driver.Grant{}, fmt.Errorf("redis: acquire script returned token %d", v)
+		}
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(v), TTL: granted}, nil
+	case []any:
+		info, err := parseHolder(req.Key, v)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		return driver.Grant{}, &driver.HeldError{Holder: info}
+	default:
+		return driver.Grant{}, fmt.Errorf("redis: acquire script returned %T", v)
+	}
+}
+
+// parseHolder reads {owner, token, pttl} as returned by the scripts.
+func parseHolder(key string, v []any) (driver.Info, error) {
+	if len(v) == 0 {
+		return driver.Info{Key: key}, nil
+	}
+	if len(v) != 3 {
+		return driver.Info{}, fmt.Errorf("redis: script returned %d values, want 3", len(v))
+	}
+	owner, ok1 := v[0].(string)
+	tokS, ok2 := v[1].(string)
+	pttl, ok3 := v[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return driver.Info{}, fmt.Errorf("redis: script returned %T, %T, %T", v[0], v[1], v[2])
+	}
+	tok, err := strconv.ParseUint(tokS, 10, 64)
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("redis: lock of %q has a malformed token %q", key, tokS)
+	}
+	info := driver.Info{Key: key, Owner: owner, Token: driver.Token(tok)}
+	if pttl > 0 {
+		info.Remaining = time.Duration(pttl) * time.Millisecond
+	}
+	return info, nil
+}
+
+func renewArgs(g driver.Grant, ms int64, rotate bool) []any {
+	r := "0"
+	if rotate {
+		r = "1"
+	}
+	return []any{g.Owner, strconv.FormatUint(uint64(g.Token), 10), ms, r}
+}
+
+func renewResult(g driver.Grant, granted time.Duration, v any, err error) (driver.Grant, error) {
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	tok, ok := v.(int64)
+	if !ok {
+		return driver.Grant{}, fmt.Errorf("redis: renew script returned %T", v)
+	}
+	if tok <= 0 {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	g.Token = driver.Token(tok)
+	g.TTL = granted
+	return g, nil
+}
+
+// Renew implements driver.Backend: one EVALSHA of renew.lua, which checks
+// owner and token, never creates a record, and with Rotate takes a new
+// token from the key's counter.
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := driver.ValidateKey(g.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	ms, granted, err := ttlMillis(req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	lock, counter, _ := b.ks.names(g.Key)
+	v, err := renewScript.Run(ctx, b.c, []string{lock, counter}, renewArgs(g, ms, req.Rotate)...).Result()
+	return renewResult(g, granted, v, err)
+}
+
+// RenewBatch implements driver.BatchRenewer: one pipeline of renew.lua
+// calls, one round trip for any number of grants (a Cluster client splits
+// it into one pipeline per node).
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	ms, granted, err := ttlMillis(req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.RenewResult, len(grants))
+	calls := make([]scriptCall, 0, len(grants))
+	idx := make([]int, 0, len(grants))
+	for i, g := range grants {
+		if err := driver.ValidateKey(g.Key); err != nil {
+			out[i].Err = err
+			continue
+		}
+		lock, counter, _ := b.ks.names(g.Key)
+		calls = append(calls, scriptCall{keys: []string{lock, counter}, args: renewArgs(g, ms, req.Rotate)})
+		idx = append(idx, i)
+	}
+	cmds, err := runPipelined(ctx, b.c, renewScript, calls)
+	if err != nil {
+		return nil, err
+	}
+	for j, cmd := range cmds {
+		i := idx[j]
+		out[i].Grant, out[i].Err = renewResult(grants[i], granted, cmd.Val(), cmd.Err())
+	}
+	return out, nil
+}
+
+// Release implements driver.Backend: one EVALSHA of release.lua, which
+// deletes the lock only if owner and token match and publishes on the
+// key's release channel to wake waiters. The counter stays.
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	if err := driver.ValidateKey(g.Key); err != nil {
+		return err
+	}
+	lock, _, channel := b.ks.names(g.Key)
+	n, err := releaseScript.Run(ctx, b.c, []string{lock}, g.Owner, strconv.FormatUint(uint64(g.Token), 10), channel).Int64()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it deletes key's lock
+// whoever holds it and wakes waiters. The counter stays, so the next
+// grant's token is still higher. The holder finds out at its next renewal.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	lock, _, channel := b.ks.names(key)
+	v, err := forceScript.Run(ctx, b.c, []string{lock}, channel).Slice()
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return parseHolder(key, v)
+}
+
+// Inspect implements driver.Backend.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	v, err := inspectScript.Run(ctx, b.c, []string{b.ks.lockName(key)}).Slice()
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return parseHolder(key, v)
+}
+
+// scanCount is the COUNT hint of List's SCAN calls.
+const scanCount = 1000
+
+// List implements driver.Backend with SCAN MATCH over the lock hashes (on
+// a Cluster, over every primary), then one pipeline of inspect.lua calls
+// per SCAN page. Keys come back sorted. SCAN is not a snapshot: a lock
+// taken or released during the scan may or may not be listed.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	pattern := b.ks.pattern(prefix)
+	var (
+		mu  sync.Mutex
+		out []driver.Info
+	)
+	scan := func(ctx context.Context, c goredis.Cmdable) error {
+		var cursor uint64
+		for {
+			names, next, err := c.Scan(ctx, cursor, pattern, scanCount).Result()
+			if err != nil {
+				return err
+			}
+			var calls []scriptCall
+			var keys []string
+			for _, name := range names {
+				if k, ok := b.ks.keyOf(name); ok {
+					calls = append(calls, scriptCall{keys: []string{name}})
+					keys = append(keys, k)
+				}
+			}
+			if len(calls) > 0 {
+				cmds, err := runPipelined(ctx, c, inspectScript, calls)
+				if err != nil {
+					return err
+				}
+				for i, cmd := range cmds {
+					v, err := cmd.Slice()
+					if err != nil {
+						return err
+					}
+					info, err := parseHolder(keys[i], v)
+					if err != nil {
+						return err
+					}
+					if info.Locked() {
+						mu.Lock()
+						out = append(out, info)
+						mu.Unlock()
+					}
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	err := forEachPrimary(ctx, b.c, func(ctx context.Context, c goredis.Cmdable) error { return scan(ctx, c) })
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	// A Cluster failover mid-scan can show a key twice.
+	dedup := out[:0]
+	for i, in := range out {
+		if i == 0 || in.Key != out[i-1].Key {
+			dedup = append(dedup, in)
+		}
+	}
+	return dedup, nil
+}
+
+// Describe implements driver.Describer. Warnings lists what the start-up
+// check found in the server's settings that weakens exclusion or fencing.
+func (b *Backend) Describe() driver.Description {
+	d := b.desc
+	d.Warnings = append([]string(nil), b.desc.Warnings...)
+	return d
+}
+
+// Close implements driver.Backend: it ends the backend's pub/sub
+// connection and its goroutine, and closes the go-redis client only if the
+// backend opened it (Open); a client passed to New stays open. Locks are
+// not released (the engine does that first).
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.w.close()
+	if b.owned {
+		return b.c.Close()
+	}
+	return nil
+}
+
+// forEachPrimary calls fn for every primary of a Cluster or shard of a
+// Ring (concurrently), or once for any other client.
+func forEachPrimary(ctx context.Context, c goredis.UniversalClient, fn func(context.Context, goredis.Cmdable) error) error {
+	switch c := c.(type) {
+	case *goredis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error { return fn(ctx, node) })
+	case *goredis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error { return fn(ctx, node) })
+	default:
+		return fn(ctx, c)
+	}
+}
+
+// scriptCall is one script invocation of a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runPipelined runs the calls of one script in one pipeline of EVALSHAs;
+// calls answered NOSCRIPT (the script cache was flushed, or a Cluster node
+// has not seen the script yet) are sent again with EVAL, which also loads
+// the script. The error is for the pipeline as a whole; each Cmd carries
+// its own result or error.
+func runPipelined(ctx context.Context, c goredis.Cmdable, s script, calls []scriptCall) ([]*goredis.Cmd, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*goredis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i, call := range calls {
+		cmds[i] = pipe.EvalSha(ctx, s.Hash(), call.keys, call.args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isRedisError(err) {
+		return nil, err
+	}
+	var retry []int
+	for i, cmd := range cmds {
+		if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) == 0 {
+		return cmds, nil
+	}
+	pipe = c.Pipeline()
+	for _, i := range retry {
+		cmds[i] = pipe.Eval(ctx, s.src, calls[i].keys, calls[i].args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isRedisError(err) {
+		return nil, err
+	}
+	return cmds, nil
+}
+
+// isRedisError reports whether err is an error reply of the server (which
+// belongs to one command of a pipeline) rather than a failure of the
+// connection.
+func isRedisError(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
