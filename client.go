@@ -187,6 +187,7 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 		return c.newLease(ctx, begin, begin, false, req, g)
 	}
 	var l *Lease
+	contended := errors.Is(err, ErrNotAcquired)
 	switch {
 	case definite(err) && !errors.Is(err, ErrNotAcquired):
 	case ctx.Err() != nil:
@@ -208,7 +209,7 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 		cancel(nil)
 	}
 	if err != nil {
-		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Err: err})
+		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Contended: contended, Err: err})
 	}
 	return l, err
 }

@@ -277,11 +277,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		if !pending {
 			return ErrNotHeld
 		}
+		start := l.c.now()
 		err := l.c.b.Release(ctx, g)
 		if errors.Is(err, ErrNotHeld) {
 			err = nil // an earlier, ambiguous attempt removed it
 		}
-		return l.finishRelease(ctx, err)
+		return l.finishRelease(ctx, start, err)
 	}
 	l.state = released
 	l.releasePending = true
@@ -295,18 +296,20 @@ func (l *Lease) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
+	start := l.c.now()
 	err := l.c.b.Release(ctx, g)
-	return l.finishRelease(ctx, err)
+	return l.finishRelease(ctx, start, err)
 }
 
-func (l *Lease) finishRelease(ctx context.Context, err error) error {
+func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()
 		l.releasePending = false
 		l.mu.Unlock()
 	}
 	err = l.c.wrap(ctx, "release", err)
-	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: l.c.now().Sub(l.acquired), Err: err}
+	now := l.c.now()
+	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		ev.Kind = EventReleaseFailed
 	}

@@ -91,6 +91,16 @@ func (k EventKind) Level() slog.Level {
 	return slog.LevelDebug
 }
 
+// Level is the slog level the engine logs this event at: its kind's level,
+// raised to Warn for a release that found the lease already gone from the
+// store (work done under it may not have been exclusive).
+func (e Event) Level() slog.Level {
+	if e.Kind == EventReleased && e.Err != nil {
+		return slog.LevelWarn
+	}
+	return e.Kind.Level()
+}
+
 // Event is one lifecycle event. Fields that do not apply to the Kind are
 // zero.
 type Event struct {
@@ -108,9 +118,10 @@ type Event struct {
 	Previous Token
 	// Wait is how long an acquire took or waited.
 	Wait time.Duration
-	// Contended reports an acquire that found the key held at least once.
+	// Contended reports an acquire (acquired or failed) that found the key
+	// held at least once.
 	Contended bool
-	// Latency is a renewal's round trip.
+	// Latency is a renewal's or release's round trip.
 	Latency time.Duration
 	// Held is how long a released or lost lease was held.
 	Held time.Duration
@@ -152,7 +163,7 @@ func logEvent(lg *slog.Logger, ev Event) {
 	if lg == nil {
 		return
 	}
-	lvl := ev.Kind.Level()
+	lvl := ev.Level()
 	ctx := context.Background()
 	if !lg.Enabled(ctx, lvl) {
 		return
