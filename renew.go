@@ -125,7 +125,10 @@ func (c *Client) renewBatch(due []*Lease) {
 			i = 1
 		}
 		groups[i] = append(groups[i], item{l, g})
-		if deadline.IsZero() || until.Before(deadline) {
+		// The latest deadline bounds the batch: each lease's own timer
+		// ends it at its deadline, and one lease near its end must not
+		// fail the renewal of all the others.
+		if until.After(deadline) {
 			deadline = until
 		}
 	}

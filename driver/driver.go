@@ -82,7 +82,10 @@ type Grant struct {
 	TTL time.Duration
 	// Handle is opaque backend state that later calls need to find the
 	// grant again: a znode path, an etcd lease ID. The engine stores it and
-	// passes it back unchanged.
+	// passes it back unchanged. It is empty in one case: when the engine
+	// removes a record that an acquire with an unknown outcome may have left,
+	// it builds the grant from Inspect (Key, Owner, Token); Release must then
+	// find the record by those.
 	Handle string
 }
 
@@ -157,7 +160,8 @@ type Backend interface {
 // context with a bounded timeout (never the dead ctx), and returns ctx's
 // error. The engine calls AcquireWait only after Acquire has answered
 // ErrNotAcquired, and confirms the returned grant with a Renew before
-// starting the lease's local-validity clock.
+// starting the lease's local-validity clock; the token of the grant
+// AcquireWait returns may therefore be provisional, settled by that Renew.
 type Waiter interface {
 	AcquireWait(ctx context.Context, req AcquireRequest) (Grant, error)
 }
