@@ -4,4 +4,8 @@ go 1.25.0
 
 require github.com/fencelock/fencelock v0.0.0
 
+require github.com/go-zookeeper/zk v1.0.4
+
+require go.uber.org/goleak v1.3.0
+
 replace github.com/fencelock/fencelock => ../..

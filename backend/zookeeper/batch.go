@@ -1,0 +1,210 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"path"
+	"sync"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// maxBatch bounds the operations of one multi (ZooKeeper rejects requests
+// above jute.maxbuffer, 1 MB by default).
+const maxBatch = 1000
+
+// maxPipelined bounds the renewal reads of one batch in flight at once.
+const maxPipelined = 128
+
+var _ driver.BatchRenewer = (*Backend)(nil)
+
+// RenewBatch implements driver.BatchRenewer. Without Rotate, on a
+// connection Open made, one read renews every grant whose loss watch is
+// armed: the reply proves the session alive, and ZooKeeper delivers a
+// watch event before the reply to any later request, so a watch that saw
+// no event proves the znode unchanged. The other grants' renewal reads (see
+// Renew) are sent at once, pipelined on the session. Renewals never write,
+// so they never wait for the transaction log's fsync. With Rotate, one multi transaction rewrites every
+// grant's znode, version-checked, and each new mzxid is that grant's token;
+// a multi fails as a whole at its first failing operation, so that grant
+// gets ErrNotHeld and the rest are sent again.
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	// The engine gives a batch the earliest local-validity deadline of its
+	// leases; one lease at its deadline must not fail the renewal of all
+	// the others, so only cancellation stops a batch. (An answer after a
+	// lease's deadline is harmless: the engine dates every renewal from
+	// when it was sent and ignores leases that have already ended.)
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil, ctx.Err()
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return nil, err
+	}
+	out := make([]driver.RenewResult, len(grants))
+	if !req.Rotate {
+		slow := b.renewWatched(grants, out)
+		rctx := context.WithoutCancel(ctx)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, maxPipelined)
+		for _, i := range slow {
+			g := grants[i]
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				out[i].Grant, out[i].Err = b.Renew(rctx, g, req)
+			}()
+		}
+		wg.Wait()
+		return out, nil
+	}
+	type item struct {
+		i int
+		h handle
+	}
+	var items []item
+	for i, g := range grants {
+		h, ok := parseHandle(g.Handle)
+		switch {
+		case g.Handle == "" || ok && (h.unconfirmed || b.isRotating(h.path)):
+			// Rare shapes: the single-grant path handles them.
+			out[i].Grant, out[i].Err = b.Renew(context.WithoutCancel(ctx), g, req)
+		case !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token):
+			out[i].Err = driver.ErrNotHeld
+		default:
+			items = append(items, item{i, h})
+		}
+	}
+	for len(items) > 0 {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, ctx.Err()
+		}
+		chunk := items[:min(len(items), maxBatch)]
+		ops := make([]any, len(chunk))
+		for j, it := range chunk {
+			ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: []byte(grants[it.i].Owner), Version: it.h.version}
+			b.setRotating(it.h.path, it.h.version)
+		}
+		res, err := b.conn.Multi(ops...)
+		if err != nil && definiteZK(err) {
+			for _, it := range chunk {
+				b.clearRotating(it.h.path)
+			}
+		}
+		switch {
+		case err == nil:
+			if len(res) != len(chunk) {
+				return nil, errors.New("zookeeper: malformed multi response")
+			}
+			// Mark every key znode (see markedSet), pipelined.
+			marks := map[string]error{}
+			var parents []string
+			for _, it := range chunk {
+				p := path.Dir(it.h.path)
+				if _, dup := marks[p]; !dup {
+					marks[p] = nil
+					parents = append(parents, p)
+				}
+			}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, maxPipelined)
+			for _, parent := range parents {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					_, err := b.conn.SetACL(parent, b.acl, -1)
+					mu.Lock()
+					marks[parent] = err
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			for j, it := range chunk {
+				g := grants[it.i]
+				if err := marks[path.Dir(it.h.path)]; err != nil || res[j].Stat == nil {
+					out[it.i].Err = errors.Join(err, errors.New("zookeeper: rotation not confirmed")) // Renew finishes it (b.rotating)
+					continue
+				}
+				b.clearRotating(it.h.path)
+				out[it.i].Grant = b.grant(g.Key, g.Owner, it.h.path, res[j].Stat.Version, res[j].Stat.Mzxid)
+			}
+			items = items[len(chunk):]
+		case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion):
+			bad := -1
+			for j, r := range res {
+				if r.Error != nil {
+					bad = j
+					break
+				}
+			}
+			if bad < 0 || bad >= len(chunk) {
+				return nil, err
+			}
+			out[chunk[bad].i].Err = driver.ErrNotHeld
+			items = append(items[:bad:bad], items[bad+1:]...)
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (b *Backend) isRotating(p string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.rotating[p]
+	return ok
+}
+
+// renewWatched renews in one read the grants whose znode has an armed,
+// event-free watch (see RenewBatch), filling out; it returns the indexes of
+// the grants left to renew one by one.
+func (b *Backend) renewWatched(grants []driver.Grant, out []driver.RenewResult) (slow []int) {
+	type cand struct {
+		i      int
+		h      handle
+		w      *nodeWatch
+		events int
+	}
+	var fast []cand
+	b.mu.Lock()
+	for i, g := range grants {
+		h, ok := parseHandle(g.Handle)
+		var w *nodeWatch
+		if ok && b.evented && !h.unconfirmed && h.tag == ownerTag(g.Owner) && h.token == int64(g.Token) {
+			w = b.watched[h.path]
+		}
+		if w == nil || !w.armed || w.version != h.version || w.mzxid != h.token {
+			slow = append(slow, i)
+			continue
+		}
+		fast = append(fast, cand{i, h, w, w.events})
+	}
+	b.mu.Unlock()
+	if len(fast) == 0 {
+		return slow
+	}
+	_, _, err := b.conn.Exists(b.root)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range fast {
+		switch {
+		case err != nil:
+			out[c.i].Err = err
+		case c.w.events != c.events || b.watched[c.h.path] != c.w:
+			slow = append(slow, c.i) // something happened: ask the znode itself
+		default:
+			g := grants[c.i]
+			out[c.i].Grant = b.grant(g.Key, g.Owner, c.h.path, c.h.version, c.h.token)
+		}
+	}
+	return slow
+}

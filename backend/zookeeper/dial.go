@@ -1,0 +1,156 @@
+package zookeeper
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errCrashed is what the dialer of a crashed backend returns (tests only).
+var errCrashed = errors.New("zookeeper: connection cut off (simulated crash)")
+
+// dialer is the zk.Dialer of a connection that Open owns. It reads the
+// server's answer to each session handshake, to learn the session timeout
+// the server actually negotiated (go-zookeeper does not expose it), and lets
+// tests cut the connection off the way a dead process would: the TCP
+// connection dies and no reconnect follows, so the server expires the
+// session after its timeout instead of closing it.
+type dialer struct {
+	timeout atomic.Int64 // negotiated session timeout in ms; 0 until known
+	session atomic.Int64 // session id of the last handshake
+	passwd  atomic.Pointer[[]byte]
+
+	dropAfter atomic.Int32 // tests: opcode of a request whose reply is to be lost
+
+	mu      sync.Mutex
+	refused bool
+	conns   map[*sniffConn]struct{}
+}
+
+func newDialer() *dialer { return &dialer{conns: make(map[*sniffConn]struct{})} }
+
+func (d *dialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	d.mu.Lock()
+	refused := d.refused
+	d.mu.Unlock()
+	if refused {
+		return nil, errCrashed
+	}
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	sc := &sniffConn{Conn: c, d: d}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refused {
+		c.Close()
+		return nil, errCrashed
+	}
+	d.conns[sc] = struct{}{}
+	return sc, nil
+}
+
+// cut kills every connection and refuses new ones (refuse true), or allows
+// connecting again (refuse false).
+func (d *dialer) cut(refuse bool) {
+	d.mu.Lock()
+	d.refused = refuse
+	var cs []*sniffConn
+	if refuse {
+		for c := range d.conns {
+			cs = append(cs, c)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// sniffConn passes everything through and parses the first frame the
+// server sends: the ConnectResponse {len, protocolVersion int32, timeOut
+// int32, sessionId int64, passwd []byte}.
+type sniffConn struct {
+	net.Conn
+	d        *dialer
+	hdr      []byte // only touched by the connection's single reader
+	done     bool
+	dropping atomic.Bool // tests: deliver nothing more
+	once     sync.Once
+}
+
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.dropping.Load() {
+		c.Close()
+		return 0, errCrashed
+	}
+	if !c.done && n > 0 {
+		c.hdr = append(c.hdr, p[:n]...)
+		c.parse()
+	}
+	return n, err
+}
+
+// Write passes p on. In tests, if p is a request with the opcode in
+// dropAfter, the request is sent but the connection delivers nothing more:
+// its reply is lost while the server may well execute the request.
+func (c *sniffConn) Write(p []byte) (int, error) {
+	if op := c.d.dropAfter.Load(); op != 0 && len(p) >= 12 && int32(binary.BigEndian.Uint32(p[8:12])) == op {
+		if c.d.dropAfter.CompareAndSwap(op, 0) {
+			c.dropping.Store(true)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *sniffConn) parse() {
+	h := c.hdr
+	if len(h) < 24 {
+		return
+	}
+	frame := int(binary.BigEndian.Uint32(h[0:4]))
+	timeout := int32(binary.BigEndian.Uint32(h[8:12]))
+	session := int64(binary.BigEndian.Uint64(h[12:20]))
+	plen := int(int32(binary.BigEndian.Uint32(h[20:24])))
+	if plen < 0 {
+		plen = 0
+	}
+	if len(h) < 24+plen && len(h) < 4+frame {
+		return
+	}
+	c.done, c.hdr = true, nil
+	if session == 0 || timeout <= 0 {
+		return // the server said the session expired
+	}
+	c.d.timeout.Store(int64(timeout))
+	c.d.session.Store(session)
+	if len(h) >= 24+plen {
+		pw := append([]byte(nil), h[24:24+plen]...)
+		c.d.passwd.Store(&pw)
+	}
+}
+
+func (c *sniffConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		delete(c.d.conns, c)
+		c.d.mu.Unlock()
+		err = c.Conn.Close()
+	})
+	return err
+}
+
+// crash makes the backend behave as if its process died (tests only): the
+// connection is cut and never re-established, nothing is released, and the
+// server expires the session after its timeout.
+func (b *Backend) crash() {
+	if b.d != nil {
+		b.d.cut(true)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package zookeeper
+
+const raceEnabled = true

@@ -1,0 +1,151 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// AcquireWait implements driver.Waiter: it joins the key's queue and
+// waits, FIFO, watching only its immediate predecessor (no herd effect:
+// a release wakes exactly one waiter). When its predecessor was the lowest
+// znode at the last listing, the predecessor's deletion alone proves this
+// contender is first, so the hand-off costs no further read.
+//
+// The returned grant's token is provisional (the znode's czxid, which a
+// predecessor's rotated token may exceed); the engine's confirming Renew
+// settles it in one read, or gives the znode a fresh zxid if some token
+// above the czxid was issued meanwhile (see confirm). Callers outside the
+// engine must Renew before using the token.
+//
+// When ctx ends first, the queue znode is deleted before AcquireWait
+// returns ctx's error (go-zookeeper's own timeouts bound that call; if the
+// server is unreachable, the backend's janitor deletes it later).
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.validate(ctx, req); err != nil {
+		return driver.Grant{}, err
+	}
+	parent := b.parent(req.Key)
+	e, err := b.enqueue(ctx, parent, req.Owner)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	node := e.node
+	if e.n == 1 {
+		return b.grant(req.Key, req.Owner, node, 0, e.czxid), nil
+	}
+	own := path.Base(node)
+	first := func() (driver.Grant, error) {
+		g := b.grant(req.Key, req.Owner, node, 0, e.czxid)
+		g.Handle = handle{token: e.czxid, tag: ownerTag(req.Owner), path: node, unconfirmed: true, aversion: e.aversion}.String()
+		return g, nil
+	}
+	pred, predLowest := "", false
+	for {
+		if pred == "" {
+			if err := ctx.Err(); err != nil {
+				b.deleteOwn(node)
+				return driver.Grant{}, err
+			}
+			b.lists.Add(1)
+			names, _, err := b.conn.Children(parent)
+			if err != nil {
+				b.deleteOwn(node)
+				return driver.Grant{}, err
+			}
+			cs := sortChildren(names)
+			idx := -1
+			for i, c := range cs {
+				if c.name == own {
+					idx = i
+					break
+				}
+			}
+			switch idx {
+			case -1:
+				return driver.Grant{}, errors.New("zookeeper: our queue znode vanished (session expired?)")
+			case 0:
+				return first()
+			}
+			pred, predLowest = parent+"/"+cs[idx-1].name, idx == 1
+		}
+		_, _, ch, err := b.conn.GetW(pred)
+		if errors.Is(err, zk.ErrNoNode) {
+			if predLowest {
+				return first()
+			}
+			pred = ""
+			continue
+		}
+		if err != nil {
+			b.deleteOwn(node)
+			return driver.Grant{}, err
+		}
+		select {
+		case ev := <-ch:
+			b.wakeups.Add(1)
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				if predLowest {
+					return first()
+				}
+				pred = ""
+			case zk.EventNodeDataChanged:
+				// The predecessor rotated its token: watch it again.
+			default:
+				// Not watching any more: the session expired or the
+				// connection closed.
+				b.deleteOwn(node)
+				if b.closed.Load() {
+					return driver.Grant{}, driver.ErrClosed
+				}
+				return driver.Grant{}, fmt.Errorf("zookeeper: waiting for %s: %w", pred, ev.Err)
+			}
+		case <-ctx.Done():
+			b.deleteOwn(node)
+			return driver.Grant{}, ctx.Err()
+		case <-b.done:
+			if !b.owned {
+				b.deleteOwn(node) // the caller's connection, and session, live on
+			}
+			return driver.Grant{}, driver.ErrClosed
+		}
+	}
+}
+
+// confirm turns an AcquireWait grant into a held one in one read: the
+// parent's children (our znode must be the lowest, which also proves the
+// session alive) and Stat. Our czxid is above every token issued for the
+// key before our znode was created; a token issued later can only come from
+// a rotation or a hand-off of a predecessor, and every such write bumps the
+// parent's ACL version first (markedSet). So if the ACL version is the one
+// we saw at creation, the czxid is the token; otherwise we take a fresh
+// zxid the same way.
+func (b *Backend) confirm(g driver.Grant, h handle) (driver.Grant, error) {
+	names, pst, err := b.conn.Children(path.Dir(h.path))
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return driver.Grant{}, driver.ErrNotHeld
+	case err != nil:
+		return driver.Grant{}, err
+	}
+	cs := sortChildren(names)
+	if len(cs) == 0 || cs[0].name != path.Base(h.path) {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	if pst.Aversion == h.aversion {
+		return b.grant(g.Key, g.Owner, h.path, 0, h.token), nil
+	}
+	st, err := b.markedSet(h.path, g.Owner, 0)
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		return driver.Grant{}, driver.ErrNotHeld
+	case err != nil:
+		return driver.Grant{}, err
+	}
+	return b.grant(g.Key, g.Owner, h.path, st.Version, st.Mzxid), nil
+}
