@@ -267,9 +267,9 @@ func TestExpiryAfterPartition(t *testing.T) {
 	}
 }
 
-// TestDisconnectWithinSessionKeepsLock: a short disconnection (well within
+// TestDisconnectWithinSessionKeepsLockNoRace: a short disconnection (well within
 // the session timeout) keeps the lock and the token.
-func TestDisconnectWithinSessionKeepsLock(t *testing.T) {
+func TestDisconnectWithinSessionKeepsLockNoRace(t *testing.T) {
 	if raceEnabled {
 		// go-zookeeper v1.0.4 reads Conn.lastZxid in sendSetWatches while
 		// recvLoop writes it, when it reconnects with watches set
