@@ -285,10 +285,10 @@ func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver
 				}
 				return nil, ctx.Err()
 			case _, ok := <-notify:
+				// Try at once; the safety-net backoff keeps growing,
+				// so a waiter that loses the race does not poll hard.
 				if !ok {
 					notify = nil
-				} else {
-					backoff = c.o.MinBackoff
 				}
 			case <-t.C:
 				backoff = min(2*backoff, c.o.MaxBackoff)

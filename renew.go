@@ -27,14 +27,18 @@ func (c *Client) schedule() {
 		c.mu.Lock()
 		now := c.now()
 		var due []*Lease
-		// Due leases, plus (for batches) regular renewals due within the
-		// next half interval; a retry after a failure waits its backoff.
-		for c.queue.Len() > 0 {
-			top := c.queue[0]
-			if top.nextRenew.After(now) && (top.retrying || top.nextRenew.After(now.Add(align))) {
-				break
+		// Once the earliest lease is due, take every due lease, plus (for
+		// batches) the regular renewals due within the next half interval,
+		// so batches are few and large; a retry after a failure waits its
+		// own backoff.
+		if c.queue.Len() > 0 && !c.queue[0].nextRenew.After(now) {
+			for c.queue.Len() > 0 {
+				top := c.queue[0]
+				if top.nextRenew.After(now) && (top.retrying || top.nextRenew.After(now.Add(align))) {
+					break
+				}
+				due = append(due, heap.Pop(&c.queue).(*Lease))
 			}
-			due = append(due, heap.Pop(&c.queue).(*Lease))
 		}
 		wait := time.Duration(-1)
 		if c.queue.Len() > 0 {

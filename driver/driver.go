@@ -36,6 +36,13 @@
 // renewals, until the lease's local validity runs out). Context errors
 // should be returned as they are (or wrapped with %w).
 //
+// When ctx ends in the middle of an Acquire, the outcome is unknown to the
+// engine, which then looks the key up once (Inspect) with a fresh context
+// and releases the record if its owner holds it. A backend should make the
+// outcome definite before returning where its store allows (cancel the
+// statement on the server and wait for the cancellation), so that this one
+// look finds the truth.
+//
 // # Concurrency
 //
 // Every method may be called concurrently from many goroutines. After Close
@@ -168,6 +175,11 @@ type Waiter interface {
 
 // Watcher is implemented by record stores that can notify waiters when a key
 // may have become free (PostgreSQL LISTEN/NOTIFY, Redis pub/sub).
+//
+// The engine subscribes only after an Acquire of the key was answered
+// ErrNotAcquired, and tries once more right after subscribing, so a release
+// that happens before the subscription exists is never missed. A backend
+// may rely on that, e.g. to notify only for keys that someone found held.
 //
 // Watch subscribes to releases of key until ctx ends. The returned channel
 // receives a value (sent without blocking; buffer it) whenever the key may
