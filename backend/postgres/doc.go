@@ -1,0 +1,103 @@
+// Package postgres is fencelock's PostgreSQL backend, on
+// github.com/jackc/pgx/v5 (pgxpool).
+//
+// Importing it registers the postgres:// and postgresql:// URL schemes with
+// fencelock.Open:
+//
+//	import _ "github.com/fencelock/fencelock/backend/postgres"
+//
+//	c, err := fencelock.Open(ctx, "postgres://app@db/app?table=locks&ttl=15s", nil)
+//
+// or, on a pool the application already has (the backend never closes it):
+//
+//	b, err := postgres.New(ctx, pool, &postgres.Options{Table: "locks", RenewPool: renewPool})
+//	c, err := fencelock.New(b, nil)
+//
+// # Design
+//
+// Locks live in one table (default fencelock_locks; DDL in schema.sql, also
+// returned by Schema): key (text COLLATE "C", primary key), owner, token
+// (bigint), locked_at and expires_at (timestamptz, CHECK expires_at >=
+// locked_at), plus a bigint sequence that issues every fencing token. All
+// times are the server's: now() of each statement. A client's clock is never
+// sent or compared.
+//
+//   - Acquire is one statement: INSERT … ON CONFLICT (key) DO UPDATE … WHERE
+//     the row is free (expires_at <= now()) or already ours, RETURNING the
+//     token; when the key is held, a UNION ALL branch of the same statement
+//     returns the holder, its token and its remaining time for the
+//     *driver.HeldError. A new or changed owner gets nextval of the sequence;
+//     the same owner re-acquiring a live row keeps its token (an idempotent
+//     retry).
+//   - Renew is an UPDATE checked by key, owner, token and expires_at > now()
+//     (never an upsert, so a late renewal cannot resurrect a released lock);
+//     with Rotate it also draws a new token from the sequence.
+//   - RenewBatch is one UPDATE … FROM unnest($keys, $owners, $tokens).
+//     Concurrent calls are coalesced (group commit), so a client's N leases
+//     cost about one statement per round trip, not N.
+//   - Release marks the row free (expires_at moved back to locked_at) if
+//     key, owner and token match and it has not expired, and calls
+//     pg_notify(channel, key) in the same statement. ForceRelease does the
+//     same for any holder.
+//   - Inspect and List compute the remaining time on the server
+//     (expires_at − now()). List filters with starts_with(key, prefix): no
+//     LIKE, nothing to escape.
+//   - Watch LISTENs on the channel over one dedicated connection per
+//     Backend (not a pool connection) and wakes the waiters of the released
+//     key, so a contended handoff costs about one round trip. If that
+//     connection drops, the waiters' channels are closed (the engine polls
+//     with backoff) and the next Watch reconnects.
+//
+// # Fencing
+//
+// Tokens come from the sequence, never from token + 1 on the row, so they
+// keep increasing after a row is deleted (by Sweep) and after a restart: a
+// PostgreSQL sequence never goes back; after a crash it may skip ahead (it
+// WAL-logs 32 values at a time), which only leaves a gap. Released rows are
+// kept rather than deleted, so that every acquisition of a known key goes
+// through the ON CONFLICT path, where the new token is drawn after the
+// row's lock is taken: it is therefore above the token of any holder that
+// committed before. (With DELETE on release, an INSERT that drew its token
+// just before another client acquired and released the same key could
+// commit a lower token afterwards.) Sweep deletes rows free for longer than
+// an age of at least MinSweepAge, which keeps that window closed in
+// practice.
+//
+// The guarantee holds for committed acquisitions on a server that does not
+// lose committed transactions. With fsync=off or synchronous_commit=off
+// a crash may lose acknowledged commits and the sequence values they drew,
+// so a token may be issued twice; Describe reports both settings as
+// warnings. After a failover to an asynchronous replica the same applies.
+//
+// # Connections
+//
+// Open creates two pools: the main pool (pgx's pool_max_conns etc. apply)
+// for acquire, release, inspect and list, and a small renewal pool
+// (renew_pool_max_conns, default 2) so that heartbeats are never queued
+// behind a busy application. With New, renewals use opts.RenewPool if set
+// and otherwise the caller's pool: if the application can exhaust that
+// pool for longer than the lease's local validity, renewals wait and the
+// lease is lost. Give the backend a RenewPool of its own in that case.
+//
+// Everything except LISTEN is a single autocommit statement with no session
+// state, so it works through PgBouncer in transaction pooling mode (with
+// prepared statements: PgBouncer 1.21+ with max_prepared_statements, or
+// default_query_exec_mode=exec / simple_protocol in the URL). LISTEN needs a
+// direct connection to the server: set listen_url (Open) or ListenConfig
+// (New), or disable it with listen=false / NoListen (waiters then poll).
+//
+// Open configures pgx to answer a cancelled context with a cancel request
+// to the server (see CancelRequestHandler) rather than by dropping the
+// socket, so a cancelled acquire has a definite outcome that the engine's
+// clean-up can see. Set the same handler on a pool passed to New.
+//
+// # Caveats
+//
+//   - Expired rows are not removed automatically: run Sweep periodically if
+//     keys are not reused (one row per distinct key ever locked).
+//   - Keys and owners are text: NUL is impossible (driver.ValidateKey rejects
+//     control characters). Keys are compared bytewise (COLLATE "C").
+//   - Identifiers are double-quoted and therefore case-sensitive.
+//   - Schema "" uses the connections' search_path: give every process the
+//     same one, or set Schema.
+package postgres

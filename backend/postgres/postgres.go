@@ -1,0 +1,549 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func init() {
+	fencelock.Register("postgres", openURL)
+	fencelock.Register("postgresql", openURL)
+}
+
+// DefaultRenewPoolConns is the size of the renewal pool that Open creates
+// (URL parameter renew_pool_max_conns).
+const DefaultRenewPoolConns = 2
+
+// Backend is a fencelock backend on a PostgreSQL table. It implements
+// driver.Backend and the optional driver.Watcher, driver.BatchRenewer,
+// driver.ForceReleaser and driver.Describer. It is safe for concurrent use.
+type Backend struct {
+	pool      *pgxpool.Pool
+	renewPool *pgxpool.Pool
+	ownPools  []*pgxpool.Pool // closed by Close
+	n         names
+	q         queries
+	warnings  []string
+	closed    atomic.Bool
+	lis       *listener // nil when NoListen
+	batches   coalescer
+}
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Watcher       = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Describer     = (*Backend)(nil)
+)
+
+// New returns a Backend on a pool the caller owns: Close never closes pool
+// (or opts.RenewPool). Unless opts.SkipCreate is set it creates the table
+// and sequence if they are missing; otherwise it checks that the table
+// exists. A nil opts means defaults.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, error) {
+	if pool == nil {
+		return nil, &driver.InvalidOptionError{Option: "pool", Value: "nil", Reason: "a *pgxpool.Pool is required"}
+	}
+	n, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	b := &Backend{pool: pool, renewPool: pool, n: n, q: buildQueries(n)}
+	if o.RenewPool != nil {
+		b.renewPool = o.RenewPool
+	}
+	if err := b.setup(ctx, !o.SkipCreate); err != nil {
+		return nil, err
+	}
+	if !o.NoListen {
+		cfg := o.ListenConfig
+		if cfg == nil {
+			cfg = pool.Config().ConnConfig
+		}
+		b.lis = newListener(cfg.Copy(), n)
+	}
+	return b, nil
+}
+
+// Open returns a Backend that owns its connections, from a PostgreSQL URL
+// (postgres:// or postgresql://). Besides every connection parameter pgx
+// understands (sslmode, pool_max_conns, application_name, …) the URL takes:
+//
+//	schema=NAME               Options.Schema (default: search_path)
+//	table=NAME                Options.Table (default fencelock_locks)
+//	sequence=NAME             Options.Sequence
+//	channel=NAME              Options.Channel
+//	create_table=BOOL         false sets Options.SkipCreate (default true)
+//	listen=BOOL               false sets Options.NoListen (default true)
+//	listen_url=URL            a direct connection for LISTEN (URL-escaped)
+//	renew_pool_max_conns=N    size of the dedicated renewal pool (default 2)
+//
+// A parameter that neither fencelock nor pgx knows is rejected (pgx sends
+// unknown ones to the server as settings, which refuses unknown names).
+// Passwords never appear in errors.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: "(unparseable, not shown)", Reason: "cannot be parsed"}
+	}
+	return open(ctx, u)
+}
+
+func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
+	b, err := open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func open(ctx context.Context, u *url.URL) (*Backend, error) {
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "postgres" && scheme != "postgresql" {
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "scheme must be postgres or postgresql"}
+	}
+	p := driver.NewParams(u)
+	o := Options{
+		Schema:   p.String("schema", ""),
+		Table:    p.String("table", ""),
+		Sequence: p.String("sequence", ""),
+		Channel:  p.String("channel", ""),
+	}
+	o.SkipCreate = !p.Bool("create_table", true)
+	o.NoListen = !p.Bool("listen", true)
+	listenURL := p.String("listen_url", "")
+	renewConns := p.Int("renew_pool_max_conns", DefaultRenewPoolConns)
+	rest := p.Rest()
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	if renewConns < 0 {
+		return nil, &driver.InvalidOptionError{Option: "URL parameter \"renew_pool_max_conns\"", Value: strconv.Itoa(renewConns), Reason: "must be 0 (share the main pool) or positive"}
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	u2 := *u
+	u2.Scheme = "postgres"
+	u2.RawQuery = rest.Encode()
+	redacted := u.Redacted()
+	cfg, err := pgxpool.ParseConfig(u2.String())
+	if err != nil {
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by pgx: " + scrub(err.Error(), u)}
+	}
+	cfg.ConnConfig.BuildContextWatcherHandler = CancelRequestHandler
+	if listenURL != "" {
+		lu, err := url.Parse(listenURL)
+		if err != nil {
+			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: "(not shown)", Reason: "cannot be parsed"}
+		}
+		lc, err := pgx.ParseConfig(listenURL)
+		if err != nil {
+			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: lu.Redacted(), Reason: "rejected by pgx: " + scrub(err.Error(), lu)}
+		}
+		o.ListenConfig = lc
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %s", redacted, scrub(err.Error(), u))
+	}
+	owned := []*pgxpool.Pool{pool}
+	if renewConns > 0 {
+		rc := cfg.Copy()
+		rc.MaxConns = int32(renewConns)
+		rc.MinConns = 0
+		// A renewal past its deadline is abandoned at once (dropping the
+		// socket): the lease is over locally anyway, and waiting for the
+		// server's answer would delay the renewals queued behind it.
+		rc.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+		}
+		rp, err := pgxpool.NewWithConfig(ctx, rc)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: %s: %s", redacted, scrub(err.Error(), u))
+		}
+		o.RenewPool = rp
+		owned = append(owned, rp)
+	}
+	b, err := New(ctx, pool, &o)
+	if err != nil {
+		for _, p := range owned {
+			p.Close()
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42704" && strings.Contains(pe.Message, "configuration parameter") {
+			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: redacted, Reason: "unknown to fencelock, pgx and the server: " + pe.Message}
+		}
+		return nil, fmt.Errorf("postgres: %s: %w", redacted, err)
+	}
+	b.ownPools = owned
+	return b, nil
+}
+
+// CancelRequestHandler is the pgconn context-watcher handler that Open
+// configures, and that callers of New are advised to set on their pool's
+// ConnConfig.BuildContextWatcherHandler. When a context ends during a
+// statement it asks the server to cancel the statement and waits (up to 2s)
+// for the server's answer, instead of pgx's default of closing the socket
+// at once. With the default, a statement already sent may still run on the
+// server after the call has returned the context's error, so an acquire
+// abandoned by a cancelled waiter could take the lock after the engine's
+// clean-up had looked for it (the record then lives until its TTL).
+func CancelRequestHandler(pc *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 2 * time.Second}
+}
+
+// scrub removes u's password from a message, in case a library quoted it.
+func scrub(msg string, u *url.URL) string {
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+		}
+	}
+	return msg
+}
+
+// setup creates or checks the table and reads the server settings that
+// weaken the guarantees.
+func (b *Backend) setup(ctx context.Context, create bool) error {
+	var exists bool
+	if err := b.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL", b.n.table, b.n.seq).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if !create {
+			return fmt.Errorf("postgres: table %s or sequence %s does not exist and SkipCreate is set: run the DDL from postgres.Schema", b.n.table, b.n.seq)
+		}
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			// Concurrent CREATE … IF NOT EXISTS can fail with a unique
+			// violation in the catalog: serialise creators.
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('fencelock ddl'))"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, b.n.ddl())
+			return err
+		}); err != nil {
+			return fmt.Errorf("postgres: creating %s: %w", b.n.table, err)
+		}
+	}
+	var fsync, syncCommit string
+	if err := b.pool.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit')").Scan(&fsync, &syncCommit); err != nil {
+		return err
+	}
+	if fsync == "off" {
+		b.warnings = append(b.warnings, "fsync=off: a server crash can lose committed locks and sequence values; tokens may repeat after a crash")
+	}
+	if syncCommit == "off" {
+		b.warnings = append(b.warnings, "synchronous_commit=off: a server crash can lose the last acknowledged acquisitions and their tokens; tokens may repeat after a crash")
+	}
+	return nil
+}
+
+// Pool returns the main pool (the caller's, for New).
+func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+
+// DDL returns the DDL for the table and sequence this backend uses.
+func (b *Backend) DDL() string { return b.n.ddl() }
+
+func (b *Backend) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
+	}
+	if ttl > 100*365*24*time.Hour {
+		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most 100 years"}
+	}
+	return nil
+}
+
+func checkOwner(owner string) error {
+	if err := driver.ValidateKey(owner); err != nil {
+		var ke *driver.InvalidKeyError
+		reason := "invalid"
+		if errors.As(err, &ke) {
+			reason = ke.Reason
+		}
+		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: reason}
+	}
+	return nil
+}
+
+func remaining(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// Acquire implements driver.Backend with one statement: an upsert that
+// takes a free (expired or released) row or re-grants the same owner, and
+// otherwise reports the holder.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := driver.ValidateKey(req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkOwner(req.Owner); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return driver.Grant{}, err
+	}
+	var (
+		ok    bool
+		tok   int64
+		owner string
+		rem   int64
+	)
+	err := b.pool.QueryRow(ctx, b.q.acquire, req.Key, req.Owner, micros(req.TTL)).Scan(&ok, &tok, &owner, &rem)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Held, but the holder committed after this statement's snapshot.
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+	case err != nil:
+		return driver.Grant{}, err
+	case !ok:
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}}
+	}
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
+}
+
+// Renew implements driver.Backend with one owner- and token-checked UPDATE
+// (never an upsert). With Rotate the token is taken from the sequence.
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return driver.Grant{}, err
+	}
+	var tok int64
+	err := b.renewPool.QueryRow(ctx, b.q.renew, g.Key, g.Owner, int64(g.Token), micros(req.TTL), req.Rotate).Scan(&tok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g.Token = driver.Token(tok)
+	return g, nil
+}
+
+// renewBatchOnce renews grants with one UPDATE … FROM unnest(…); a grant
+// missing from the result is ErrNotHeld.
+func (b *Backend) renewBatchOnce(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	keys := make([]string, len(grants))
+	owners := make([]string, len(grants))
+	tokens := make([]int64, len(grants))
+	for i, g := range grants {
+		keys[i], owners[i], tokens[i] = g.Key, g.Owner, int64(g.Token)
+	}
+	rows, err := b.renewPool.Query(ctx, b.q.renewBatch, keys, owners, tokens, micros(req.TTL), req.Rotate)
+	if err != nil {
+		return nil, err
+	}
+	type grantID struct {
+		key, owner string
+		token      int64
+	}
+	got := make(map[grantID]int64, len(grants))
+	var (
+		key, owner    string
+		oldTok, token int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &owner, &oldTok, &token}, func() error {
+		got[grantID{key, owner, oldTok}] = token
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.RenewResult, len(grants))
+	for i, g := range grants {
+		if t, ok := got[grantID{g.Key, g.Owner, int64(g.Token)}]; ok {
+			g.Token = driver.Token(t)
+			out[i].Grant = g
+		} else {
+			out[i].Err = driver.ErrNotHeld
+		}
+	}
+	return out, nil
+}
+
+// Release implements driver.Backend: it marks the row free (the row stays,
+// so the next acquirer's token is drawn under the row's lock) and notifies
+// waiters in the same statement.
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	tag, err := b.pool.Exec(ctx, b.q.release, g.Key, g.Owner, int64(g.Token), b.n.channel)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser: it frees key whoever holds
+// it and notifies waiters. The holder finds out at its next renewal.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	var (
+		owner string
+		tok   int64
+		rem   int64
+	)
+	err := b.pool.QueryRow(ctx, b.q.forceRelease, key, b.n.channel).Scan(&owner, &tok, &rem, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.Info{Key: key}, nil
+	}
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}, nil
+}
+
+// Inspect implements driver.Backend. Remaining is computed by the server.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	var (
+		owner string
+		tok   int64
+		rem   int64
+	)
+	err := b.pool.QueryRow(ctx, b.q.inspect, key).Scan(&owner, &tok, &rem)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.Info{Key: key}, nil
+	}
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}, nil
+}
+
+// List implements driver.Backend. Keys come back in byte order.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	rows, err := b.pool.Query(ctx, b.q.list, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out        []driver.Info
+		key, owner string
+		tok, rem   int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &owner, &tok, &rem}, func() error {
+		out = append(out, driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// MinSweepAge is the smallest age Sweep accepts. See Sweep.
+const MinSweepAge = time.Minute
+
+// Sweep deletes rows that have been free (expired or released) for longer
+// than olderThan, and returns how many it deleted. Tokens stay monotonic:
+// they come from the sequence, which Sweep does not touch. olderThan must be
+// at least MinSweepAge: a row is what orders a new holder's token after its
+// predecessor's, so a row is kept long enough that no acquire statement
+// still in flight can have drawn its token before the swept holder's.
+// Run it from a periodic job (the backend starts no timers of its own).
+func (b *Backend) Sweep(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if err := b.check(ctx); err != nil {
+		return 0, err
+	}
+	if olderThan < MinSweepAge {
+		return 0, &driver.InvalidOptionError{Option: "Sweep age", Value: olderThan.String(), Reason: "must be at least " + MinSweepAge.String()}
+	}
+	tag, err := b.pool.Exec(ctx, b.q.sweep, micros(olderThan))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Describe implements driver.Describer.
+func (b *Backend) Describe() driver.Description {
+	return driver.Description{
+		Name:     "postgres",
+		Fencing:  "global bigint sequence " + b.n.seq + ", drawn under the key's row lock; never reset by release, expiry or sweeping, durable across restarts (may skip ahead after a crash, never back)",
+		Clock:    "server (now() of each statement)",
+		Liveness: "TTL (expires_at, judged by the server's clock)",
+		Warnings: append([]string(nil), b.warnings...),
+	}
+}
+
+// Close stops the LISTEN connection and closes the pools that Open
+// created. It never closes a pool passed to New. It does not release
+// locks: the engine does that first.
+func (b *Backend) Close() error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if b.lis != nil {
+		b.lis.close()
+	}
+	var wg sync.WaitGroup
+	for _, p := range b.ownPools {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Close() }()
+	}
+	wg.Wait()
+	return nil
+}

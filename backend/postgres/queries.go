@@ -1,0 +1,110 @@
+package postgres
+
+import "strings"
+
+// queries are the backend's statements with the validated, quoted
+// identifiers filled in. Values always travel as parameters.
+type queries struct {
+	acquire, renew, renewBatch, release, forceRelease, inspect, list, sweep string
+}
+
+// remainingUS is the time a row has left, in microseconds, by the server's
+// clock.
+const remainingUS = `(extract(epoch from (%E - now())) * 1000000)::bigint`
+
+func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
+
+func buildQueries(n names) queries {
+	r := strings.NewReplacer("{T}", n.table, "{S}", n.seqLit)
+	q := queries{
+		// A held key is answered from the statement's snapshot (cur)
+		// without inserting or drawing a token: a waiter's failed attempt
+		// is a read-only transaction (no WAL, no commit flush), except that
+		// the first one per holder sets the row's contended flag (m), which
+		// tells the holder's release to NOTIFY. Otherwise the INSERT path
+		// draws its token when the row does not exist, and the conflict
+		// path draws a fresh token inside the DO UPDATE, that is, after the
+		// row lock is taken and the previous holder's statement has
+		// committed, so it is above every token issued before. The same
+		// owner re-acquiring a live row keeps its token (an idempotent
+		// retry). If another owner took the key between the snapshot and
+		// the insert, the DO UPDATE changes only the contended flag and
+		// RETURNING names that holder.
+		acquire: `WITH cur AS (
+  SELECT owner, token, expires_at FROM {T} WHERE key = $1
+), m AS (
+  UPDATE {T} SET contended = true
+  WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
+    AND EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+), a AS (
+  INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended)
+  SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+  ON CONFLICT (key) DO UPDATE SET
+    token      = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.token
+                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN nextval({S})
+                      ELSE l.token END,
+    locked_at  = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.locked_at
+                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN now()
+                      ELSE l.locked_at END,
+    contended  = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.contended
+                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN false
+                      ELSE true END,
+    owner      = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.owner END,
+    expires_at = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `
+)
+SELECT * FROM a
+UNION ALL
+SELECT false, token, owner, ` + rem("expires_at") + ` FROM cur
+  WHERE NOT EXISTS (SELECT 1 FROM a)`,
+
+		renew: `UPDATE {T} SET
+    expires_at = now() + $4::bigint * interval '1 microsecond',
+    token = CASE WHEN $5::boolean THEN nextval({S}) ELSE token END
+  WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
+  RETURNING token`,
+
+		renewBatch: `UPDATE {T} AS l SET
+    expires_at = now() + $4::bigint * interval '1 microsecond',
+    token = CASE WHEN $5::boolean THEN nextval({S}) ELSE l.token END
+  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS g(key, owner, token)
+  WHERE l.key = g.key AND l.owner = g.owner AND l.token = g.token AND l.expires_at > now()
+  RETURNING l.key, l.owner, g.token, l.token`,
+
+		// A released row stays, free: expires_at is moved back to
+		// locked_at (never after now(), so it is free even if the server's
+		// clock stepped back), which keeps the CHECK satisfied. Waiters are
+		// notified only if one has marked the row contended: NOTIFY
+		// serialises the commits of notifying transactions server-wide, so
+		// an uncontended release does not pay for it.
+		release: `WITH r AS (
+  UPDATE {T} SET locked_at = least(locked_at, now()), expires_at = least(locked_at, now())
+  WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
+  RETURNING key, contended
+)
+SELECT (SELECT pg_notify($4, r.key) WHERE r.contended) FROM r`,
+
+		forceRelease: `WITH o AS (
+  SELECT key, owner, token, expires_at FROM {T} WHERE key = $1 AND expires_at > now() FOR UPDATE
+), r AS (
+  UPDATE {T} AS l SET locked_at = least(l.locked_at, now()), expires_at = least(l.locked_at, now())
+  FROM o WHERE l.key = o.key AND l.owner = o.owner AND l.token = o.token
+  RETURNING l.key, l.owner, l.token, o.expires_at
+)
+SELECT owner, token, ` + rem("expires_at") + `, pg_notify($2, key) FROM r`,
+
+		inspect: `SELECT owner, token, ` + rem("expires_at") + ` FROM {T} WHERE key = $1 AND expires_at > now()`,
+
+		// starts_with on a COLLATE "C" key can use the primary key index
+		// (PostgreSQL 15+); no LIKE, so no metacharacters to escape.
+		list: `SELECT key, owner, token, ` + rem("expires_at") + ` FROM {T}
+  WHERE starts_with(key, $1) AND expires_at > now() ORDER BY key`,
+
+		sweep: `DELETE FROM {T} WHERE expires_at < now() - $1::bigint * interval '1 microsecond'`,
+	}
+	for _, p := range []*string{&q.acquire, &q.renew, &q.renewBatch, &q.release, &q.forceRelease, &q.inspect, &q.list, &q.sweep} {
+		*p = r.Replace(*p)
+	}
+	return q
+}

@@ -1,0 +1,26 @@
+-- fencelock PostgreSQL lock table.
+--
+-- {{TABLE}} and {{SEQUENCE}} are replaced by validated, double-quoted
+-- identifiers (letters, digits and underscores, at most 63 bytes, optionally
+-- schema-qualified). Get the rendered DDL with postgres.Schema(schema, table)
+-- or `fencelock` tooling; the backend runs it itself unless SkipCreate is set.
+
+-- Fencing tokens come from one sequence per table: it never resets, is never
+-- rolled back, and survives restarts (after a crash it may skip ahead, never
+-- back), so tokens keep increasing even after rows are swept away.
+CREATE SEQUENCE IF NOT EXISTS {{SEQUENCE}} AS bigint MINVALUE 1 NO CYCLE;
+
+-- One row per key ever locked (until swept). A released or expired row is
+-- free: expires_at <= now() by the server's clock. fillfactor leaves room for
+-- HOT updates: renewals touch no indexed column.
+CREATE TABLE IF NOT EXISTS {{TABLE}} (
+    key        text COLLATE "C" PRIMARY KEY,
+    owner      text        NOT NULL,
+    token      bigint      NOT NULL CHECK (token > 0),
+    locked_at  timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    -- Set by the first contender that finds the key held; tells the
+    -- holder's release to NOTIFY waiters.
+    contended  boolean     NOT NULL DEFAULT false,
+    CHECK (expires_at >= locked_at)
+) WITH (fillfactor = 70);
