@@ -1,0 +1,82 @@
+// Package etcd is fencelock's etcd backend (go.etcd.io/etcd/client/v3).
+//
+// Importing it registers the URL schemes etcd:// and etcds:// (TLS) with
+// fencelock.Open; New wraps a *clientv3.Client that the caller owns.
+//
+// # Layout
+//
+// Every lock key has a queue under the configured prefix (Options.Prefix,
+// default "/fencelock/"):
+//
+//	PREFIX + escape(key) + "/" + escape(owner)   value: owner
+//
+// where escape percent-encodes '%' and '/', so a key's queue prefix is never
+// a prefix of another key's queue. Each contender, holder or waiter, is one
+// entry attached to an etcd lease. The holder is the entry with the lowest
+// create revision, as in concurrency.Mutex.
+//
+// # Guarantees
+//
+//   - Mutual exclusion is decided by etcd's linearizable store: Acquire is
+//     one transaction that puts the entry only if the key's queue is empty
+//     (a compare over the whole queue prefix).
+//   - The fencing token is the holder entry's mod revision. etcd's
+//     revision is a single counter for the whole cluster that never goes
+//     back: not across releases, lease expiry, force-release, compaction or
+//     restarts. A new entry gets a revision above every earlier one, and the
+//     holder is the oldest entry, so tokens strictly increase per key.
+//     Rotation (Renew with Rotate) re-puts the holder's entry (new mod
+//     revision) and writes a per-key rotation marker; a waiter that queued
+//     before a rotation and becomes holder re-puts its own entry on its
+//     first Renew (the engine's confirmation), so its token exceeds the
+//     rotated one. Keys that never rotate never get a marker.
+//   - Release and ForceRelease delete an entry only if it still has the
+//     expected revision (never by key name alone: see
+//     etcd-io/etcd#22082, where a retried unlock deleted a newer holder).
+//   - Expiry is judged by etcd's lease clock. Lease TTLs are whole seconds
+//     (at least etcd's minimum, 2s with default election settings); every
+//     grant reports in Grant.TTL how long etcd is sure to keep the lease,
+//     measured from before the request that last kept it alive, and the
+//     engine's local validity never goes beyond it.
+//   - Waiting (driver.Waiter) is FIFO by create revision and watch-based:
+//     a waiter with at most 16 entries ahead of it knows them all and
+//     watches the queue for their deletions, so it becomes the holder with
+//     no further read; further back it watches its predecessor. Watches are
+//     registered at the current revision so etcd treats them as synced (no
+//     100ms catch-up), and a cancelled waiter deletes its entry.
+//   - Loss is pushed (driver.LossNotifier): a watch on the holder's entry
+//     reports its deletion, including by lease expiry or revocation.
+//
+// # Leases: one per backend, not one per lock
+//
+// All entries a Backend writes with the same TTL share one etcd lease
+// ("session"), like concurrency.Session. Acquire and Release are then one
+// transaction each, the same cost as a bare put and delete; a lease per
+// lock would add a LeaseGrant and a LeaseRevoke (two more Raft writes) to
+// every lock. The lease has no goroutine of its own: the engine's renewals
+// keep it alive (one keep-alive serves every renewal and acquisition within
+// 1/20 of the TTL, and RenewBatch renews any number of locks with one
+// keep-alive and one read transaction per 128 locks), and a waiter keeps it
+// alive while it waits.
+//
+// The trade-off: a lock's liveness is the liveness of its Backend's lease.
+// If the process dies, every lock it held is freed when the lease expires
+// (within the TTL), as with a lease per lock. But an entry that a live
+// process stops renewing without deleting it (the engine lost the lease
+// locally and its clean-up release also failed) stays as long as the same
+// Backend keeps renewing other locks, or until Close, which revokes the
+// backend's leases. Exclusion and fencing are unaffected; only that key's
+// availability is.
+//
+// # Caveats
+//
+//   - A lease's TTL is whole seconds: a 1.5s TTL is kept for 2s by etcd.
+//   - Inspect and List report Remaining in whole seconds (LeaseTimeToLive).
+//   - Close revokes the backend's leases: any entry still attached to them
+//     is deleted at once.
+//   - A rotated key keeps a small marker key (no lease) for good, like a
+//     token counter; keys that never rotate have none.
+//   - A waited grant's token is final only after its first Renew (the
+//     engine's confirmation), which re-puts the entry if another holder
+//     rotated its token after this one queued.
+package etcd

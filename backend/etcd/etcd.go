@@ -1,0 +1,736 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// maxOwnerLen bounds AcquireRequest.Owner (the engine's owners are at most
+// about 230 bytes).
+const maxOwnerLen = 1024
+
+// maxTxnOps is how many reads RenewBatch puts in one transaction: etcd's
+// default limit (--max-txn-ops).
+const maxTxnOps = 128
+
+// Backend is a lock store on an etcd cluster. It implements
+// driver.Backend and the optional capabilities driver.Waiter (FIFO
+// queueing), driver.BatchRenewer, driver.LossNotifier (a watch on the
+// holder's entry), driver.ForceReleaser and driver.Describer.
+type Backend struct {
+	cli            *clientv3.Client
+	own            bool // Close closes cli
+	prefix         string
+	cleanupTimeout time.Duration
+
+	ctx    context.Context // cancelled by Close; parent of every watch
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // loss watchers; Add under mu while !closed
+	closed atomic.Bool    // set under mu
+
+	mu       sync.Mutex
+	sessions map[int64]*session   // by TTL in seconds
+	orphans  map[string]int64     // entries whose deletion failed: key → mod revision
+	hot      map[string]time.Time // keys found held recently (see Acquire)
+}
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Waiter        = (*Backend)(nil)
+	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.LossNotifier  = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Describer     = (*Backend)(nil)
+)
+
+// New returns a Backend on a caller-owned client. Close does not close
+// cli. A nil opts means defaults; invalid options return an
+// *driver.InvalidOptionError. New does no I/O; ctx is reserved.
+func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*Backend, error) {
+	if cli == nil {
+		return nil, errors.New("etcd: New: nil *clientv3.Client")
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	return &Backend{
+		cli:            cli,
+		prefix:         o.Prefix,
+		cleanupTimeout: o.CleanupTimeout,
+		ctx:            bctx,
+		cancel:         cancel,
+		sessions:       make(map[int64]*session),
+	}, nil
+}
+
+// Client returns the etcd client the backend uses.
+func (b *Backend) Client() *clientv3.Client { return b.cli }
+
+// Prefix returns the etcd key prefix of the backend's lock queues.
+func (b *Backend) Prefix() string { return b.prefix }
+
+func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
+	}
+	if ttl > 24*time.Hour {
+		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most 24h"}
+	}
+	return nil
+}
+
+func checkOwner(owner string) error {
+	if owner == "" || len(owner) > maxOwnerLen {
+		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: fmt.Sprintf("must be 1 to %d bytes", maxOwnerLen)}
+	}
+	return nil
+}
+
+func (b *Backend) checkRequest(req driver.AcquireRequest) error {
+	if err := driver.ValidateKey(req.Key); err != nil {
+		return err
+	}
+	if err := checkOwner(req.Owner); err != nil {
+		return err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return err
+	}
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	return nil
+}
+
+func holderInfo(key string, kv *mvccpb.KeyValue) driver.Info {
+	return driver.Info{Key: key, Owner: string(kv.Value), Token: driver.Token(kv.ModRevision)}
+}
+
+func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if kvs := r.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// Acquire implements driver.Backend. It is one transaction: if key's
+// queue is empty, put the owner's entry (attached to the backend's lease);
+// otherwise read the queue's head and the owner's own entry. The token is
+// the entry's create revision.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.checkRequest(req); err != nil {
+		return driver.Grant{}, err
+	}
+	s := b.session(req.TTL)
+	qp := b.queuePrefix(req.Key)
+	me := qp + escape(req.Owner)
+	if b.isHot(req.Key) {
+		// The key was held a moment ago: read before writing. The
+		// transaction below is a Raft write (fsync) even when its compare
+		// fails; under contention most attempts would fail.
+		resp, err := b.cli.Get(ctx, qp, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Key) != me {
+			b.markHot(req.Key)
+			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		l, err := s.fresh(ctx, 0, true)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		start := time.Now()
+		resp, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id))).
+			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key))).
+			Commit()
+		if isLeaseNotFound(err) && attempt == 0 {
+			s.forget(l.id) // revoked from outside: grant a new one
+			continue
+		}
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g := driver.Grant{Key: req.Key, Owner: req.Owner}
+		if resp.Succeeded {
+			g.Token = driver.Token(resp.Header.Revision)
+			g.TTL = l.ttlLeft(start)
+			g.Handle = l.handle()
+			return g, nil
+		}
+		head, mine := firstOf(resp, 0), firstOf(resp, 1)
+		b.markHot(req.Key)
+		if head == nil {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+		}
+		if mine != nil && head.CreateRevision == mine.CreateRevision && string(mine.Value) == req.Owner {
+			// A retry of an acquisition that succeeded: same grant.
+			ml, err := b.keepLease(ctx, clientv3.LeaseID(mine.Lease))
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			g.Token = driver.Token(mine.ModRevision)
+			if marker := firstOf(resp, 2); marker != nil && marker.ModRevision > mine.ModRevision {
+				tok, err := b.bump(ctx, me, req.Owner, mine.ModRevision, "")
+				if err != nil {
+					return driver.Grant{}, err
+				}
+				g.Token = tok
+			}
+			g.TTL = ml.ttlLeft(start)
+			g.Handle = ml.handle()
+			return g, nil
+		}
+		return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, head)}
+	}
+}
+
+// hotFor is how long Acquire remembers that a key was held; maxHot bounds
+// how many keys it remembers.
+const (
+	hotFor = time.Second
+	maxHot = 1024
+)
+
+func (b *Backend) isHot(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.hot[key]
+	if ok && time.Since(t) >= hotFor {
+		delete(b.hot, key)
+		ok = false
+	}
+	return ok
+}
+
+func (b *Backend) markHot(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hot == nil {
+		b.hot = make(map[string]time.Time)
+	}
+	if len(b.hot) >= maxHot {
+		now := time.Now()
+		for k, t := range b.hot {
+			if now.Sub(t) >= hotFor {
+				delete(b.hot, k)
+			}
+		}
+		if len(b.hot) >= maxHot {
+			return
+		}
+	}
+	b.hot[key] = time.Now()
+}
+
+// checkOps reads a grant's entry, its queue's head and the key's rotation
+// marker.
+func (b *Backend) checkOps(g driver.Grant) []clientv3.Op {
+	qp := b.queuePrefix(g.Key)
+	return []clientv3.Op{clientv3.OpGet(qp + escape(g.Owner)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.markerKey(g.Key))}
+}
+
+// bump re-puts entry k (keeping its value, owner, and lease) if its mod
+// revision is still mod, giving it a new, higher token; with marker, the
+// key's rotation marker is written in the same transaction. ErrNotHeld if
+// the entry changed.
+func (b *Backend) bump(ctx context.Context, k, owner string, mod int64, marker string) (driver.Token, error) {
+	ops := []clientv3.Op{clientv3.OpPut(k, owner, clientv3.WithIgnoreLease())}
+	if marker != "" {
+		ops = append(ops, clientv3.OpPut(marker, ""))
+	}
+	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).Then(ops...).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, driver.ErrNotHeld
+	}
+	return driver.Token(resp.Header.Revision), nil
+}
+
+// current reports whether the entry and head read by checkOps show g as
+// the holder, and returns the lease its entry is attached to. A nil head
+// skips the head check (RenewBatch: the grant was confirmed as the head
+// before, and no entry can queue ahead of an existing one).
+func current(g driver.Grant, mine, head *mvccpb.KeyValue) (clientv3.LeaseID, bool) {
+	if mine == nil || mine.ModRevision != int64(g.Token) || string(mine.Value) != g.Owner || mine.Lease == 0 {
+		return 0, false
+	}
+	if head != nil && head.CreateRevision != mine.CreateRevision {
+		return 0, false
+	}
+	if g.Handle != "" {
+		if h, ok := parseHandle(g.Handle); !ok || h != clientv3.LeaseID(mine.Lease) {
+			return 0, false
+		}
+	}
+	return clientv3.LeaseID(mine.Lease), true
+}
+
+type leaseResult struct {
+	l   lease
+	err error
+}
+
+// Renew implements driver.Backend: it checks in one read transaction that
+// g's entry still exists with g's token (its mod revision) at the head of
+// its queue, and keeps the entry's lease alive (shared with the backend's
+// other entries: one keep-alive serves every renewal within 1/20 of the
+// TTL). Renew never creates anything. With Rotate it re-puts the entry
+// (keeping its lease) and the key's rotation marker in one transaction
+// guarded by the mod revision: the new mod revision is the new token. A
+// holder that queued before another holder's rotation is re-put the same
+// way on its first Renew, so its token exceeds the rotated one.
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := driver.ValidateKey(g.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := checkTTL(req.TTL); err != nil {
+		return driver.Grant{}, err
+	}
+	if b.closed.Load() {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	if g.Owner == "" || g.Token == 0 {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	start := time.Now()
+	// When the handle names one of this backend's leases, keep it alive
+	// while the entry is read: one round trip instead of two.
+	var early chan leaseResult
+	if h, ok := parseHandle(g.Handle); ok {
+		if s := b.sessionOf(h); s != nil {
+			early = make(chan leaseResult, 1)
+			go func() {
+				l, err := s.fresh(ctx, h, false)
+				early <- leaseResult{l, err}
+			}()
+		}
+	}
+	resp, err := b.cli.Txn(ctx).Then(b.checkOps(g)...).Commit()
+	var lr leaseResult
+	if early != nil {
+		lr = <-early
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	mine := firstOf(resp, 0)
+	id, ok := current(g, mine, firstOf(resp, 1))
+	if !ok {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	// Rotation re-puts the entry (new mod revision = new token) and the
+	// key's marker. A holder that queued before another holder's
+	// rotation re-puts its entry too, so that its token exceeds the
+	// rotated one.
+	marker := firstOf(resp, 2)
+	switch {
+	case req.Rotate:
+		if g.Token, err = b.bump(ctx, string(mine.Key), g.Owner, mine.ModRevision, b.markerKey(g.Key)); err != nil {
+			return driver.Grant{}, err
+		}
+	case marker != nil && marker.ModRevision > mine.ModRevision:
+		if g.Token, err = b.bump(ctx, string(mine.Key), g.Owner, mine.ModRevision, ""); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	if early == nil {
+		lr.l, lr.err = b.keepLease(ctx, id)
+	}
+	if errors.Is(lr.err, errLeaseGone) {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	if lr.err != nil {
+		return driver.Grant{}, lr.err
+	}
+	g.TTL = lr.l.ttlLeft(start)
+	g.Handle = lr.l.handle()
+	return g, nil
+}
+
+// RenewBatch implements driver.BatchRenewer: the grants' entries are read
+// in transactions of up to 128 reads, sent concurrently, while the leases
+// their handles name are kept alive (one keep-alive per distinct lease,
+// usually one for the whole batch). A transaction that fails affects only
+// its own grants. An entry that still exists with the grant's create
+// revision is still the holder: no entry can queue ahead of it later.
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if err := checkTTL(req.TTL); err != nil {
+		return nil, err
+	}
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if req.Rotate {
+		// Rotation writes each entry: one Renew per grant.
+		out := make([]driver.RenewResult, len(grants))
+		for i, g := range grants {
+			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+		}
+		return out, nil
+	}
+	start := time.Now()
+	out := make([]driver.RenewResult, len(grants))
+	ids := make([]clientv3.LeaseID, len(grants))
+	var wg sync.WaitGroup
+	leases := make(map[clientv3.LeaseID]*leaseResult)
+	for _, g := range grants {
+		if h, ok := parseHandle(g.Handle); ok && leases[h] == nil {
+			leases[h] = new(leaseResult)
+		}
+	}
+	for id, lr := range leases {
+		wg.Go(func() { lr.l, lr.err = b.keepLease(ctx, id) })
+	}
+	var idx []int
+	var ops []clientv3.Op
+	flush := func(idx []int, ops []clientv3.Op) {
+		wg.Go(func() {
+			resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+			for j, i := range idx {
+				if err != nil {
+					out[i].Err = err
+					continue
+				}
+				id, ok := current(grants[i], firstOf(resp, j), nil)
+				if !ok {
+					out[i].Err = driver.ErrNotHeld
+					continue
+				}
+				ids[i] = id
+			}
+		})
+	}
+	for i, g := range grants {
+		if driver.ValidateKey(g.Key) != nil || g.Owner == "" || g.Token == 0 {
+			out[i].Err = driver.ErrNotHeld
+			continue
+		}
+		idx = append(idx, i)
+		ops = append(ops, clientv3.OpGet(b.entryKey(g.Key, g.Owner)))
+		if len(ops) == maxTxnOps {
+			flush(idx, ops)
+			idx, ops = nil, nil
+		}
+	}
+	if len(ops) > 0 {
+		flush(idx, ops)
+	}
+	wg.Wait()
+	failed := 0
+	for i, id := range ids {
+		if id == 0 {
+			if out[i].Err != nil && !errors.Is(out[i].Err, driver.ErrNotHeld) {
+				failed++
+			}
+			continue
+		}
+		lr := leases[id]
+		if lr == nil { // no handle named it
+			lr = new(leaseResult)
+			lr.l, lr.err = b.keepLease(ctx, id)
+			leases[id] = lr
+		}
+		switch {
+		case errors.Is(lr.err, errLeaseGone):
+			out[i].Err = driver.ErrNotHeld
+		case lr.err != nil:
+			out[i].Err = lr.err
+			failed++
+		default:
+			g := grants[i]
+			g.TTL = lr.l.ttlLeft(start)
+			g.Handle = lr.l.handle()
+			out[i].Grant = g
+		}
+	}
+	if failed == len(grants) && failed > 0 {
+		return nil, out[0].Err
+	}
+	return out, nil
+}
+
+// Release implements driver.Backend: it deletes g's entry only if its mod
+// revision is still g's token, in one transaction (never a delete by key name
+// alone, see etcd-io/etcd#22082). The shared lease is not revoked.
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	if err := driver.ValidateKey(g.Key); err != nil {
+		return err
+	}
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if g.Owner == "" || g.Token == 0 {
+		return driver.ErrNotHeld
+	}
+	k := b.entryKey(g.Key, g.Owner)
+	ok, err := b.deleteEntry(ctx, k, int64(g.Token))
+	if err != nil {
+		// The entry may outlive this failure on the shared lease: retry
+		// the deletion with the next keep-alive that gets through.
+		b.orphan(k, int64(g.Token))
+		return err
+	}
+	if !ok {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// deleteEntry deletes entry k if its mod revision (its token) is mod.
+func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64) (bool, error) {
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
+		Then(clientv3.OpDelete(k)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// maxSweep bounds the deletions one sweep sends.
+const maxSweep = 64
+
+// orphan records entry k (mod revision rev) whose deletion failed.
+func (b *Backend) orphan(k string, rev int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.orphans == nil {
+		b.orphans = make(map[string]int64)
+	}
+	b.orphans[k] = rev
+}
+
+// sweep retries the deletion of orphaned entries in one transaction of
+// independent guarded deletes. It runs after a keep-alive got through, so
+// that an entry whose release failed does not live on with the lease its
+// backend keeps renewing for other locks.
+func (b *Backend) sweep(ctx context.Context) {
+	b.mu.Lock()
+	batch := make(map[string]int64, min(len(b.orphans), maxSweep))
+	for k, rev := range b.orphans {
+		if len(batch) == maxSweep {
+			break
+		}
+		batch[k] = rev
+	}
+	b.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	ops := make([]clientv3.Op, 0, len(batch))
+	for k, rev := range batch {
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", rev)},
+			[]clientv3.Op{clientv3.OpDelete(k)}, nil))
+	}
+	if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return
+	}
+	b.mu.Lock()
+	for k, rev := range batch {
+		if b.orphans[k] == rev {
+			delete(b.orphans, k)
+		}
+	}
+	b.mu.Unlock()
+}
+
+// remaining asks etcd how long lease id has left; 0 if unknown.
+func (b *Backend) remaining(ctx context.Context, id int64) time.Duration {
+	if id == 0 {
+		return 0
+	}
+	resp, err := b.cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil || resp.TTL <= 0 {
+		return 0
+	}
+	return time.Duration(resp.TTL) * time.Second
+}
+
+// Inspect implements driver.Backend: the holder is the entry with the
+// lowest create revision in key's queue; Remaining is its lease's time to
+// live as etcd reports it (whole seconds).
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	if b.closed.Load() {
+		return driver.Info{}, driver.ErrClosed
+	}
+	resp, err := b.cli.Get(ctx, b.queuePrefix(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		return driver.Info{Key: key}, nil
+	}
+	info := holderInfo(key, resp.Kvs[0])
+	info.Remaining = b.remaining(ctx, resp.Kvs[0].Lease)
+	return info, nil
+}
+
+// maxListLeases bounds the TimeToLive requests of one List.
+const maxListLeases = 16
+
+// List implements driver.Backend with one range read of the prefix; each
+// key's holder is its entry with the lowest create revision. Remaining is
+// filled in from up to 16 distinct leases (usually one per client).
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	resp, err := b.cli.Get(ctx, b.prefix+escape(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	type head struct {
+		kv  *mvccpb.KeyValue
+		key string
+	}
+	heads := make(map[string]head)
+	var order []string
+	for _, kv := range resp.Kvs {
+		key, _, ok := b.parseEntry(string(kv.Key))
+		if !ok {
+			continue
+		}
+		h, seen := heads[key]
+		if !seen {
+			order = append(order, key)
+		}
+		if !seen || kv.CreateRevision < h.kv.CreateRevision {
+			heads[key] = head{kv, key}
+		}
+	}
+	ttls := make(map[int64]time.Duration)
+	out := make([]driver.Info, 0, len(order))
+	for _, key := range order {
+		h := heads[key]
+		info := holderInfo(key, h.kv)
+		if d, ok := ttls[h.kv.Lease]; ok {
+			info.Remaining = d
+		} else if len(ttls) < maxListLeases {
+			d = b.remaining(ctx, h.kv.Lease)
+			ttls[h.kv.Lease] = d
+			info.Remaining = d
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// ErrHolderChanged is returned by ForceRelease when the holder it read was
+// replaced before it could delete it. Nothing was removed; try again.
+var ErrHolderChanged = errors.New("etcd: the holder changed during force-release; nothing removed")
+
+// ForceRelease implements driver.ForceReleaser: it deletes the head of
+// key's queue, guarded by its create revision. The holder's loss watch
+// fires at once; the next waiter becomes the holder with a higher token.
+// The holder's lease is not revoked (it is shared with its other locks).
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	if b.closed.Load() {
+		return driver.Info{}, driver.ErrClosed
+	}
+	resp, err := b.cli.Get(ctx, b.queuePrefix(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		return driver.Info{Key: key}, nil
+	}
+	kv := resp.Kvs[0]
+	info := holderInfo(key, kv)
+	ok, err := b.deleteEntry(ctx, string(kv.Key), kv.ModRevision)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	if !ok {
+		return driver.Info{}, ErrHolderChanged
+	}
+	return info, nil
+}
+
+// Describe implements driver.Describer.
+func (b *Backend) Describe() driver.Description {
+	return driver.Description{
+		Name:     "etcd",
+		Fencing:  "mod revision of the holder's queue entry (etcd's cluster-wide revision); survives restarts and compaction; rotation re-puts the entry",
+		Clock:    "server (etcd leader's lease expiry, whole seconds)",
+		Liveness: "lease TTL: one etcd lease per Backend and TTL, kept alive by renewals; a dead process's locks are freed when it expires",
+	}
+}
+
+// revoke revokes lease id with a fresh context bounded by CleanupTimeout.
+func (b *Backend) revoke(id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+	defer cancel()
+	if _, err := b.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+		return fmt.Errorf("etcd: revoke lease %x: %w", int64(id), err)
+	}
+	return nil
+}
+
+// Close implements driver.Backend: it stops the loss watches, revokes the
+// backend's leases (freeing any entry still attached to them, so a clean
+// shutdown does not leave locks to expire), and closes the etcd client if
+// Open created it. A client passed to New is left open.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed.Store(true)
+	b.cancel() // under b.mu: no loss watch starts after this
+	b.mu.Unlock()
+	b.wg.Wait()
+	b.mu.Lock()
+	var ids []clientv3.LeaseID
+	for _, s := range b.sessions {
+		s.mu.Lock()
+		if s.id != 0 {
+			ids = append(ids, s.id)
+			s.id = 0
+		}
+		s.mu.Unlock()
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := b.revoke(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.own {
+		if err := b.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,94 @@
+package etcd
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// maxWatchRestarts bounds how often a loss watch is re-established after
+// etcd cancels it (compaction, leader loss). After that the engine's
+// renewals still find the loss; the watch only makes it faster.
+const maxWatchRestarts = 8
+
+// lossWatchDelay is how long NotifyLoss waits before it starts watching: a
+// lease released sooner (most short critical sections) costs no watch at
+// all, and a deletion in the meantime is not missed, because the watch
+// starts at the revision after the grant's.
+const lossWatchDelay = 100 * time.Millisecond
+
+// NotifyLoss implements driver.LossNotifier: a watch on g's entry, from the
+// revision after its creation, reports its deletion (by a force-release,
+// an operator, or its lease expiring or being revoked) as
+// driver.ErrNotHeld. The watch starts 100ms after the grant (a lease
+// released before that never starts one) and runs on one goroutine per
+// grant, ended by stop or Close.
+func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+	var done atomic.Bool
+	if b.closed.Load() || g.Token == 0 || g.Owner == "" || driver.ValidateKey(g.Key) != nil {
+		return func() { done.Store(true) }
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	fire := func() {
+		if done.CompareAndSwap(false, true) {
+			lost(driver.ErrNotHeld)
+		}
+	}
+	key, rev := b.entryKey(g.Key, g.Owner), int64(g.Token)
+	t := time.AfterFunc(lossWatchDelay, func() {
+		b.mu.Lock()
+		if ctx.Err() != nil { // stopped, or the backend closed
+			b.mu.Unlock()
+			return
+		}
+		b.wg.Add(1)
+		b.mu.Unlock()
+		defer b.wg.Done()
+		b.watchLoss(ctx, key, rev, fire)
+	})
+	return func() {
+		done.Store(true)
+		t.Stop()
+		cancel()
+	}
+}
+
+func (b *Backend) watchLoss(ctx context.Context, key string, rev int64, fire func()) {
+	from := rev + 1
+	for range maxWatchRestarts {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := b.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+		for resp := range wch {
+			if resp.Canceled || resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE {
+					cancel()
+					fire()
+					return
+				}
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		// The watch ended (compacted past our revision, or etcd cancelled
+		// it): check the entry directly and watch again from now.
+		resp, err := b.cli.Get(ctx, key)
+		if err != nil {
+			return
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision > rev {
+			fire()
+			return
+		}
+		from = resp.Header.Revision + 1
+	}
+}

@@ -1,0 +1,246 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// DefaultPrefix is the etcd key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "/fencelock/"
+
+// maxPrefixLen bounds Options.Prefix.
+const maxPrefixLen = 256
+
+// Options configures a Backend. A nil *Options, and every zero field, means
+// the documented default.
+type Options struct {
+	// Prefix is the etcd key prefix under which every lock queue lives.
+	// Default DefaultPrefix ("/fencelock/"). It must be 1 to 256 bytes of
+	// printable UTF-8 and end with '/'. Backends that share a prefix
+	// share locks; give unrelated applications different prefixes.
+	Prefix string
+
+	// CleanupTimeout bounds the clean-up requests that run on a fresh
+	// context after the caller's context ended: removal of a cancelled
+	// waiter's queue entry, and revocation of the backend's leases in
+	// Close. Default 5s.
+	CleanupTimeout time.Duration
+}
+
+// Validate reports the first option out of range as a
+// *driver.InvalidOptionError.
+func (o *Options) Validate() error {
+	_, err := o.resolve()
+	return err
+}
+
+func (o *Options) resolve() (Options, error) {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Prefix == "" {
+		r.Prefix = DefaultPrefix
+	}
+	if err := validatePrefix(r.Prefix); err != nil {
+		return r, err
+	}
+	if r.CleanupTimeout == 0 {
+		r.CleanupTimeout = 5 * time.Second
+	}
+	if r.CleanupTimeout < 0 {
+		return r, &driver.InvalidOptionError{Option: "CleanupTimeout", Value: r.CleanupTimeout.String(), Reason: "must be positive"}
+	}
+	return r, nil
+}
+
+func validatePrefix(p string) error {
+	bad := func(reason string) error {
+		return &driver.InvalidOptionError{Option: "Prefix", Value: strconv.Quote(p), Reason: reason}
+	}
+	switch {
+	case len(p) > maxPrefixLen:
+		return bad(fmt.Sprintf("must be at most %d bytes", maxPrefixLen))
+	case !utf8.ValidString(p):
+		return bad("must be valid UTF-8")
+	case !strings.HasSuffix(p, "/"):
+		return bad("must end with '/'")
+	}
+	for _, r := range p {
+		if !unicode.IsPrint(r) {
+			return bad(fmt.Sprintf("must be printable (found %U)", r))
+		}
+	}
+	return nil
+}
+
+func init() {
+	fencelock.Register("etcd", openURL)
+	fencelock.Register("etcds", openURL)
+}
+
+func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	return openParsed(ctx, u)
+}
+
+// Open connects to the etcd cluster named by rawURL and returns a Backend
+// that owns the connection: its Close closes it.
+//
+//	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix/][?params]
+//	etcds://… (TLS)
+//
+// The port defaults to 2379. The path, if not empty or "/", is the key
+// prefix (Options.Prefix; a missing trailing '/' is added). Parameters:
+//
+//   - dial_timeout: how long Open waits for the cluster to answer (default 5s).
+//   - cleanup_timeout: Options.CleanupTimeout (default 5s).
+//   - ca_file, cert_file, key_file, server_name: TLS settings, etcds only
+//     (default: the system roots, no client certificate, the host name).
+//
+// Unknown parameters are rejected. Passwords never appear in errors.
+func Open(ctx context.Context, rawURL string) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: "(unparsable)", Reason: "not a URL"}
+	}
+	return openParsed(ctx, u)
+}
+
+func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
+	bad := func(reason string) error {
+		return &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: reason}
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if scheme != "etcd" && scheme != "etcds" {
+		return nil, bad("scheme must be etcd or etcds")
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, bad("want etcd://host:port[,host:port...]/prefix/")
+	}
+	if u.Fragment != "" {
+		return nil, bad("fragments are not allowed")
+	}
+	var endpoints []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return nil, bad("empty host in the endpoint list")
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+		}
+		if _, port, err := net.SplitHostPort(h); err != nil {
+			return nil, bad("bad host " + strconv.Quote(h))
+		} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return nil, bad("bad port " + strconv.Quote(port))
+		}
+		endpoints = append(endpoints, h)
+	}
+
+	var opts Options
+	if p := u.Path; p != "" && p != "/" {
+		if !strings.HasSuffix(p, "/") {
+			p += "/"
+		}
+		opts.Prefix = p
+	}
+	params := driver.NewParams(u)
+	dialTimeout := params.Duration("dial_timeout", 5*time.Second)
+	opts.CleanupTimeout = params.Duration("cleanup_timeout", 0)
+	var caFile, certFile, keyFile, serverName string
+	if scheme == "etcds" {
+		caFile = params.String("ca_file", "")
+		certFile = params.String("cert_file", "")
+		keyFile = params.String("key_file", "")
+		serverName = params.String("server_name", "")
+	}
+	if err := params.Err(); err != nil {
+		return nil, err
+	}
+	if dialTimeout <= 0 {
+		return nil, &driver.InvalidOptionError{Option: "URL parameter \"dial_timeout\"", Value: dialTimeout.String(), Reason: "must be positive"}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, bad("cert_file and key_file must be given together")
+	}
+	if _, err := opts.resolve(); err != nil {
+		return nil, err
+	}
+
+	cfg := clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: dialTimeout,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      zap.NewNop(),
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	if scheme == "etcds" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return nil, bad("ca_file: " + err.Error())
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, bad("ca_file: no PEM certificates found")
+			}
+		}
+		if certFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, bad("cert_file/key_file: " + err.Error())
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connect to %s: %w", u.Redacted(), err)
+	}
+	// clientv3 dials lazily: check that the cluster answers, so a wrong
+	// address fails here rather than on the first lock.
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	_, err = cli.Get(pctx, opts.Prefix+"\x00", clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("etcd: %s did not answer: %w", u.Redacted(), err)
+	}
+	b, err := New(ctx, cli, &opts)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	b.own = true
+	return b, nil
+}
+
+// isLeaseNotFound reports whether err says a lease no longer exists.
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, errLeaseGone) || errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
+}

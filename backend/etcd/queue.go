@@ -1,0 +1,336 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// errQueueEntryGone reports that a waiter's own entry disappeared while it
+// waited (its lease expired or it was deleted from outside).
+var errQueueEntryGone = errors.New("etcd: queue entry removed while waiting")
+
+// AcquireWait implements driver.Waiter with a FIFO queue ordered by create
+// revision, like concurrency.Mutex, but with watches that etcd registers as
+// "synced":
+//
+//  1. One transaction puts the owner's entry (unless it exists) and reads
+//     the queue's newest entries, which gives the entries older than ours.
+//  2. With at most knownPreds older entries, the waiter knows all of them
+//     (none can be created later) and watches the queue for their
+//     deletions: it is at the head once all are gone, with no further
+//     read. Further back, it watches its predecessor and reads the queue
+//     again when that one is deleted.
+//  3. Watches start at the current revision (a watch started at an older
+//     revision would be "unsynced" and caught up only every 100ms); if
+//     anything was written between the read and the watch's creation, the
+//     waiter reads again what is left.
+//
+// While it waits, it keeps the backend's lease alive every third of its
+// TTL. When ctx ends (or the wait fails, or the backend is closed) it
+// deletes its entry with a fresh context bounded by
+// Options.CleanupTimeout.
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.checkRequest(req); err != nil {
+		return driver.Grant{}, err
+	}
+	// End the wait when the backend closes, too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel)
+	defer stop()
+
+	s := b.session(req.TTL)
+	qp := b.queuePrefix(req.Key)
+	me := qp + escape(req.Owner)
+
+	w := &waiter{b: b, s: s, qp: qp, me: me}
+	g, err := w.wait(ctx, req)
+	if err == nil {
+		return g, nil
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+	switch {
+	case w.rev != 0:
+		if _, err := b.deleteEntry(cctx, me, w.mod); err != nil {
+			b.orphan(me, w.mod)
+		}
+	case w.sent != 0:
+		// The put's outcome is unknown: delete the entry if it is ours
+		// (the key is unique to this owner; the lease tells it is this
+		// attempt's).
+		_, _ = b.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.LeaseValue(me), "=", w.sent)).
+			Then(clientv3.OpDelete(me)).
+			Commit()
+	}
+	ccancel()
+	if b.closed.Load() {
+		return driver.Grant{}, driver.ErrClosed
+	}
+	return driver.Grant{}, err
+}
+
+type waiter struct {
+	b     *Backend
+	s     *session
+	qp    string
+	me    string
+	rev   int64            // our entry's create revision (queue order), once put
+	mod   int64            // its mod revision (token)
+	lease clientv3.LeaseID // the lease our entry is attached to
+	sent  clientv3.LeaseID // the lease of a put whose outcome is unknown
+}
+
+// enqueue puts our entry (or finds it from an earlier attempt) and returns
+// up to two older entries, nearest first, and the revision they were read
+// at.
+func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvccpb.KeyValue, int64, error) {
+	for attempt := 0; ; attempt++ {
+		l, err := w.s.fresh(ctx, 0, true)
+		if err != nil {
+			return nil, 0, err
+		}
+		// The put is not abandoned when ctx ends: its outcome must be
+		// known to remove the entry afterwards.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.b.cleanupTimeout)
+		w.sent = l.id
+		resp, err := w.b.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.me), "=", 0)).
+			Then(clientv3.OpPut(w.me, req.Owner, clientv3.WithLease(l.id)),
+				clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+2))).
+			Else(clientv3.OpGet(w.me)).
+			Commit()
+		cancel()
+		if err == nil || isLeaseNotFound(err) {
+			w.sent = 0 // the outcome is known
+		}
+		if isLeaseNotFound(err) && attempt == 0 {
+			w.s.forget(l.id)
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if resp.Succeeded {
+			w.rev, w.mod, w.lease = resp.Header.Revision, resp.Header.Revision, l.id
+			var preds []*mvccpb.KeyValue
+			for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+				if kv.CreateRevision < w.rev {
+					preds = append(preds, kv)
+				}
+			}
+			return preds, resp.Header.Revision, nil
+		}
+		mine := firstOf(resp, 0)
+		if mine == nil {
+			continue // deleted in between: put it again
+		}
+		if string(mine.Value) != req.Owner || clientv3.LeaseID(mine.Lease) != l.id {
+			// Left by an earlier attempt on a lease we no longer keep
+			// alive: replace it.
+			if _, err := w.b.deleteEntry(ctx, w.me, mine.ModRevision); err != nil {
+				return nil, 0, err
+			}
+			if attempt >= 2 {
+				return nil, 0, errQueueEntryGone
+			}
+			continue
+		}
+		w.rev, w.mod, w.lease = mine.CreateRevision, mine.ModRevision, l.id
+		return w.predecessors(ctx)
+	}
+}
+
+// knownPreds is how many older entries a waiter tracks itself: with at
+// most that many ahead of it, it watches the queue for their deletions and
+// needs no further reads; further back, it watches its predecessor only
+// and reads the queue again when that one goes.
+const knownPreds = 16
+
+// predecessors returns up to knownPreds+1 entries older than ours, nearest
+// first, and the revision they were read at.
+func (w *waiter) predecessors(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+	resp, err := w.b.cli.Get(ctx, w.qp, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+func (w *waiter) wait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	preds, at, err := w.enqueue(ctx, req)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	l, _ := w.s.fresh(ctx, w.lease, false)
+	keepEvery := max(l.granted/3, 100*time.Millisecond)
+	ticker := time.NewTicker(keepEvery)
+	defer ticker.Stop()
+	for {
+		if len(preds) == 0 {
+			start := time.Now()
+			l, err := w.s.fresh(ctx, w.lease, false)
+			if errors.Is(err, errLeaseGone) {
+				return driver.Grant{}, errQueueEntryGone
+			}
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			// The token is final once Renew confirms the grant (the engine
+			// always does): if a holder rotated its token after we
+			// queued, Renew re-puts our entry to get a higher one.
+			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(w.mod), TTL: l.ttlLeft(start), Handle: l.handle()}, nil
+		}
+		if len(preds) <= knownPreds {
+			// Every older entry is known, and none can be added: we are
+			// at the head once all of them are deleted.
+			gone, err := w.awaitAll(ctx, ticker, preds, at)
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			if gone {
+				preds = nil
+				continue
+			}
+		} else if _, err := w.awaitDelete(ctx, ticker, preds[0], at); err != nil {
+			return driver.Grant{}, err
+		}
+		if preds, at, err = w.predecessors(ctx); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+}
+
+// watchQueue watches the deletions in our queue (or of one key) from the
+// current revision, so that etcd registers the watch as synced.
+// WithRequireLeader: etcd cancels the watch if its member loses the leader
+// (we then read the queue again), and the different metadata puts
+// waiters' watches on their own gRPC stream, so their creation never
+// queues behind the backend's loss watches.
+func (w *waiter) watchQueue(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	opts = append(opts, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	return w.b.cli.Watch(clientv3.WithRequireLeader(ctx), key, opts...)
+}
+
+// keepAlive is run on every tick of the waiter's ticker.
+func (w *waiter) keepAlive(ctx context.Context) error {
+	if _, err := w.s.fresh(ctx, w.lease, false); err != nil {
+		if errors.Is(err, errLeaseGone) {
+			return errQueueEntryGone
+		}
+		return err
+	}
+	return nil
+}
+
+// awaitAll waits until every entry of preds (all the entries older than
+// ours, read at revision at) is deleted, with one watch on the queue. It
+// returns false if the watch ended for another reason.
+func (w *waiter) awaitAll(ctx context.Context, ticker *time.Ticker, preds []*mvccpb.KeyValue, at int64) (bool, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	left := make(map[string]bool, len(preds))
+	for _, kv := range preds {
+		left[string(kv.Key)] = true
+	}
+	wch := w.watchQueue(wctx, w.qp, clientv3.WithPrefix())
+	created := false
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-ticker.C:
+			if err := w.keepAlive(ctx); err != nil {
+				return false, err
+			}
+		case resp, ok := <-wch:
+			if !ok || resp.Canceled || resp.Err() != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				return false, nil // read the queue again
+			}
+			if resp.Created && !created {
+				created = true
+				if resp.Header.Revision != at {
+					// Written between our read and the watch's
+					// registration: read again what is left.
+					now, _, err := w.predecessors(ctx)
+					if err != nil {
+						return false, err
+					}
+					left = make(map[string]bool, len(now))
+					for _, kv := range now {
+						left[string(kv.Key)] = true
+					}
+				}
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE {
+					delete(left, string(ev.Kv.Key))
+				}
+			}
+			if created && len(left) == 0 {
+				return true, nil
+			}
+		}
+	}
+}
+
+// awaitDelete waits until entry pred (read at revision at) is deleted. It
+// returns gone=false if the watch ended for another reason (the caller
+// then reads the queue again).
+func (w *waiter) awaitDelete(ctx context.Context, ticker *time.Ticker, pred *mvccpb.KeyValue, at int64) (gone bool, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	key := string(pred.Key)
+	wch := w.watchQueue(wctx, key)
+	created := false
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-ticker.C:
+			if err := w.keepAlive(ctx); err != nil {
+				return false, err
+			}
+		case resp, ok := <-wch:
+			if !ok || resp.Canceled || resp.Err() != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				return false, nil // read the queue again
+			}
+			if resp.Created && !created {
+				created = true
+				if resp.Header.Revision != at {
+					// Something was written between our read and the
+					// watch's registration: the predecessor may have
+					// gone in that gap.
+					gr, err := w.b.cli.Get(ctx, key)
+					if err != nil {
+						return false, err
+					}
+					if len(gr.Kvs) == 0 || gr.Kvs[0].CreateRevision != pred.CreateRevision {
+						return true, nil
+					}
+				}
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE {
+					return true, nil
+				}
+			}
+		}
+	}
+}
