@@ -112,7 +112,7 @@ func testMutualExclusion(t *testing.T, s *suite) {
 		counter           int // protected only by the lock under test
 		fence             fencelock.Fence
 		wg                sync.WaitGroup
-		errs              = make(chan error, workers)
+		errs              = make(chan error, workers*rounds*2) // never blocks a worker
 	)
 	clients := make([]*fencelock.Client, workers)
 	for i := range clients {

@@ -1,0 +1,155 @@
+package mongo_test
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
+
+	mongolock "github.com/fencelock/fencelock/backend/mongo"
+)
+
+// testURL returns FENCELOCK_TEST_MONGO, or skips (fails in CI) without it.
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("FENCELOCK_TEST_MONGO")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("FENCELOCK_TEST_MONGO is not set (eval \"$(scripts/testenv up mongo)\")")
+		}
+		t.Skip("FENCELOCK_TEST_MONGO is not set (eval \"$(scripts/testenv up mongo)\"): skipping")
+	}
+	return u
+}
+
+func randHex() string {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// testDatabase is the database every test uses; collections are unique per
+// run, so runs can share a server.
+const testDatabase = "fencelock_test"
+
+// withParams adds fencelock's parameters to the test URL.
+func withParams(t testing.TB, raw string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// freshCollections returns unique collection names and drops them when
+// the test ends.
+func freshCollections(t testing.TB, raw string) (locks, tokens string) {
+	t.Helper()
+	suffix := randHex()
+	locks, tokens = "locks_"+suffix, "tokens_"+suffix
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := mongo.Connect(options.Client().ApplyURI(raw))
+		if err != nil {
+			return
+		}
+		defer c.Disconnect(ctx)
+		_ = c.Database(testDatabase).Collection(locks).Drop(ctx)
+		_ = c.Database(testDatabase).Collection(tokens).Drop(ctx)
+	})
+	return locks, tokens
+}
+
+// isFerretDB reports whether the server at raw is FerretDB (its buildInfo
+// has a ferretdbVersion field).
+func isFerretDB(t testing.TB, raw string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(options.Client().ApplyURI(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(ctx)
+	var bi bson.M
+	if err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&bi); err != nil {
+		t.Fatalf("buildInfo: %v", err)
+	}
+	_, ok := bi["ferretdbVersion"]
+	return ok
+}
+
+// repoRoot walks up from the working directory to the directory with go.work.
+func repoRoot(t testing.TB) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func TestConformance(t *testing.T) {
+	raw := testURL(t)
+	locks, tokens := freshCollections(t, raw)
+	u := withParams(t, raw, "database", testDatabase, "collection", locks, "token_collection", tokens,
+		"namespace", "conformance-"+randHex())
+	h := conformance.Harness{
+		Open: func(ctx context.Context) (driver.Backend, error) { return mongolock.Open(ctx, u) },
+		TTL:  2 * time.Second,
+	}
+	if isFerretDB(t, raw) {
+		// FerretDB evaluates every filter other than a lone _id by
+		// scanning the whole collection in Go, so the cost of each
+		// conditional update grows with the number of held keys; 1000
+		// leases renewed every TTL/3 exceed what it serves on 2 cores.
+		h.Leases = 100
+		h.TTL = 10 * time.Second
+		t.Logf("server is FerretDB: ManyLeasesOneClient holds %d leases instead of 1000; TTL %v", h.Leases, h.TTL)
+	}
+	if n, err := strconv.Atoi(os.Getenv("FENCELOCK_TEST_MONGO_LEASES")); err == nil && n > 0 {
+		h.Leases = n
+	}
+	if state := os.Getenv("FENCELOCK_TESTENV_STATE"); state != "" {
+		root := repoRoot(t)
+		h.Restart = func(ctx context.Context) error {
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "mongo")
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "FENCELOCK_TESTENV_STATE="+state)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Logf("testenv restart mongo: %s", out)
+			}
+			return err
+		}
+	}
+	conformance.Run(t, h)
+}
