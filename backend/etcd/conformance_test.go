@@ -5,9 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,13 +17,7 @@ import (
 // CI) when the variable is unset.
 func testURL(t testing.TB) string {
 	t.Helper()
-	raw := os.Getenv("FENCELOCK_TEST_ETCD")
-	if raw == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("FENCELOCK_TEST_ETCD is not set (etcd://127.0.0.1:PORT); run: eval \"$(scripts/testenv up etcd)\"")
-		}
-		t.Skip("FENCELOCK_TEST_ETCD is not set (etcd://127.0.0.1:PORT); run: eval \"$(scripts/testenv up etcd)\"")
-	}
+	raw := conformance.ServerURL(t, "FENCELOCK_TEST_ETCD")
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("FENCELOCK_TEST_ETCD: %v", err)
@@ -35,45 +26,6 @@ func testURL(t testing.TB) string {
 	_, _ = crand.Read(rnd[:])
 	u.Path = "/fencelock-test-" + hex.EncodeToString(rnd[:]) + "/"
 	return u.String()
-}
-
-// repoRoot walks up from the working directory to the directory holding
-// go.work.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// restartHook restarts the test server when it was started by
-// scripts/testenv (FENCELOCK_TESTENV_STATE set), else nil.
-func restartHook(t testing.TB) func(ctx context.Context) error {
-	if os.Getenv("FENCELOCK_TESTENV_STATE") == "" {
-		return nil
-	}
-	root := repoRoot(t)
-	return func(ctx context.Context) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "etcd")
-		cmd.Dir = root
-		cmd.Env = os.Environ()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Logf("testenv restart etcd: %s", out)
-		}
-		return err
-	}
 }
 
 // crash makes b behave like a dead process: nothing is released, revoked
@@ -102,6 +54,6 @@ func TestConformance(t *testing.T) {
 		// etcd grants leases in whole seconds, at least 2s by default.
 		TTL:     2 * time.Second,
 		Crash:   func(b driver.Backend) { b.(*Backend).crash() },
-		Restart: restartHook(t),
+		Restart: conformance.TestenvRestart("etcd"),
 	})
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -25,13 +23,7 @@ import (
 // testURL returns FENCELOCK_TEST_MONGO, or skips (fails in CI) without it.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("FENCELOCK_TEST_MONGO")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("FENCELOCK_TEST_MONGO is not set (eval \"$(scripts/testenv up mongo)\")")
-		}
-		t.Skip("FENCELOCK_TEST_MONGO is not set (eval \"$(scripts/testenv up mongo)\"): skipping")
-	}
+	u := conformance.ServerURL(t, "FENCELOCK_TEST_MONGO")
 	return u
 }
 
@@ -99,24 +91,6 @@ func isFerretDB(t testing.TB, raw string) bool {
 	return ok
 }
 
-// repoRoot walks up from the working directory to the directory with go.work.
-func repoRoot(t testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 func TestConformance(t *testing.T) {
 	raw := testURL(t)
 	locks, tokens := freshCollections(t, raw)
@@ -138,18 +112,6 @@ func TestConformance(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("FENCELOCK_TEST_MONGO_LEASES")); err == nil && n > 0 {
 		h.Leases = n
 	}
-	if state := os.Getenv("FENCELOCK_TESTENV_STATE"); state != "" {
-		root := repoRoot(t)
-		h.Restart = func(ctx context.Context) error {
-			cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "mongo")
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "FENCELOCK_TESTENV_STATE="+state)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Logf("testenv restart mongo: %s", out)
-			}
-			return err
-		}
-	}
+	h.Restart = conformance.TestenvRestart("mongo")
 	conformance.Run(t, h)
 }

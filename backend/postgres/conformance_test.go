@@ -20,6 +20,6 @@ func TestConformance(t *testing.T) {
 			return postgres.Open(ctx, dsn)
 		},
 		TTL:     time.Second,
-		Restart: restartFunc(t),
+		Restart: conformance.TestenvRestart("postgres"),
 	})
 }

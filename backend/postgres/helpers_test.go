@@ -5,25 +5,17 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/conformance"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // testURL returns the test server's URL, or skips (fails on CI).
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("FENCELOCK_TEST_POSTGRES")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("FENCELOCK_TEST_POSTGRES is not set (CI=true): start a server with scripts/testenv up postgres")
-		}
-		t.Skip("FENCELOCK_TEST_POSTGRES is not set: run eval \"$(scripts/testenv up postgres)\" to test against a real PostgreSQL")
-	}
+	u := conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES")
 	return u
 }
 
@@ -63,38 +55,4 @@ func withParams(t testing.TB, base string, kv ...string) string {
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// restartFunc returns a hook that kill -9s and restarts the testenv server,
-// or nil when the server was not started by scripts/testenv.
-func restartFunc(t testing.TB) func(ctx context.Context) error {
-	if os.Getenv("FENCELOCK_TESTENV_STATE") == "" {
-		return nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Log("go.work not found above the test directory: restart case disabled")
-			return nil
-		}
-		dir = parent
-	}
-	root := dir
-	return func(ctx context.Context) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "postgres")
-		cmd.Dir = root
-		cmd.Env = os.Environ()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Logf("testenv restart: %s", out)
-		}
-		return err
-	}
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,13 +16,7 @@ import (
 // testURL returns the server under test, from FENCELOCK_TEST_REDIS.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("FENCELOCK_TEST_REDIS")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("FENCELOCK_TEST_REDIS is not set (CI=true): start a server with scripts/testenv up redis")
-		}
-		t.Skip("FENCELOCK_TEST_REDIS not set: no Redis to test against (eval \"$(scripts/testenv up redis)\")")
-	}
+	u := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
 	return u
 }
 
@@ -48,43 +38,6 @@ func withPrefix(u, prefix string) string {
 	return u + sep + "prefix=" + prefix
 }
 
-// repoRoot walks up from the working directory to the dir holding go.work.
-func repoRoot(t testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// restartHook kills -9 and restarts the test server, when it was started by
-// scripts/testenv.
-func restartHook(t testing.TB) func(context.Context) error {
-	if os.Getenv("FENCELOCK_TESTENV_STATE") == "" {
-		return nil
-	}
-	root := repoRoot(t)
-	return func(ctx context.Context) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "redis")
-		cmd.Dir = root
-		cmd.Env = os.Environ()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("scripts/testenv restart redis: %v\n%s", err, out)
-		}
-		return nil
-	}
-}
-
 func TestConformance(t *testing.T) {
 	url := withPrefix(testURL(t), uniquePrefix(t))
 	conformance.Run(t, conformance.Harness{
@@ -92,7 +45,7 @@ func TestConformance(t *testing.T) {
 			return fencelockredis.Open(ctx, url)
 		},
 		TTL:     time.Second,
-		Restart: restartHook(t),
+		Restart: conformance.TestenvRestart("redis"),
 	})
 }
 

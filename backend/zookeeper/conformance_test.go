@@ -5,9 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,13 +29,7 @@ var runID = func() string {
 // prefix unique to this run, or skips (fails on CI) without it.
 func testURL(t testing.TB) string {
 	t.Helper()
-	raw := os.Getenv("FENCELOCK_TEST_ZOOKEEPER")
-	if raw == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("FENCELOCK_TEST_ZOOKEEPER not set (on CI every backend is tested)")
-		}
-		t.Skip("FENCELOCK_TEST_ZOOKEEPER not set; start a server with: eval \"$(scripts/testenv up zookeeper)\"")
-	}
+	raw := conformance.ServerURL(t, "FENCELOCK_TEST_ZOOKEEPER")
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("FENCELOCK_TEST_ZOOKEEPER: %v", err)
@@ -52,24 +43,6 @@ func testURL(t testing.TB) string {
 	return u.String()
 }
 
-// repoRoot walks up from the working directory to the directory holding go.work.
-func repoRoot(t testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = up
-	}
-}
-
 func TestConformance(t *testing.T) {
 	u := testURL(t)
 	h := conformance.Harness{
@@ -80,17 +53,6 @@ func TestConformance(t *testing.T) {
 		// timeout (closing the session would delete its znodes at once).
 		Crash: func(b driver.Backend) { b.(*Backend).crash() },
 	}
-	if state := os.Getenv("FENCELOCK_TESTENV_STATE"); state != "" {
-		root := repoRoot(t)
-		h.Restart = func(ctx context.Context) error {
-			cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "testenv"), "restart", "zookeeper")
-			cmd.Env = append(os.Environ(), "FENCELOCK_TESTENV_STATE="+state)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Logf("testenv restart zookeeper: %s", out)
-			}
-			return err
-		}
-	}
+	h.Restart = conformance.TestenvRestart("zookeeper")
 	conformance.Run(t, h)
 }
