@@ -8,13 +8,6 @@ package mongobench
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,249 +19,92 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/benchkit"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 )
 
 const database = "fencelock_bench"
 
-func serverURL(b *testing.B) string {
-	u := os.Getenv("FENCELOCK_TEST_MONGO")
-	if u == "" {
-		b.Skip("FENCELOCK_TEST_MONGO is not set")
+// cmds counts the data commands the benchmarks' connections sent.
+var cmds atomic.Int64
+
+var monitor = &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+	switch ev.CommandName {
+	case "insert", "update", "delete", "find", "findAndModify":
+		cmds.Add(1)
 	}
-	return u
-}
+}}
 
-func suffix() string {
-	var r [4]byte
-	_, _ = crand.Read(r[:])
-	return hex.EncodeToString(r[:])
-}
-
-// env is one benchmark's server connection and fresh collections.
-type env struct {
-	raw           string
-	mc            *mongo.Client
-	locks, tokens string
-	rawColl       *mongo.Collection
-	cmds          atomic.Int64 // data commands sent
-}
-
-func newEnv(b *testing.B) *env {
-	raw := serverURL(b)
-	e := &env{raw: raw}
-	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
-		switch ev.CommandName {
-		case "insert", "update", "delete", "find", "findAndModify":
-			e.cmds.Add(1)
-		}
-	}}
-	mc, err := mongo.Connect(options.Client().ApplyURI(raw).SetMonitor(mon))
+// connect opens a connection to the server, closed when b ends.
+func connect(b *testing.B) *mongo.Client {
+	mc, err := mongo.Connect(options.Client().ApplyURI(benchkit.ServerURL(b, "FENCELOCK_TEST_MONGO")).SetMonitor(monitor))
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := suffix()
-	e.mc, e.locks, e.tokens = mc, "locks_"+s, "tokens_"+s
-	j := true
-	// The raw baseline writes with the same concern as the backend.
-	e.rawColl = mc.Database(database).Collection("raw_"+s,
-		options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
-	b.Cleanup(func() {
-		ctx := context.Background()
-		db := mc.Database(database)
-		_ = db.Collection(e.locks).Drop(ctx)
-		_ = db.Collection(e.tokens).Drop(ctx)
-		_ = e.rawColl.Drop(ctx)
-		_ = mc.Disconnect(ctx)
-	})
-	return e
+	b.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	return mc
 }
 
-func (e *env) client(b *testing.B) *fencelock.Client {
-	be, err := mongolock.New(context.Background(), e.mc, &mongolock.Options{Database: database, Collection: e.locks, TokenCollection: e.tokens})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := fencelock.New(be, &fencelock.Options{TTL: 30 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
+// collection returns a fresh collection, dropped when b ends.
+func collection(b *testing.B, mc *mongo.Client, name string, opts ...options.Lister[options.CollectionOptions]) *mongo.Collection {
+	c := mc.Database(database).Collection(name+"_"+benchkit.RandomHex(), opts...)
+	b.Cleanup(func() { _ = c.Drop(context.Background()) })
 	return c
 }
 
-// rawLock inserts {_id: key} until it succeeds, sleeping between refused
-// attempts with the same capped backoff as the engine; rawUnlock deletes it.
-func (e *env) rawLock(ctx context.Context, key string) error {
-	backoff := time.Millisecond
-	for {
-		_, err := e.rawColl.InsertOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}, {Key: "expiresAt", Value: time.Now().Add(30 * time.Second)}})
-		if err == nil {
-			return nil
+// raw inserts {_id: key} and deletes it, with the same write concern as
+// the backend. Waiting retries the insert with the same capped backoff as
+// the engine.
+var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
+	j := true
+	coll := collection(b, connect(b), "raw", options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
+	try := func(ctx context.Context, key string) (func() error, error) {
+		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}, {Key: "expiresAt", Value: time.Now().Add(30 * time.Second)}})
+		if mongo.IsDuplicateKeyError(err) {
+			return nil, benchkit.ErrHeld
 		}
-		if !mongo.IsDuplicateKeyError(err) {
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			_, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}})
 			return err
-		}
-		time.Sleep(backoff/2 + time.Duration(time.Now().UnixNano()%int64(backoff/2+1)))
-		backoff = min(2*backoff, 50*time.Millisecond)
+		}, nil
 	}
+	return benchkit.Same(try, benchkit.Poll(try, time.Millisecond, 50*time.Millisecond))
+}}
+
+// fencelockLib is the fencelock client on fresh collections: shared, or one
+// per goroutine.
+func fencelockLib(shared bool) benchkit.Lib {
+	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
+		mc := connect(b)
+		locks, tokens := collection(b, mc, "locks"), collection(b, mc, "tokens")
+		return func() (*fencelock.Client, error) {
+			be, err := mongolock.New(context.Background(), mc, &mongolock.Options{Database: database, Collection: locks.Name(), TokenCollection: tokens.Name()})
+			if err != nil {
+				return nil, err
+			}
+			return fencelock.New(be, &fencelock.Options{TTL: 30 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+		}
+	})
 }
 
-func (e *env) rawUnlock(ctx context.Context, key string) error {
-	_, err := e.rawColl.DeleteOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}})
-	return err
-}
+var libs = []benchkit.Lib{raw, fencelockLib(true)}
 
 // BenchmarkUncontended: one goroutine, one key, acquire then release.
-func BenchmarkUncontended(b *testing.B) {
-	ctx := context.Background()
-	b.Run("raw", func(b *testing.B) {
-		e := newEnv(b)
-		for b.Loop() {
-			if err := e.rawLock(ctx, "k"); err != nil {
-				b.Fatal(err)
-			}
-			if err := e.rawUnlock(ctx, "k"); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
-	})
-	b.Run("fencelock", func(b *testing.B) {
-		e := newEnv(b)
-		c := e.client(b)
-		for b.Loop() {
-			l, err := c.TryAcquire(ctx, "k")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
-	})
-}
+func BenchmarkUncontended(b *testing.B) { benchkit.Uncontended(b, libs, benchkit.Rate("locks/s")) }
 
-// BenchmarkParallel16: 16 goroutines, each on its own key.
-func BenchmarkParallel16(b *testing.B) {
-	ctx := context.Background()
-	var n atomic.Int64
-	b.Run("raw", func(b *testing.B) {
-		e := newEnv(b)
-		b.SetParallelism(max(1, 16/runtimeProcs()))
-		b.RunParallel(func(pb *testing.PB) {
-			key := fmt.Sprint("k", n.Add(1))
-			for pb.Next() {
-				if err := e.rawLock(ctx, key); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := e.rawUnlock(ctx, key); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
-	})
-	b.Run("fencelock", func(b *testing.B) {
-		e := newEnv(b)
-		c := e.client(b)
-		b.SetParallelism(max(1, 16/runtimeProcs()))
-		b.RunParallel(func(pb *testing.PB) {
-			key := fmt.Sprint("k", n.Add(1))
-			for pb.Next() {
-				l, err := c.TryAcquire(ctx, key)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
-	})
-}
+// BenchmarkDistinct16: 16 goroutines, each on its own key.
+func BenchmarkDistinct16(b *testing.B) { benchkit.Distinct(b, 16, libs, benchkit.Rate("locks/s")) }
 
-// BenchmarkContended8: 8 goroutines take turns on one key; each op is one
-// hand-off. Reports hand-offs per second, the p50/p99 wait for the key, and
-// the commands the server received per hand-off (polling cost).
+// BenchmarkContended8: 8 goroutines (fencelock: 8 clients) loop freely on
+// one key; each acquisition is one hand-off, its wait one acquire call.
+// Reports hand-offs per second, the p50/p99 wait for the key, and the
+// commands the server received per hand-off (polling cost).
 func BenchmarkContended8(b *testing.B) {
-	ctx := context.Background()
-	run := func(b *testing.B, e *env, lock func() (func() error, error)) {
-		var (
-			mu    sync.Mutex
-			waits []time.Duration
-			wg    sync.WaitGroup
-			left  atomic.Int64
-		)
-		left.Store(int64(b.N))
-		b.ResetTimer()
-		cmds0 := e.cmds.Load()
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for left.Add(-1) >= 0 {
-					start := time.Now()
-					unlock, err := lock()
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					w := time.Since(start)
-					mu.Lock()
-					waits = append(waits, w)
-					mu.Unlock()
-					if err := unlock(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		b.StopTimer()
-		sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
-		if len(waits) > 0 {
-			b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "p50-wait-ms")
-			b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "p99-wait-ms")
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handoffs/s")
-		b.ReportMetric(float64(e.cmds.Load()-cmds0)/float64(b.N), "cmds/handoff")
-	}
-	b.Run("raw", func(b *testing.B) {
-		e := newEnv(b)
-		run(b, e, func() (func() error, error) {
-			if err := e.rawLock(ctx, "hot"); err != nil {
-				return nil, err
-			}
-			return func() error { return e.rawUnlock(ctx, "hot") }, nil
-		})
-	})
-	b.Run("fencelock", func(b *testing.B) {
-		e := newEnv(b)
-		clients := make(chan *fencelock.Client, 8)
-		for range 8 {
-			clients <- e.client(b)
-		}
-		var fence fencelock.Fence
-		run(b, e, func() (func() error, error) {
-			c := <-clients
-			defer func() { clients <- c }()
-			l, err := c.Acquire(ctx, "hot")
-			if err != nil {
-				return nil, err
-			}
-			if err := fence.Admit("hot", l); err != nil {
-				return nil, errors.Join(errors.New("fence refused a holder"), err)
-			}
-			return func() error { return l.Release(ctx) }, nil
-		})
-	})
+	benchkit.Contended(b, 8, []benchkit.Lib{raw, fencelockLib(false)},
+		benchkit.Barging(), benchkit.Unit(time.Millisecond), benchkit.ServerCPU(benchkit.TestenvCPU("mongo")),
+		benchkit.PerHandoff("cmds/handoff", func() (float64, error) { return float64(cmds.Load()), nil }))
 }
