@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// lockJSON is one lock in the --json output of status and list.
+type lockJSON struct {
+	Key         string `json:"key"`
+	Held        bool   `json:"held"`
+	Owner       string `json:"owner,omitempty"`
+	Token       uint64 `json:"token,omitempty"`
+	RemainingMS int64  `json:"remaining_ms,omitempty"` // as the store judges it; 0: unknown (session-bound locks)
+}
+
+func toJSON(info fencelock.Info) lockJSON {
+	return lockJSON{Key: info.Key, Held: info.Locked(), Owner: info.Owner, Token: uint64(info.Token), RemainingMS: info.Remaining.Milliseconds()}
+}
+
+func remaining(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+const statusUsage = `
+Usage: fencelock status [flags] KEY
+
+Show who holds the lock KEY: owner, fencing token, and how long the lock
+lives without a renewal (as the store judges it; "-" where the lock lives as
+long as its holder's session, as on ZooKeeper).
+
+Exit status: 0 if KEY is held, 1 if it is free, 64 usage error, 69 backend
+cannot be reached.
+`
+
+const statusExamples = `Examples:
+  fencelock status backup
+  fencelock status --json --url redis://localhost:6379 jobs/nightly
+  if fencelock status deploy/web >/dev/null; then echo "a deploy is running"; fi`
+
+func cmdStatus(e *env, args []string) int {
+	fset := e.flagSet("status", statusUsage, statusExamples)
+	var cf connFlags
+	addConnFlags(fset, &cf)
+	asJSON := fset.Bool("json", false, "print JSON: {\"key\",\"held\",\"owner\",\"token\",\"remaining_ms\"}")
+	pos, rest, exit, stop := e.parse(fset, args, 0)
+	if stop {
+		return exit
+	}
+	if len(pos) != 1 || len(rest) != 0 {
+		return e.usageError("status", "want exactly one KEY")
+	}
+	key := pos[0]
+	if err := driver.ValidateKey(key); err != nil {
+		return e.usageError("status", "%v", err)
+	}
+	ctx := context.Background()
+	c, err := e.open(ctx, &cf, nil, key)
+	if err != nil {
+		return e.fail("status", err, e.parsedURL(&cf))
+	}
+	defer c.Close()
+	octx, cancel := context.WithTimeout(ctx, cf.connectTimeout)
+	defer cancel()
+	info, err := c.Inspect(octx, key)
+	if err != nil {
+		return e.fail("status", err, e.parsedURL(&cf))
+	}
+	if *asJSON {
+		writeJSON(e.stdout, toJSON(info))
+	} else if info.Locked() {
+		fmt.Fprintf(e.stdout, "%s: held by %s, token %d, expires in %s\n", strconv.Quote(key), info.Owner, info.Token, remaining(info.Remaining))
+	} else {
+		fmt.Fprintf(e.stdout, "%s: free\n", strconv.Quote(key))
+	}
+	if !info.Locked() {
+		return exitFree
+	}
+	return exitOK
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+const listUsage = `
+Usage: fencelock list [flags] [PREFIX]
+
+List every held lock whose key starts with PREFIX (all locks without one),
+sorted by key, whoever holds them.
+`
+
+const listExamples = `Examples:
+  fencelock list
+  fencelock list jobs/
+  fencelock list --json --url postgres://localhost/app | jq -r '.[].key'`
+
+func cmdList(e *env, args []string) int {
+	fset := e.flagSet("list", listUsage, listExamples)
+	var cf connFlags
+	addConnFlags(fset, &cf)
+	asJSON := fset.Bool("json", false, "print a JSON array of {\"key\",\"held\",\"owner\",\"token\",\"remaining_ms\"}")
+	pos, rest, exit, stop := e.parse(fset, args, 0)
+	if stop {
+		return exit
+	}
+	if len(pos) > 1 || len(rest) != 0 {
+		return e.usageError("list", "want at most one PREFIX")
+	}
+	prefix := ""
+	if len(pos) == 1 {
+		prefix = pos[0]
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return e.usageError("list", "%v", err)
+	}
+	ctx := context.Background()
+	probe := prefix
+	if probe == "" {
+		probe = "fencelock"
+	}
+	c, err := e.open(ctx, &cf, nil, probe)
+	if err != nil {
+		return e.fail("list", err, e.parsedURL(&cf))
+	}
+	defer c.Close()
+	octx, cancel := context.WithTimeout(ctx, cf.connectTimeout)
+	defer cancel()
+	infos, err := c.List(octx, prefix)
+	if err != nil {
+		return e.fail("list", err, e.parsedURL(&cf))
+	}
+	if *asJSON {
+		out := make([]lockJSON, 0, len(infos))
+		for _, in := range infos {
+			out = append(out, toJSON(in))
+		}
+		writeJSON(e.stdout, out)
+		return exitOK
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(e.stderr, "no locks held")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tEXPIRES IN")
+	for _, in := range infos {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", in.Key, in.Owner, in.Token, remaining(in.Remaining))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+const releaseUsage = `
+Usage: fencelock release --force [flags] KEY
+
+Remove the lock KEY whoever holds it: an administrator's tool for a lock
+whose holder is stuck. It prints what it removed. The holder learns of the
+loss at its next renewal (a 'fencelock run' holder then stops its command
+and exits 79). Fencing tokens stay monotonic: the next holder gets a higher
+token, so the old holder's late writes can still be refused by the resource.
+
+--force is required, to say that you mean to take the lock from its holder.
+
+Exit status: 0 done (also when KEY was not locked), 64 usage error, 69 the
+backend cannot be reached or cannot force-release.
+`
+
+const releaseExamples = `Examples:
+  fencelock release --force backup
+  fencelock release --force --url etcd://localhost:2379 jobs/nightly`
+
+func cmdRelease(e *env, args []string) int {
+	fset := e.flagSet("release", releaseUsage, releaseExamples)
+	var cf connFlags
+	addConnFlags(fset, &cf)
+	force := fset.Bool("force", false, "required: remove the lock whoever holds it")
+	pos, rest, exit, stop := e.parse(fset, args, 0)
+	if stop {
+		return exit
+	}
+	if len(pos) != 1 || len(rest) != 0 {
+		return e.usageError("release", "want exactly one KEY")
+	}
+	if !*force {
+		return e.usageError("release", "release takes a lock away from its holder; say --force to do it (a holder releases its own lock by ending 'fencelock run')")
+	}
+	key := pos[0]
+	if err := driver.ValidateKey(key); err != nil {
+		return e.usageError("release", "%v", err)
+	}
+	ctx := context.Background()
+	c, err := e.open(ctx, &cf, nil, key)
+	if err != nil {
+		return e.fail("release", err, e.parsedURL(&cf))
+	}
+	defer c.Close()
+	octx, cancel := context.WithTimeout(ctx, cf.connectTimeout)
+	defer cancel()
+	info, err := c.ForceRelease(octx, key)
+	if err != nil {
+		return e.fail("release", err, e.parsedURL(&cf))
+	}
+	if !info.Locked() {
+		fmt.Fprintf(e.stdout, "%s was not locked: nothing removed\n", strconv.Quote(key))
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "removed the lock on %s held by %s (token %d, %s left)\n", strconv.Quote(key), info.Owner, info.Token, remaining(info.Remaining))
+	return exitOK
+}
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version from the build info is shown.
+var version = ""
+
+const versionUsage = `
+Usage: fencelock version
+
+Print fencelock's version, the Go version it was built with, and the URL
+schemes of the backends linked into this binary.
+`
+
+func cmdVersion(e *env, args []string) int {
+	fset := e.flagSet("version", versionUsage, "Example:\n  fencelock version")
+	pos, rest, exit, stop := e.parse(fset, args, 0)
+	if stop {
+		return exit
+	}
+	if len(pos) != 0 || len(rest) != 0 {
+		return e.usageError("version", "takes no arguments")
+	}
+	v := version
+	rev := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	fmt.Fprintf(e.stdout, "fencelock %s%s (%s, %s/%s)\nbackends: %s\n", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(fencelock.Schemes(), ", "))
+	return exitOK
+}

@@ -1,0 +1,214 @@
+// Command fencelock runs a command under a distributed lock, and inspects
+// and administers locks, on any fencelock backend.
+//
+//	fencelock run [flags] KEY -- COMMAND [ARG...]
+//	fencelock status [flags] KEY
+//	fencelock list [flags] [PREFIX]
+//	fencelock release --force [flags] KEY
+//	fencelock demo
+//	fencelock version
+//
+// The backend is chosen by URL (--url, or the FENCELOCK_URL environment
+// variable); without one, fencelock uses the embedded file backend, which
+// needs no server and works across processes on one machine. See
+// docs/cli.md for every flag, the exit statuses and examples.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit statuses. They are documented in docs/cli.md and in `fencelock run
+// --help`; keep the three in step.
+const (
+	exitOK          = 0
+	exitFree        = 1  // status: the key is not locked
+	exitUsage       = 64 // EX_USAGE: bad flags or arguments
+	exitUnavailable = 69 // EX_UNAVAILABLE: backend cannot be opened or reached, or failed
+	exitSoftware    = 70 // EX_SOFTWARE: internal error
+	exitNotAcquired = 75 // EX_TEMPFAIL: the lock was not acquired (--no-wait, --timeout)
+	exitLeaseLost   = 79 // the lease was lost while the command ran
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// env is the process environment the commands see, so tests can run them
+// in-process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) int
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"run", "acquire a lock, run a command while holding it, release it", cmdRun},
+		{"status", "show who holds a lock", cmdStatus},
+		{"list", "list held locks (optionally under a prefix)", cmdList},
+		{"release", "remove a lock whoever holds it (admin, needs --force)", cmdRelease},
+		{"demo", "show fencing at work, in-process, on the memory backend", cmdDemo},
+		{"version", "print the version and the linked backends", cmdVersion},
+		{"help", "show help for a command", cmdHelp},
+	}
+}
+
+func main() {
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(e.main(os.Args[1:]))
+}
+
+func (e *env) main(args []string) int {
+	if len(args) == 0 {
+		e.usage(e.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		e.usage(e.stdout)
+		return exitOK
+	case "-version", "--version":
+		return cmdVersion(e, nil)
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(e, args[1:])
+		}
+	}
+	fmt.Fprintf(e.stderr, "fencelock: unknown command %q\n\n", args[0])
+	e.usage(e.stderr)
+	return exitUsage
+}
+
+func (e *env) usage(w io.Writer) {
+	fmt.Fprint(w, `fencelock runs a command under a distributed lock with a fencing token,
+and inspects and administers locks.
+
+Usage:
+  fencelock COMMAND [flags] [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+The backend is chosen by URL: --url, or $FENCELOCK_URL. Without either,
+fencelock uses the embedded file backend (`+defaultURLHelp+`):
+no server needed, locks shared by every process on this machine.
+
+Examples:
+  fencelock run backup -- ./backup.sh
+  fencelock run --no-wait --url redis://localhost:6379 jobs/nightly -- make nightly
+  fencelock list --json
+  fencelock demo
+
+Run 'fencelock COMMAND --help' for a command's flags, examples and exit statuses.
+`)
+}
+
+func cmdHelp(e *env, args []string) int {
+	if len(args) == 0 {
+		e.usage(e.stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] && c.name != "help" {
+			return c.run(e, []string{"--help"})
+		}
+	}
+	fmt.Fprintf(e.stderr, "fencelock: unknown command %q\n", args[0])
+	return exitUsage
+}
+
+// flagSet returns a FlagSet for a subcommand whose help text is usage
+// (printed before the flags) and examples (after).
+func (e *env) flagSet(name, usage, examples string) *flag.FlagSet {
+	fs := flag.NewFlagSet("fencelock "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "%s\n", strings.TrimSpace(usage))
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintf(w, "\nFlags:\n")
+		}
+		fs.VisitAll(func(f *flag.Flag) {
+			typ, help := flag.UnquoteUsage(f)
+			dash := "--"
+			if typ != "" {
+				typ = " " + typ
+			}
+			fmt.Fprintf(w, "  %s%s%s\n    \t%s", dash, f.Name, typ, strings.ReplaceAll(help, "\n", "\n    \t"))
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "true" && f.DefValue != "0s" {
+				fmt.Fprintf(w, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(w)
+		})
+		if examples != "" {
+			fmt.Fprintf(w, "\n%s\n", strings.TrimRight(examples, "\n"))
+		}
+	}
+	return fs
+}
+
+// parse parses a subcommand's flags, allowing flags between positional
+// arguments ("status KEY --json"). With stopAfter > 0 it stops after that
+// many positional arguments and returns everything after them (or after a
+// "--") as rest, unparsed: for run, that is the command and its own flags.
+// With stopAfter 0 every argument before a "--" is parsed. When the
+// caller should stop (help was shown, or a usage error), stop is true and
+// exit is the status.
+func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest []string, exit int, stop bool) {
+	for {
+		cut := len(args)
+		for i, a := range args {
+			if a == "--" {
+				cut = i
+				break
+			}
+		}
+		if err := fs.Parse(args[:cut]); err != nil {
+			name := strings.TrimPrefix(fs.Name(), "fencelock ")
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, nil, exitOK, true
+			}
+			return nil, nil, e.usageError(name, "%v", err), true
+		}
+		left, tail := fs.Args(), args[cut:]
+		if len(left) == 0 {
+			if len(tail) > 0 {
+				return pos, tail[1:], 0, false
+			}
+			return pos, nil, 0, false
+		}
+		pos = append(pos, left[0])
+		args = append(append([]string{}, left[1:]...), tail...)
+		if len(pos) == stopAfter {
+			if len(args) > 0 && args[0] == "--" {
+				args = args[1:]
+			}
+			return pos, args, 0, false
+		}
+	}
+}
+
+func (e *env) usageError(cmd, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "fencelock %s: %s\nRun 'fencelock %s --help' for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}

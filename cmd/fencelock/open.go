@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// defaultURL is the backend used without --url or FENCELOCK_URL: the
+// embedded file backend in its default directory.
+const defaultURL = "file://"
+
+const defaultURLHelp = "file://, a directory private to your user"
+
+// connFlags are the flags every command that talks to a backend shares.
+type connFlags struct {
+	url            string
+	connectTimeout time.Duration
+	verbose        bool
+}
+
+func addConnFlags(fs *flag.FlagSet, cf *connFlags) {
+	fs.StringVar(&cf.url, "url", "", "backend `URL`, e.g. postgres://host/db, redis://host:6379, etcd://host:2379,\nzk://host:2181, mongodb://host/db, file:///dir (default $FENCELOCK_URL, else "+defaultURL+")")
+	fs.DurationVar(&cf.connectTimeout, "connect-timeout", 10*time.Second, "give up if the backend cannot be reached within `D`")
+	fs.BoolVar(&cf.verbose, "verbose", false, "log the lock engine's warnings and events to stderr")
+}
+
+// backendError is a failure to open or reach a backend.
+type backendError struct {
+	msg string
+	bad bool // a bad URL or option (usage) rather than an unreachable store
+}
+
+func (e *backendError) Error() string { return e.msg }
+
+func (e *backendError) status() int {
+	if e.bad {
+		return exitUsage
+	}
+	return exitUnavailable
+}
+
+// rawURL returns the URL to use and where it came from.
+func (e *env) rawURL(cf *connFlags) (string, string) {
+	switch {
+	case cf.url != "":
+		return cf.url, "--url"
+	case e.getenv("FENCELOCK_URL") != "":
+		return e.getenv("FENCELOCK_URL"), "$FENCELOCK_URL"
+	}
+	return defaultURL, "default"
+}
+
+// open opens a client on the chosen backend and checks, within the connect
+// timeout, that the store answers (Inspect of probeKey), so that a wrong
+// address fails fast with the address and the timeout named instead of
+// waiting forever. Errors never contain the URL's password.
+func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, probeKey string) (*fencelock.Client, error) {
+	raw, from := e.rawURL(cf)
+	u, perr := url.Parse(raw)
+	if opts == nil {
+		opts = &fencelock.Options{}
+	}
+	if cf.verbose {
+		setLibraryVerbose(true)
+		level := slog.LevelDebug
+		opts.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	}
+	if cf.connectTimeout <= 0 {
+		return nil, &backendError{msg: "--connect-timeout must be positive", bad: true}
+	}
+	octx, cancel := context.WithTimeout(ctx, cf.connectTimeout)
+	defer cancel()
+	type result struct {
+		c   *fencelock.Client
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := fencelock.Open(octx, raw, opts)
+		if err == nil {
+			if _, err = c.Inspect(octx, probeKey); err != nil {
+				c.Close()
+				c = nil
+			}
+		}
+		done <- result{c, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	case <-time.After(cf.connectTimeout + 2*time.Second):
+		// A client library that does not honour its context: leave it
+		// behind (the process is about to exit) rather than hang.
+		r.err = context.DeadlineExceeded
+	}
+	c, err := r.c, r.err
+	if err == nil {
+		return c, nil
+	}
+	msg := scrub(err.Error(), u)
+	var ioe *fencelock.InvalidOptionError
+	switch {
+	case perr != nil:
+		return nil, &backendError{msg: fmt.Sprintf("backend URL from %s: %s", from, msg), bad: true}
+	case errors.Is(err, fencelock.ErrUnknownScheme), errors.As(err, &ioe) && strings.HasPrefix(ioe.Option, "URL"):
+		return nil, &backendError{msg: fmt.Sprintf("backend URL from %s: %s", from, msg), bad: true}
+	case errors.Is(err, fencelock.ErrInvalidOption), errors.Is(err, fencelock.ErrInvalidKey):
+		return nil, &backendError{msg: msg, bad: true}
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	where := u.Host
+	if where == "" {
+		where = u.Redacted()
+	}
+	if octx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return nil, &backendError{msg: fmt.Sprintf("cannot reach the %s backend at %s within %v (--connect-timeout): %s", u.Scheme, where, cf.connectTimeout, msg)}
+	}
+	return nil, &backendError{msg: fmt.Sprintf("cannot use the %s backend at %s: %s", u.Scheme, where, msg)}
+}
+
+// scrub removes the URL's password from a message, in case a client
+// library quoted it.
+func scrub(msg string, u *url.URL) string {
+	if u == nil || u.User == nil {
+		return msg
+	}
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+		if esc := url.QueryEscape(p); esc != p {
+			msg = strings.ReplaceAll(msg, esc, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// fail prints err for the command and returns its exit status.
+func (e *env) fail(cmd string, err error, u *url.URL) int {
+	var be *backendError
+	switch {
+	case errors.As(err, &be):
+		fmt.Fprintf(e.stderr, "fencelock %s: %s\n", cmd, be.msg)
+		return be.status()
+	case errors.Is(err, fencelock.ErrInvalidKey), errors.Is(err, fencelock.ErrInvalidOption):
+		fmt.Fprintf(e.stderr, "fencelock %s: %s\n", cmd, scrub(err.Error(), u))
+		return exitUsage
+	case errors.Is(err, fencelock.ErrUnsupported):
+		fmt.Fprintf(e.stderr, "fencelock %s: %s\n", cmd, scrub(err.Error(), u))
+		return exitUnavailable
+	}
+	fmt.Fprintf(e.stderr, "fencelock %s: %s\n", cmd, scrub(err.Error(), u))
+	return exitUnavailable
+}
+
+func (e *env) parsedURL(cf *connFlags) *url.URL {
+	raw, _ := e.rawURL(cf)
+	u, _ := url.Parse(raw)
+	return u
+}
