@@ -820,9 +820,13 @@ func testObserver(t *testing.T, s *suite) {
 		return
 	}
 	ks := rec.kinds(key)
-	want := []string{"acquired", "renewed", "released", "acquired"}
-	if len(ks) < 4 || ks[0] != want[0] || ks[1] != want[1] || ks[len(ks)-2] != want[2] || ks[len(ks)-1] != want[3] {
-		t.Errorf("events %v; want %v (renewed possibly repeated)", ks, want)
+	// The holder reports released after the store answered, by which time
+	// the waiter may already have reported acquired: the last two may come
+	// in either order.
+	n := len(ks)
+	if n < 4 || ks[0] != "acquired" || ks[1] != "renewed" ||
+		!((ks[n-2] == "released" && ks[n-1] == "acquired") || (ks[n-2] == "acquired" && ks[n-1] == "released")) {
+		t.Errorf("events %v; want acquired, renewed…, then released and acquired", ks)
 	}
 	if e, _ := rec.last(key, fencelock.EventAcquired); !e.Contended || e.Token != wl.Token() || e.Owner != wl.Owner() || e.Backend == "" {
 		t.Errorf("contended acquired event %+v; want contended, token %d, owner %q, a backend name", e, wl.Token(), wl.Owner())
