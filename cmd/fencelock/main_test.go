@@ -537,3 +537,31 @@ func TestUnreachableBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSummary: --summary prints one line on exit with the lease's
+// events, for a clean release and for a lease taken away.
+func TestRunSummary(t *testing.T) {
+	f := newFixture(t)
+	_, stderr, code := f.run("run", "--summary", "sum", "--", "true")
+	if code != 0 || !strings.Contains(stderr, `fencelock run: summary key="sum" token=`) || !strings.Contains(stderr, "end=released") {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	out := filepath.Join(f.dir, "trap")
+	h := f.cmd("trap", out, "run", "--ttl", "600ms", "--grace", "5s", "--summary", "sum-lost", "--", self(t))
+	var e bytes.Buffer
+	h.Stderr = &e
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Process.Kill() })
+	waitFile(t, out+".ready", 30*time.Second)
+	if _, stderr, code := f.run("release", "--force", "sum-lost"); code != 0 {
+		t.Fatalf("release --force: exit %d\n%s", code, stderr)
+	}
+	if code := waitExit(t, h, 30*time.Second); code != exitLeaseLost {
+		t.Fatalf("exit %d; want %d", code, exitLeaseLost)
+	}
+	if s := e.String(); !strings.Contains(s, "end=lost") || !strings.Contains(s, "not held") {
+		t.Fatalf("summary after a lost lease:\n%s", s)
+	}
+}

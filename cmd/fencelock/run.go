@@ -77,6 +77,7 @@ func cmdRun(e *env, args []string) int {
 	noWait := fset.Bool("no-wait", false, "do not wait: exit 75 at once if KEY is held")
 	timeout := fset.Duration("timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
 	grace := fset.Duration("grace", 10*time.Second, "after a lost lease, wait `D` between SIGTERM and SIGKILL")
+	summary := fset.Bool("summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
 		return exit
@@ -141,6 +142,13 @@ func cmdRun(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "fencelock run: warning: mem:// locks live inside this fencelock process only: they exclude no other process\n")
 	}
 	opts := &fencelock.Options{TTL: *ttl}
+	if *summary {
+		sum := newRunSummary(key)
+		opts.Observer = sum
+		// Registered before c.Close's defer, so it runs after it and sees
+		// the release.
+		defer sum.print(e.stderr, func(s string) string { return scrub(s, u) })
+	}
 	if u != nil && strings.EqualFold(u.Scheme, "file") {
 		// Polling the file backend costs a local file read: poll often
 		// for a prompt hand-over where inotify (Linux) is unavailable.

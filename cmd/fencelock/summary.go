@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// runSummary is the Observer behind `run --summary`: it counts the
+// engine's events for one run and prints them as one line on exit, the
+// same events (and names) the Prometheus and OpenTelemetry adapters export.
+type runSummary struct {
+	key string
+
+	mu       sync.Mutex
+	counts   map[fencelock.EventKind]int
+	token    fencelock.Token
+	wait     time.Duration
+	held     time.Duration
+	end      string
+	endCause error
+}
+
+func newRunSummary(key string) *runSummary {
+	return &runSummary{key: key, counts: make(map[fencelock.EventKind]int)}
+}
+
+// Observe implements fencelock.Observer.
+func (s *runSummary) Observe(e fencelock.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.counts[e.Kind]++
+	if e.Token != 0 {
+		s.token = e.Token
+	}
+	switch e.Kind {
+	case fencelock.EventAcquired, fencelock.EventAcquireFailed, fencelock.EventNotAcquired:
+		s.wait = e.Wait
+		if e.Kind != fencelock.EventAcquired {
+			s.end, s.endCause = e.Kind.String(), e.Err
+		}
+	case fencelock.EventReleased, fencelock.EventReleaseFailed, fencelock.EventLost:
+		s.held = e.Held
+		s.end, s.endCause = e.Kind.String(), e.Err
+	}
+}
+
+// print writes the summary line.
+func (s *runSummary) print(w io.Writer, u urlScrubber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := s.end
+	if end == "" {
+		end = "none"
+	}
+	line := fmt.Sprintf("fencelock run: summary key=%s token=%d wait=%v held=%v renewed=%d renew_failed=%d danger_zone=%d token_rotated=%d end=%s",
+		strconv.Quote(s.key), s.token, s.wait.Round(time.Millisecond), s.held.Round(time.Millisecond),
+		s.counts[fencelock.EventRenewed], s.counts[fencelock.EventRenewFailed], s.counts[fencelock.EventDanger],
+		s.counts[fencelock.EventRotated], end)
+	if s.endCause != nil {
+		line += " cause=" + strconv.Quote(u(s.endCause.Error()))
+	}
+	fmt.Fprintln(w, line)
+}
+
+// urlScrubber removes credentials from text.
+type urlScrubber func(string) string
