@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"time"
 	"unicode"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Bounds on Options.TTL.
 const (
-	MinTTL = 10 * time.Millisecond
-	MaxTTL = 24 * time.Hour
+	MinTTL = driver.MinTTL
+	MaxTTL = driver.MaxTTL
 )
 
 // Clock is the engine's source of the current time. The engine only ever

@@ -106,3 +106,24 @@ func ValidatePrefix(prefix string) error {
 	}
 	return ValidateKey(prefix)
 }
+
+// Bounds on a lease's TTL that every backend accepts. The engine's
+// Options.TTL is checked against the same bounds.
+const (
+	MinTTL = 10 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// ValidateTTL checks a requested TTL against the bounds every backend
+// shares. The engine's own minimum (MinTTL) is not enforced here: a
+// backend accepts any positive TTL up to MaxTTL, and rounds up what is
+// finer than its store's granularity.
+func ValidateTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return &InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
+	case ttl > MaxTTL:
+		return &InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most " + MaxTTL.String()}
+	}
+	return nil
+}

@@ -81,16 +81,6 @@ func (b *Backend) Client() *clientv3.Client { return b.cli }
 // Prefix returns the etcd key prefix of the backend's lock queues.
 func (b *Backend) Prefix() string { return b.prefix }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	if ttl > 24*time.Hour {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most 24h"}
-	}
-	return nil
-}
-
 func checkOwner(owner string) error {
 	if owner == "" || len(owner) > maxOwnerLen {
 		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: fmt.Sprintf("must be 1 to %d bytes", maxOwnerLen)}
@@ -105,7 +95,7 @@ func (b *Backend) checkRequest(req driver.AcquireRequest) error {
 	if err := checkOwner(req.Owner); err != nil {
 		return err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return err
 	}
 	if b.closed.Load() {
@@ -302,7 +292,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := driver.ValidateKey(g.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	if b.closed.Load() {
@@ -373,7 +363,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 // its own grants. An entry that still exists with the grant's create
 // revision is still the holder: no entry can queue ahead of it later.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return nil, err
 	}
 	if b.closed.Load() {

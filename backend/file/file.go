@@ -166,13 +166,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	return nil
-}
-
 // lockFile opens a key's state file and takes a flock on it (exclusive
 // for an update, shared for a read), waiting for it no longer than ctx
 // allows. With create false, a missing file returns (nil, nil). The caller
@@ -350,7 +343,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := driver.ValidateKey(req.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	var g driver.Grant
@@ -377,7 +370,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	if driver.ValidateKey(g.Key) != nil {
@@ -413,7 +406,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

@@ -192,13 +192,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return nil
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	return nil
-}
-
 // Acquire implements driver.Backend.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
@@ -207,7 +200,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := driver.ValidateKey(req.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -232,7 +225,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -267,7 +260,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return nil, err
 	}
 	s := b.s

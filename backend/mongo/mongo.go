@@ -307,16 +307,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	if ttl > 365*24*time.Hour {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most a year"}
-	}
-	return nil
-}
-
 // expiry returns now+ttl as a BSON date, rounded up to the millisecond.
 func expiry(now time.Time, ttl time.Duration) bson.DateTime {
 	ms := now.UnixMilli() + (ttl + time.Millisecond - 1).Milliseconds()
@@ -362,7 +352,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := driver.ValidateKey(req.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	if req.Owner == "" {
@@ -542,7 +532,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	if err := validGrant(g); err != nil {
@@ -589,7 +579,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

@@ -277,16 +277,6 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	if ttl > 100*365*24*time.Hour {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most 100 years"}
-	}
-	return nil
-}
-
 func checkOwner(owner string) error {
 	if err := driver.ValidateKey(owner); err != nil {
 		var ke *driver.InvalidKeyError
@@ -319,7 +309,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := checkOwner(req.Owner); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	var (
@@ -347,7 +337,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	var tok int64

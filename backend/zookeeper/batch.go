@@ -41,7 +41,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return nil, ctx.Err()
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

@@ -410,13 +410,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func checkTTL(ttl time.Duration) error {
-	if ttl <= 0 {
-		return &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
-	return nil
-}
-
 func (b *Backend) parent(key string) string {
 	if b.root == "/" {
 		return "/" + escapeKey(key)
@@ -964,7 +957,7 @@ func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error
 	if err := driver.ValidateKey(req.Key); err != nil {
 		return err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return err
 	}
 	if req.Owner == "" {
@@ -982,7 +975,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := checkTTL(req.TTL); err != nil {
+	if err := driver.ValidateTTL(req.TTL); err != nil {
 		return driver.Grant{}, err
 	}
 	h, ok, err := b.ownHandle(g)
