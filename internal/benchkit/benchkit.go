@@ -33,11 +33,11 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -182,8 +182,9 @@ func each[T any](b *testing.B, shared bool, open func() (T, error), close func(T
 }
 
 // ServerURL returns the value of the first of the environment variables
-// that is set (a benchmark's own server first, then the test server), and
-// skips b if none is.
+// that is set (a benchmark's own server first, then the test server). If
+// none is, b is skipped locally and fails under CI=true, as
+// conformance.ServerURL does for tests.
 func ServerURL(b *testing.B, vars ...string) string {
 	b.Helper()
 	for _, v := range vars {
@@ -191,8 +192,8 @@ func ServerURL(b *testing.B, vars ...string) string {
 			return u
 		}
 	}
-	b.Skipf("none of %s is set", strings.Join(vars, ", "))
-	return ""
+	// None set: skip locally, fail under CI, like every backend test.
+	return conformance.ServerURL(b, vars[len(vars)-1])
 }
 
 // UniqueKey returns a key no other run uses: "bench-" and 8 random hex
