@@ -125,6 +125,7 @@ var cases = []testCase{
 	{"InspectAndListAgree", "Inspect and List report exactly the held keys, with the holders' owners and tokens, and nothing after release.", testInspectList},
 	{"CloseReleasesEverything", "Client.Close releases every lease it holds, ends them (Done closed), and makes the keys available at once.", testClose},
 	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a contended acquire is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
+	{"TokenFloorHolds", "a TokenFloorer reports the highest token it issued per key, and after RaiseFloor every new token of that key (or of every key, for a global floor) is above the floor; a held lock keeps its token; raising to a lower floor changes nothing; a bad key is rejected.", testTokenFloor},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
 }
 
@@ -231,9 +232,11 @@ func Capabilities(b driver.Backend) []Capability {
 	_, loss := b.(driver.LossNotifier)
 	_, force := b.(driver.ForceReleaser)
 	_, desc := b.(driver.Describer)
+	_, floor := b.(driver.TokenFloorer)
 	return []Capability{
 		{"Waiter", waiter}, {"Watcher", watcher}, {"BatchRenewer", batch},
 		{"LossNotifier", loss}, {"ForceReleaser", force}, {"Describer", desc},
+		{"TokenFloorer", floor},
 	}
 }
 

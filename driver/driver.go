@@ -278,3 +278,47 @@ var (
 	// ErrClosed reports use of a closed backend or client.
 	ErrClosed = errors.New("fencelock: closed")
 )
+
+// HighWater is what a TokenFloorer reports of the tokens it has issued.
+type HighWater struct {
+	// Keys maps each key the store remembers to the highest token it has
+	// issued for it, held or not (or the floor RaiseFloor set, if
+	// higher). A key that was never locked, or whose
+	// record the store has since forgotten, is absent.
+	Keys map[string]Token
+	// Global, if not zero, is above or equal to every token the store has
+	// issued for any key, including keys it no longer lists (a
+	// store-wide sequence). Zero for stores with per-key counters only.
+	Global Token
+}
+
+// Max returns the highest token in h: Global or the largest per-key mark.
+func (h HighWater) Max() Token {
+	m := h.Global
+	for _, t := range h.Keys {
+		m = max(m, t)
+	}
+	return m
+}
+
+// TokenFloorer is implemented by backends whose token counter can be read
+// and raised: what a migration between backends needs so that the tokens a
+// downstream fence has already seen never go backwards (PostgreSQL, Redis,
+// memory).
+//
+// HighWater reports the highest tokens issued for the keys starting with
+// prefix ("" for all).
+//
+// RaiseFloor guarantees that every token the backend issues for key after
+// RaiseFloor returns (by Acquire or a rotating Renew) is greater than
+// floor. key "" raises the floor of every key, present and future; a
+// backend that cannot do that returns ErrUnsupported for "" and callers
+// raise the keys one by one. A floor never goes down: raising it to a
+// value at or below the current one changes nothing, so RaiseFloor is
+// idempotent and safe to re-run. A lock held while its floor is raised
+// keeps its token; the next grant is above the floor. A backend may raise
+// more than asked (a store-wide sequence raises every key at once).
+type TokenFloorer interface {
+	HighWater(ctx context.Context, prefix string) (HighWater, error)
+	RaiseFloor(ctx context.Context, key string, floor Token) error
+}

@@ -40,6 +40,7 @@ type Store struct {
 	mu       sync.Mutex
 	locks    map[string]*record
 	counters map[string]driver.Token
+	floor    driver.Token // RaiseFloor(""): every key's tokens stay above it
 	watchers map[string]map[chan struct{}]struct{}
 	losses   map[string]map[*lossWatch]struct{}
 }
@@ -115,6 +116,14 @@ func (s *Store) TokenOf(key string) driver.Token {
 	return s.counters[key]
 }
 
+// nextLocked issues key's next token: above its counter and the global
+// floor. Called with s.mu held.
+func (s *Store) nextLocked(key string) driver.Token {
+	tok := max(s.counters[key], s.floor) + 1
+	s.counters[key] = tok
+	return tok
+}
+
 // live returns key's record if it exists and has not expired. Called with
 // s.mu held.
 func (s *Store) live(key string, now time.Time) (*record, bool) {
@@ -169,6 +178,7 @@ var (
 	_ driver.LossNotifier  = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Describer     = (*Backend)(nil)
+	_ driver.TokenFloorer  = (*Backend)(nil)
 )
 
 // Store returns the store this backend is connected to.
@@ -214,8 +224,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		r.expires = now.Add(req.TTL)
 		return driver.Grant{Key: req.Key, Owner: r.owner, Token: r.token}, nil
 	}
-	tok := s.counters[req.Key] + 1
-	s.counters[req.Key] = tok
+	tok := s.nextLocked(req.Key)
 	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL)}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok}, nil
 }
@@ -241,8 +250,7 @@ func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Ti
 	}
 	r.expires = now.Add(req.TTL)
 	if req.Rotate {
-		tok := s.counters[g.Key] + 1
-		s.counters[g.Key] = tok
+		tok := s.nextLocked(g.Key)
 		// Loss watchers follow the grant to its new token.
 		for w := range s.losses[g.Key] {
 			if w.owner == g.Owner && w.token == r.token {
@@ -402,6 +410,50 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(error)) (stop func()) {
 		s.mu.Unlock()
 		w.done.Store(true) // after stop, lost is never started
 	}
+}
+
+// HighWater implements driver.TokenFloorer. The store never forgets a
+// counter, so Keys is complete and Global is its largest mark (or the
+// global floor, if higher).
+func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.HighWater{}, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return driver.HighWater{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hw := driver.HighWater{Keys: make(map[string]driver.Token), Global: s.floor}
+	for k, t := range s.counters {
+		hw.Global = max(hw.Global, t)
+		if strings.HasPrefix(k, prefix) {
+			hw.Keys[k] = t
+		}
+	}
+	return hw, nil
+}
+
+// RaiseFloor implements driver.TokenFloorer, for one key or (key "") all.
+func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	if key != "" {
+		if err := driver.ValidateKey(key); err != nil {
+			return err
+		}
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == "" {
+		s.floor = max(s.floor, floor)
+	} else if floor > s.counters[key] {
+		s.counters[key] = floor
+	}
+	return nil
 }
 
 // Describe implements driver.Describer.

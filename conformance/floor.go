@@ -1,0 +1,101 @@
+package conformance
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+func testTokenFloor(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	b := s.backend(t)
+	f, ok := b.(driver.TokenFloorer)
+	if !ok {
+		t.Skip("capability TokenFloorer not implemented by this backend: case not run")
+	}
+	key := s.key(t, "floor")
+	prefix := key[:len(key)-len("floor")]
+
+	// The high-water mark covers a released key's last token.
+	g := rawAcquire(t, ctx, b, key, s.h.TTL)
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	hw, err := f.HighWater(ctx, prefix)
+	if err != nil {
+		t.Fatalf("HighWater: %v", err)
+	}
+	if got := hw.Keys[key]; got < g.Token && hw.Global < g.Token {
+		t.Fatalf("HighWater(%q) = key %d, global %d: below the token %d issued for %q", prefix, got, hw.Global, g.Token, key)
+	}
+	for k := range hw.Keys {
+		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+			t.Fatalf("HighWater(%q) lists %q, which does not start with the prefix", prefix, k)
+		}
+	}
+
+	// A held lock keeps its token while its floor is raised; the next
+	// grant is above the floor.
+	held := rawAcquire(t, ctx, b, key, s.h.TTL)
+	floor := max(hw.Max(), held.Token) + 1000
+	if err := f.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatalf("RaiseFloor(%q, %d): %v", key, floor, err)
+	}
+	if info, err := b.Inspect(ctx, key); err != nil || info.Token != held.Token || info.Owner != held.Owner {
+		t.Fatalf("after RaiseFloor, Inspect = %+v, %v; want the holder %q with its token %d unchanged", info, err, held.Owner, held.Token)
+	}
+	if err := b.Release(ctx, held); err != nil {
+		t.Fatalf("Release of the lock held while the floor rose: %v", err)
+	}
+	next := rawAcquire(t, ctx, b, key, s.h.TTL)
+	if next.Token <= floor {
+		t.Fatalf("token %d issued after RaiseFloor(%q, %d): must be above the floor", next.Token, key, floor)
+	}
+	if err := b.Release(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if hw, err := f.HighWater(ctx, prefix); err != nil || (hw.Keys[key] < next.Token && hw.Global < next.Token) {
+		t.Fatalf("HighWater after the raise = %+v, %v: below the token %d", hw, err, next.Token)
+	}
+
+	// Lowering is a no-op, and re-running is idempotent.
+	for _, lower := range []driver.Token{1, floor} {
+		if err := f.RaiseFloor(ctx, key, lower); err != nil {
+			t.Fatalf("RaiseFloor(%q, %d) below the current mark: %v", key, lower, err)
+		}
+	}
+	again := rawAcquire(t, ctx, b, key, s.h.TTL)
+	if again.Token <= next.Token {
+		t.Fatalf("after a lower RaiseFloor, token %d is not above the previous %d: a floor never goes down", again.Token, next.Token)
+	}
+	if err := b.Release(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad input is rejected with a typed error.
+	if err := f.RaiseFloor(ctx, "bad\x00key", floor); !errors.Is(err, driver.ErrInvalidKey) {
+		t.Fatalf("RaiseFloor with a control character in the key = %v, want ErrInvalidKey", err)
+	}
+	if _, err := f.HighWater(ctx, "bad\x00prefix"); !errors.Is(err, driver.ErrInvalidKey) {
+		t.Fatalf("HighWater with a control character in the prefix = %v, want ErrInvalidKey", err)
+	}
+
+	// A global floor, where the backend has one, covers keys never used.
+	global := again.Token + 1000
+	switch err := f.RaiseFloor(ctx, "", global); {
+	case errors.Is(err, driver.ErrUnsupported):
+		t.Log("backend has no global floor (RaiseFloor(\"\") = ErrUnsupported): per-key floors only")
+	case err != nil:
+		t.Fatalf("RaiseFloor(\"\", %d): %v", global, err)
+	default:
+		fresh := s.key(t, "fresh")
+		g := rawAcquire(t, ctx, b, fresh, s.h.TTL)
+		if g.Token <= global {
+			t.Fatalf("token %d for a new key after the global floor %d: must be above it", g.Token, global)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
