@@ -102,17 +102,29 @@ func (ks keyspace) channel(key string) string { return ks.base(key) + releasedSu
 
 // pattern is the SCAN MATCH pattern for the lock hashes of every key that
 // starts with prefix.
-func (ks keyspace) pattern(prefix string) string {
-	return "{" + globEscape(ks.prefix+":"+escapeKey(prefix)) + "*}" + lockSuffix
+func (ks keyspace) pattern(prefix string) string { return ks.patternOf(prefix, lockSuffix) }
+
+// counterPattern is the SCAN MATCH pattern for the token counters of every
+// key that starts with prefix.
+func (ks keyspace) counterPattern(prefix string) string { return ks.patternOf(prefix, tokenSuffix) }
+
+func (ks keyspace) patternOf(prefix, suffix string) string {
+	return "{" + globEscape(ks.prefix+":"+escapeKey(prefix)) + "*}" + suffix
 }
 
 // keyOf returns the lock key of a lock hash's name, if name is one.
-func (ks keyspace) keyOf(name string) (string, bool) {
+func (ks keyspace) keyOf(name string) (string, bool) { return ks.keyOfName(name, lockSuffix) }
+
+// keyOfCounter returns the lock key of a token counter's name, if name is
+// one.
+func (ks keyspace) keyOfCounter(name string) (string, bool) { return ks.keyOfName(name, tokenSuffix) }
+
+func (ks keyspace) keyOfName(name, suffix string) (string, bool) {
 	head := "{" + ks.prefix + ":"
-	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, "}"+lockSuffix) {
+	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, "}"+suffix) {
 		return "", false
 	}
-	return unescapeKey(name[len(head) : len(name)-len("}"+lockSuffix)])
+	return unescapeKey(name[len(head) : len(name)-len("}"+suffix)])
 }
 
 // globEscape escapes the characters that Redis's glob matching (SCAN

@@ -28,12 +28,15 @@ var (
 	inspectSrc string
 	//go:embed lua/force.lua
 	forceSrc string
+	//go:embed lua/floor.lua
+	floorSrc string
 
 	acquireScript = newScript(acquireSrc)
 	renewScript   = newScript(renewSrc)
 	releaseScript = newScript(releaseSrc)
 	inspectScript = newScript(inspectSrc)
 	forceScript   = newScript(forceSrc)
+	floorScript   = newScript(floorSrc)
 )
 
 // script is a Lua script run with EVALSHA, falling back to EVAL (which
