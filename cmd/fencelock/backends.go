@@ -10,4 +10,5 @@ import (
 	_ "github.com/fencelock/fencelock/backend/postgres"
 	_ "github.com/fencelock/fencelock/backend/redis"
 	_ "github.com/fencelock/fencelock/backend/zookeeper"
+	_ "github.com/fencelock/fencelock/migrate" // dual://
 )

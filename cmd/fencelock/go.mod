@@ -9,20 +9,21 @@ require (
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
-	github.com/redis/go-redis/v9 v9.22.0
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/fencelock/fencelock/migrate v0.0.0
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
@@ -33,7 +34,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.9.3 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -58,3 +59,5 @@ replace github.com/fencelock/fencelock/backend/postgres => ../../backend/postgre
 replace github.com/fencelock/fencelock/backend/redis => ../../backend/redis
 
 replace github.com/fencelock/fencelock/backend/zookeeper => ../../backend/zookeeper
+
+replace github.com/fencelock/fencelock/migrate => ../../migrate

@@ -5,6 +5,8 @@
 //	fencelock status [flags] KEY
 //	fencelock list [flags] [PREFIX]
 //	fencelock release --force [flags] KEY
+//	fencelock migrate tokens --from URL --to URL [PREFIX]
+//	fencelock migrate dual-url OLD-URL NEW-URL
 //	fencelock demo
 //	fencelock version
 //
@@ -59,6 +61,7 @@ func init() {
 		{"status", "show who holds a lock", cmdStatus},
 		{"list", "list held locks (optionally under a prefix)", cmdList},
 		{"release", "remove a lock whoever holds it (admin, needs --force)", cmdRelease},
+		{"migrate", "move locks between backends: copy token floors, build a dual URL", cmdMigrate},
 		{"demo", "show fencing at work, in-process, on the memory backend", cmdDemo},
 		{"version", "print the version and the linked backends", cmdVersion},
 		{"help", "show help for a command", cmdHelp},

@@ -1,0 +1,540 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// cleanupTimeout bounds the releases Dual makes on its own (after a
+// partial acquire), with a fresh context: the caller's may be dead.
+const cleanupTimeout = 10 * time.Second
+
+// Dual is a driver.Backend that holds each lease on two backends at once,
+// for the rolling-deploy phase of a migration (see the package doc).
+//
+// Both sides must implement driver.TokenFloorer (PostgreSQL, Redis and
+// memory do): continuity of tokens depends on it. Dual implements
+// driver.TokenFloorer itself (both sides), driver.ForceReleaser (on both
+// sides, where supported), driver.LossNotifier (forwarded to the sides
+// that push loss), driver.Watcher (a wake-up from either side) and
+// driver.Describer. It owns both backends: Close closes them.
+type Dual struct {
+	old, new   driver.Backend
+	oldF, newF driver.TokenFloorer
+	oldName    string
+	newName    string
+}
+
+var (
+	_ driver.Backend       = (*Dual)(nil)
+	_ driver.TokenFloorer  = (*Dual)(nil)
+	_ driver.ForceReleaser = (*Dual)(nil)
+	_ driver.LossNotifier  = (*Dual)(nil)
+	_ driver.Watcher       = (*Dual)(nil)
+	_ driver.Describer     = (*Dual)(nil)
+)
+
+// ErrNoFloor is returned by NewDual and CopyTokens when a backend cannot
+// report or raise its token floor (it does not implement
+// driver.TokenFloorer), so token continuity cannot be guaranteed. It
+// matches driver.ErrUnsupported.
+var ErrNoFloor = fmt.Errorf("%w: migrate: backend has no token floor (driver.TokenFloorer)", driver.ErrUnsupported)
+
+// NewDual returns a backend that holds every lease on old and on new. It
+// returns an error matching ErrNoFloor if either lacks driver.TokenFloorer.
+// The Dual owns old and new: its Close closes both.
+func NewDual(old, new driver.Backend) (*Dual, error) {
+	if old == nil || new == nil {
+		return nil, &driver.InvalidOptionError{Option: "Dual backend", Value: "nil", Reason: "both the old and the new backend are required"}
+	}
+	oldF, ok := old.(driver.TokenFloorer)
+	if !ok {
+		return nil, fmt.Errorf("%w: old backend %s", ErrNoFloor, nameOf(old))
+	}
+	newF, ok := new.(driver.TokenFloorer)
+	if !ok {
+		return nil, fmt.Errorf("%w: new backend %s", ErrNoFloor, nameOf(new))
+	}
+	return &Dual{old: old, new: new, oldF: oldF, newF: newF, oldName: nameOf(old), newName: nameOf(new)}, nil
+}
+
+func nameOf(b driver.Backend) string {
+	if d, ok := b.(driver.Describer); ok {
+		return d.Describe().Name
+	}
+	return fmt.Sprintf("%T", b)
+}
+
+// Old returns the old backend.
+func (d *Dual) Old() driver.Backend { return d.old }
+
+// New returns the new backend.
+func (d *Dual) New() driver.Backend { return d.new }
+
+// sub is one side's part of a dual grant, kept in the grant's Handle.
+type sub struct {
+	Token  driver.Token `json:"t"`
+	Handle string       `json:"h,omitempty"`
+}
+
+type handle struct {
+	Old sub `json:"o"`
+	New sub `json:"n"`
+}
+
+func (d *Dual) encode(g driver.Grant, o, n driver.Grant) driver.Grant {
+	h, _ := json.Marshal(handle{Old: sub{o.Token, o.Handle}, New: sub{n.Token, n.Handle}})
+	g.Handle = string(h)
+	g.Token = max(o.Token, n.Token)
+	g.TTL = minTTL(o.TTL, n.TTL)
+	return g
+}
+
+func minTTL(a, b time.Duration) time.Duration {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// sides returns the two sub-grants of g. A grant without a Handle (the
+// engine's clean-up after an ambiguous acquire builds one from Inspect)
+// has its sides looked up: each side's record, if it belongs to g's owner.
+func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, err error) {
+	o = driver.Grant{Key: g.Key, Owner: g.Owner}
+	n = o
+	if g.Handle == "" {
+		for _, s := range []struct {
+			b driver.Backend
+			g *driver.Grant
+		}{{d.old, &o}, {d.new, &n}} {
+			info, err := s.b.Inspect(ctx, g.Key)
+			if err != nil {
+				return o, n, err
+			}
+			if info.Owner == g.Owner {
+				s.g.Token = info.Token
+			}
+		}
+		return o, n, nil
+	}
+	var h handle
+	if err := json.Unmarshal([]byte(g.Handle), &h); err != nil {
+		return o, n, &driver.InvalidOptionError{Option: "Dual grant handle", Value: fmt.Sprintf("%.40q", g.Handle), Reason: "not a handle issued by migrate.Dual"}
+	}
+	if g.Token != max(h.Old.Token, h.New.Token) {
+		// Not the grant Dual issued with this handle: a stale or forged
+		// token must not borrow the current holder's sides.
+		return o, n, driver.ErrNotHeld
+	}
+	o.Token, o.Handle = h.Old.Token, h.Old.Handle
+	n.Token, n.Handle = h.New.Token, h.New.Handle
+	return o, n, nil
+}
+
+// Acquire implements driver.Backend: old first, then new. If new refuses
+// or fails, the old side is released before Acquire returns. The token is
+// the larger of the two, and the side that issued the smaller one has its
+// floor raised to it before the grant is returned: if that fails, both
+// sides are released and the error returned, because the next holder on
+// that side could otherwise get a lower token than this one.
+func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	o, err := d.old.Acquire(ctx, req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	n, err := d.new.Acquire(ctx, req)
+	if err != nil {
+		var held *driver.HeldError
+		if !errors.As(err, &held) {
+			// An ambiguous failure may have left a record on the new
+			// side: remove it if it is ours.
+			d.cleanup(req.Key, req.Owner, driver.Grant{}, true)
+		}
+		d.cleanup(req.Key, req.Owner, o, false)
+		return driver.Grant{}, err
+	}
+	g := d.encode(driver.Grant{Key: req.Key, Owner: req.Owner}, o, n)
+	if err := d.level(ctx, req.Key, o.Token, n.Token); err != nil {
+		d.cleanup(req.Key, req.Owner, n, true)
+		d.cleanup(req.Key, req.Owner, o, false)
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
+// level raises the floor of the side whose token is the lower one to the
+// higher, so that both sides' next grants exceed the dual token.
+func (d *Dual) level(ctx context.Context, key string, ot, nt driver.Token) error {
+	switch {
+	case ot < nt:
+		if err := d.oldF.RaiseFloor(ctx, key, nt); err != nil {
+			return fmt.Errorf("migrate: raising the old backend's token floor of %q to %d: %w", key, nt, err)
+		}
+	case nt < ot:
+		if err := d.newF.RaiseFloor(ctx, key, ot); err != nil {
+			return fmt.Errorf("migrate: raising the new backend's token floor of %q to %d: %w", key, ot, err)
+		}
+	}
+	return nil
+}
+
+// cleanup releases one side's grant with a fresh bounded context, best
+// effort. With no token (g.Token == 0), the side's record is looked up
+// and released if it belongs to owner.
+func (d *Dual) cleanup(key, owner string, g driver.Grant, onNew bool) {
+	b := d.old
+	if onNew {
+		b = d.new
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if g.Token == 0 {
+		info, err := b.Inspect(ctx, key)
+		if err != nil || info.Owner != owner {
+			return
+		}
+		g = driver.Grant{Key: key, Owner: owner, Token: info.Token}
+	}
+	_ = b.Release(ctx, g) // an error leaves the record to its TTL
+}
+
+// both runs f on the two sides concurrently and returns their errors.
+func both(f func(b driver.Backend, i int) error, old, new driver.Backend) (errOld, errNew error) {
+	var wg sync.WaitGroup
+	wg.Go(func() { errNew = f(new, 1) })
+	errOld = f(old, 0)
+	wg.Wait()
+	return errOld, errNew
+}
+
+// joinSides combines the two sides' errors: ErrNotHeld from either wins
+// (the lease is lost even if the other side only failed transiently).
+func joinSides(errOld, errNew error) error {
+	switch {
+	case errOld == nil && errNew == nil:
+		return nil
+	case errors.Is(errOld, driver.ErrNotHeld):
+		return fmt.Errorf("migrate: old backend: %w", errOld)
+	case errors.Is(errNew, driver.ErrNotHeld):
+		return fmt.Errorf("migrate: new backend: %w", errNew)
+	case errOld != nil && errNew != nil:
+		return errors.Join(fmt.Errorf("migrate: old backend: %w", errOld), fmt.Errorf("migrate: new backend: %w", errNew))
+	case errOld != nil:
+		return fmt.Errorf("migrate: old backend: %w", errOld)
+	default:
+		return fmt.Errorf("migrate: new backend: %w", errNew)
+	}
+}
+
+// Renew implements driver.Backend: both sides, concurrently. ErrNotHeld
+// from either side is ErrNotHeld: a dual lease never falls back to one
+// side. A rotating renewal levels the sides' floors as Acquire does; if
+// one side rotated and the other failed transiently, the engine's retry
+// finds the rotated side "not held" and the lease is lost, which is safe.
+func (d *Dual) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	o, n, err := d.sides(ctx, g)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	var no, nn driver.Grant
+	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
+		if i == 0 {
+			no, err = b.Renew(ctx, o, req)
+		} else {
+			nn, err = b.Renew(ctx, n, req)
+		}
+		return err
+	}, d.old, d.new)
+	if err := joinSides(errOld, errNew); err != nil {
+		return driver.Grant{}, err
+	}
+	if no.Handle == "" {
+		no.Handle = o.Handle
+	}
+	if nn.Handle == "" {
+		nn.Handle = n.Handle
+	}
+	if req.Rotate {
+		if err := d.level(ctx, g.Key, no.Token, nn.Token); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	return d.encode(g, no, nn), nil
+}
+
+// Release implements driver.Backend: both sides, concurrently. It returns
+// ErrNotHeld if either side no longer had the grant (after releasing the
+// other).
+func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
+	o, n, err := d.sides(ctx, g)
+	if err != nil {
+		return err
+	}
+	return joinSides(both(func(b driver.Backend, i int) error {
+		s := o
+		if i == 1 {
+			s = n
+		}
+		if s.Token == 0 { // looked up and not ours: nothing to release
+			return driver.ErrNotHeld
+		}
+		return b.Release(ctx, s)
+	}, d.old, d.new))
+}
+
+// merge combines the two sides' records of one key. A key held by the
+// same owner on both is reported with the dual token (the larger) and the
+// shorter remaining time; otherwise the old side's holder, which is the
+// one that excludes everybody during the migration, wins, then the new
+// side's.
+func merge(o, n driver.Info) driver.Info {
+	switch {
+	case o.Locked() && n.Locked() && o.Owner == n.Owner:
+		o.Token = max(o.Token, n.Token)
+		o.Remaining = min(o.Remaining, n.Remaining)
+		return o
+	case o.Locked():
+		return o
+	default:
+		return n
+	}
+}
+
+// Inspect implements driver.Backend (see merge for how the sides'
+// records combine).
+func (d *Dual) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	var io, in driver.Info
+	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
+		if i == 0 {
+			io, err = b.Inspect(ctx, key)
+		} else {
+			in, err = b.Inspect(ctx, key)
+		}
+		return err
+	}, d.old, d.new)
+	if err := joinSides(errOld, errNew); err != nil {
+		return driver.Info{}, err
+	}
+	info := merge(io, in)
+	info.Key = key
+	return info, nil
+}
+
+// List implements driver.Backend: the keys held on either side, merged
+// per key as Inspect does, sorted.
+func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	var lo, ln []driver.Info
+	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
+		if i == 0 {
+			lo, err = b.List(ctx, prefix)
+		} else {
+			ln, err = b.List(ctx, prefix)
+		}
+		return err
+	}, d.old, d.new)
+	if err := joinSides(errOld, errNew); err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]*[2]driver.Info)
+	for i, l := range [][]driver.Info{lo, ln} {
+		for _, info := range l {
+			p := byKey[info.Key]
+			if p == nil {
+				p = new([2]driver.Info)
+				byKey[info.Key] = p
+			}
+			p[i] = info
+		}
+	}
+	out := make([]driver.Info, 0, len(byKey))
+	for k, p := range byKey {
+		info := merge(p[0], p[1])
+		info.Key = k
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceRelease implements driver.ForceReleaser on both sides. It returns
+// driver.ErrUnsupported if neither side can force-release; a side that
+// cannot is skipped (its record expires with its TTL).
+func (d *Dual) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	fo, okOld := d.old.(driver.ForceReleaser)
+	fn, okNew := d.new.(driver.ForceReleaser)
+	if !okOld && !okNew {
+		return driver.Info{}, driver.ErrUnsupported
+	}
+	var io, in driver.Info
+	errOld, errNew := both(func(_ driver.Backend, i int) (err error) {
+		switch {
+		case i == 0 && okOld:
+			io, err = fo.ForceRelease(ctx, key)
+		case i == 1 && okNew:
+			in, err = fn.ForceRelease(ctx, key)
+		}
+		return err
+	}, d.old, d.new)
+	if err := joinSides(errOld, errNew); err != nil {
+		return driver.Info{}, err
+	}
+	info := merge(io, in)
+	info.Key = key
+	return info, nil
+}
+
+// NotifyLoss implements driver.LossNotifier by subscribing on the sides
+// that push loss (etcd, ZooKeeper, memory); lost is called once, for the
+// first side that reports. Sides that do not push are covered by renewal.
+func (d *Dual) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+	o, n, err := d.sides(context.Background(), g)
+	if err != nil {
+		return func() {}
+	}
+	var once sync.Once
+	report := func(side string) func(error) {
+		return func(cause error) {
+			once.Do(func() { lost(fmt.Errorf("migrate: %s backend: %w", side, cause)) })
+		}
+	}
+	var stops []func()
+	if ln, ok := d.old.(driver.LossNotifier); ok {
+		stops = append(stops, ln.NotifyLoss(o, report("old")))
+	}
+	if ln, ok := d.new.(driver.LossNotifier); ok {
+		stops = append(stops, ln.NotifyLoss(n, report("new")))
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
+// Watch implements driver.Watcher: a wake-up from either side's Watcher.
+// It returns driver.ErrUnsupported if neither side has one (the engine
+// then polls). The channel closes when ctx ends or either side's
+// subscription ends.
+func (d *Dual) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	var ins []<-chan struct{}
+	ctx, cancel := context.WithCancel(ctx)
+	for _, b := range []driver.Backend{d.old, d.new} {
+		if w, ok := b.(driver.Watcher); ok {
+			ch, err := w.Watch(ctx, key)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			ins = append(ins, ch)
+		}
+	}
+	if len(ins) == 0 {
+		cancel()
+		return nil, driver.ErrUnsupported
+	}
+	out := make(chan struct{}, 1)
+	forward := func(ch <-chan struct{}) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-ch:
+				if !ok {
+					cancel() // one side's subscription ended: end ours
+					return
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, ch := range ins {
+		wg.Go(func() { forward(ch) })
+	}
+	go func() {
+		wg.Wait()
+		cancel()
+		close(out)
+	}()
+	return out, nil
+}
+
+// HighWater implements driver.TokenFloorer: per key, the larger of the
+// two sides' marks; Global likewise.
+func (d *Dual) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
+	var ho, hn driver.HighWater
+	errOld, errNew := both(func(_ driver.Backend, i int) (err error) {
+		if i == 0 {
+			ho, err = d.oldF.HighWater(ctx, prefix)
+		} else {
+			hn, err = d.newF.HighWater(ctx, prefix)
+		}
+		return err
+	}, d.old, d.new)
+	if err := joinSides(errOld, errNew); err != nil {
+		return driver.HighWater{}, err
+	}
+	out := driver.HighWater{Keys: make(map[string]driver.Token, len(ho.Keys)), Global: max(ho.Global, hn.Global)}
+	for _, m := range []map[string]driver.Token{ho.Keys, hn.Keys} {
+		for k, t := range m {
+			out.Keys[k] = max(out.Keys[k], t)
+		}
+	}
+	return out, nil
+}
+
+// RaiseFloor implements driver.TokenFloorer on both sides. For key "", a
+// side without a global floor returns driver.ErrUnsupported (after the
+// other side was raised).
+func (d *Dual) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
+	return joinSides(both(func(_ driver.Backend, i int) error {
+		if i == 0 {
+			return d.oldF.RaiseFloor(ctx, key, floor)
+		}
+		return d.newF.RaiseFloor(ctx, key, floor)
+	}, d.old, d.new))
+}
+
+// Describe implements driver.Describer.
+func (d *Dual) Describe() driver.Description {
+	desc := driver.Description{
+		Name:     "dual(" + d.oldName + "," + d.newName + ")",
+		Fencing:  "the larger of the two sides' tokens, pushed into the other side's floor before the grant is returned",
+		Liveness: "held on both sides; lost when either side loses it",
+	}
+	for _, s := range []struct {
+		label string
+		b     driver.Backend
+	}{{"old", d.old}, {"new", d.new}} {
+		if ds, ok := s.b.(driver.Describer); ok {
+			sd := ds.Describe()
+			desc.Clock += s.label + " " + sd.Name + ": " + sd.Clock + "; "
+			for _, w := range sd.Warnings {
+				desc.Warnings = append(desc.Warnings, s.label+" "+sd.Name+": "+w)
+			}
+		}
+	}
+	if desc.Clock != "" {
+		desc.Clock = desc.Clock[:len(desc.Clock)-2]
+	}
+	return desc
+}
+
+// Close implements driver.Backend: it closes both sides.
+func (d *Dual) Close() error {
+	return errors.Join(d.old.Close(), d.new.Close())
+}
