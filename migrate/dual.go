@@ -21,8 +21,8 @@ const cleanupTimeout = 10 * time.Second
 //
 // Both sides must implement driver.TokenFloorer (PostgreSQL, Redis and
 // memory do): continuity of tokens depends on it. Dual implements
-// driver.TokenFloorer itself (both sides), driver.ForceReleaser (on both
-// sides, where supported), driver.LossNotifier (forwarded to the sides
+// driver.TokenFloorer itself (both sides), driver.BatchRenewer (one batch
+// per side), driver.ForceReleaser (on both sides, where supported), driver.LossNotifier (forwarded to the sides
 // that push loss), driver.Watcher (a wake-up from either side) and
 // driver.Describer. It owns both backends: Close closes them.
 type Dual struct {
@@ -39,6 +39,7 @@ var (
 	_ driver.LossNotifier  = (*Dual)(nil)
 	_ driver.Watcher       = (*Dual)(nil)
 	_ driver.Describer     = (*Dual)(nil)
+	_ driver.BatchRenewer  = (*Dual)(nil)
 )
 
 // ErrNoFloor is returned by NewDual and CopyTokens when a backend cannot
@@ -271,6 +272,78 @@ func (d *Dual) Renew(ctx context.Context, g driver.Grant, req driver.RenewReques
 		}
 	}
 	return d.encode(g, no, nn), nil
+}
+
+// RenewBatch implements driver.BatchRenewer: one batch per side, the two
+// concurrently, so a client holding thousands of dual leases renews them
+// in two round trips (PostgreSQL and Redis both batch). A side without
+// BatchRenewer renews its grants one after another. A grant is renewed
+// only if both sides renewed it; ErrNotHeld from either side is that
+// grant's ErrNotHeld.
+func (d *Dual) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	out := make([]driver.RenewResult, len(grants))
+	var olds, news []driver.Grant
+	var idx []int // position in grants of each entry of olds/news
+	for i, g := range grants {
+		o, n, err := d.sides(ctx, g)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		olds, news, idx = append(olds, o), append(news, n), append(idx, i)
+	}
+	var ro, rn []driver.RenewResult
+	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
+		if i == 0 {
+			ro, err = renewAll(ctx, b, olds, req)
+		} else {
+			rn, err = renewAll(ctx, b, news, req)
+		}
+		return err
+	}, d.old, d.new)
+	if errOld != nil || errNew != nil {
+		return nil, joinSides(errOld, errNew)
+	}
+	for j, i := range idx {
+		if err := joinSides(ro[j].Err, rn[j].Err); err != nil {
+			out[i].Err = err
+			continue
+		}
+		no, nn := ro[j].Grant, rn[j].Grant
+		if no.Handle == "" {
+			no.Handle = olds[j].Handle
+		}
+		if nn.Handle == "" {
+			nn.Handle = news[j].Handle
+		}
+		if req.Rotate {
+			if err := d.level(ctx, grants[i].Key, no.Token, nn.Token); err != nil {
+				out[i].Err = err
+				continue
+			}
+		}
+		out[i].Grant = d.encode(grants[i], no, nn)
+	}
+	return out, nil
+}
+
+// renewAll renews grants on one side: in one batch if the side can,
+// otherwise one by one.
+func renewAll(ctx context.Context, b driver.Backend, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if len(grants) == 0 {
+		return nil, nil
+	}
+	if br, ok := b.(driver.BatchRenewer); ok {
+		return br.RenewBatch(ctx, grants, req)
+	}
+	res := make([]driver.RenewResult, len(grants))
+	for i, g := range grants {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res[i].Grant, res[i].Err = b.Renew(ctx, g, req)
+	}
+	return res, nil
 }
 
 // Release implements driver.Backend: both sides, concurrently. It returns
