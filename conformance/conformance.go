@@ -209,7 +209,11 @@ func (s *suite) reportCapabilities(t *testing.T) {
 	t.Logf("backend capabilities: %s; lacks: %s", strings.Join(have, ", "), strings.Join(lack, ", "))
 	if d, ok := b.(driver.Describer); ok {
 		desc := d.Describe()
-		t.Logf("backend %q: fencing: %s; clock: %s; liveness: %s", desc.Name, desc.Fencing, desc.Clock, desc.Liveness)
+		t.Logf("backend %q: fencing: %s (scope %s); clock: %s; liveness: %s; failover-safe %v: %s; loss detection: %s",
+			desc.Name, desc.Fencing, desc.Scope, desc.Clock, desc.Liveness, desc.FailoverSafe, desc.Failover, desc.LossDetection)
+		if desc.Name == "" || (desc.Scope != driver.ScopeKey && desc.Scope != driver.ScopeStore) || desc.Failover == "" || desc.LossDetection == "" {
+			t.Errorf("Describe() = %+v: Name, Scope (driver.ScopeKey or ScopeStore), Failover and LossDetection are required: the safety report puts these claims beside its measurements", desc)
+		}
 		for _, w := range desc.Warnings {
 			t.Logf("backend warning: %s", w)
 		}

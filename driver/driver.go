@@ -250,11 +250,39 @@ type Description struct {
 	// Liveness says how a crashed holder's lock is freed, e.g. "TTL" or
 	// "session timeout".
 	Liveness string
+	// Scope is what tokens strictly increase over: ScopeKey (one counter
+	// per key) or ScopeStore (one sequence for every key: each token is
+	// also above every token of every other key issued before it).
+	Scope string
+	// FailoverSafe reports whether exclusion and token order survive the
+	// loss of the store's primary or leader, as deployed: true for a
+	// replicated, linearizable store (etcd, ZooKeeper) or durable writes
+	// to a majority (MongoDB with w:majority and journaling), false where
+	// a replica may lag (Redis asynchronous replication, PostgreSQL
+	// streaming replication without synchronous commit) or there is no
+	// replica at all.
+	FailoverSafe bool
+	// Failover explains FailoverSafe: what a failover or restart can lose.
+	Failover string
+	// LossDetection says how soon a holder learns it lost its lock, e.g.
+	// "at its next renewal (RenewInterval) or at local validity (TTL -
+	// Margin) if the store is unreachable" or "pushed by a watch".
+	LossDetection string
 	// Warnings lists detected settings of this store that weaken exclusion
 	// or fencing (eviction policy, missing persistence, asynchronous
 	// replication). Empty means none detected.
 	Warnings []string
 }
+
+// Token scopes (Description.Scope).
+const (
+	ScopeKey   = "key"
+	ScopeStore = "store"
+)
+
+// LossByRenewal is the LossDetection of a backend that learns of loss only
+// by renewing (the engine's rule, the same for every record store).
+const LossByRenewal = "at the next renewal the store refuses (within RenewInterval), or at local validity (TTL - Margin after the last successful renewal began) if the store cannot be reached"
 
 // Describer is implemented by backends that describe their guarantees.
 type Describer interface {

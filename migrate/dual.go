@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -585,9 +586,12 @@ func (d *Dual) RaiseFloor(ctx context.Context, key string, floor driver.Token) e
 // Describe implements driver.Describer.
 func (d *Dual) Describe() driver.Description {
 	desc := driver.Description{
-		Name:     "dual(" + d.oldName + "," + d.newName + ")",
-		Fencing:  "the larger of the two sides' tokens, pushed into the other side's floor before the grant is returned",
-		Liveness: "held on both sides; lost when either side loses it",
+		Name:          "dual(" + d.oldName + "," + d.newName + ")",
+		Fencing:       "the larger of the two sides' tokens, pushed into the other side's floor before the grant is returned",
+		Liveness:      "held on both sides; lost when either side loses it",
+		Scope:         driver.ScopeStore,
+		FailoverSafe:  true,
+		LossDetection: "the earlier of the two sides' (a refusal or a pushed loss on either side ends the lease)",
 	}
 	for _, s := range []struct {
 		label string
@@ -596,13 +600,20 @@ func (d *Dual) Describe() driver.Description {
 		if ds, ok := s.b.(driver.Describer); ok {
 			sd := ds.Describe()
 			desc.Clock += s.label + " " + sd.Name + ": " + sd.Clock + "; "
+			desc.Failover += s.label + " " + sd.Name + ": " + sd.Failover + "; "
+			if sd.Scope != driver.ScopeStore {
+				desc.Scope = driver.ScopeKey
+			}
+			desc.FailoverSafe = desc.FailoverSafe && sd.FailoverSafe
 			for _, w := range sd.Warnings {
 				desc.Warnings = append(desc.Warnings, s.label+" "+sd.Name+": "+w)
 			}
 		}
 	}
-	if desc.Clock != "" {
-		desc.Clock = desc.Clock[:len(desc.Clock)-2]
+	desc.Clock = strings.TrimSuffix(desc.Clock, "; ")
+	desc.Failover = strings.TrimSuffix(desc.Failover, "; ")
+	if desc.Failover == "" {
+		desc.Scope, desc.FailoverSafe, desc.Failover = driver.ScopeKey, false, "unknown: neither side describes itself"
 	}
 	return desc
 }

@@ -669,10 +669,14 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 // Describe implements driver.Describer.
 func (b *Backend) Describe() driver.Description {
 	return driver.Description{
-		Name:     "etcd",
-		Fencing:  "mod revision of the holder's queue entry (etcd's cluster-wide revision); survives restarts and compaction; rotation re-puts the entry",
-		Clock:    "server (etcd leader's lease expiry, whole seconds)",
-		Liveness: "lease TTL: one etcd lease per Backend and TTL, kept alive by renewals; a dead process's locks are freed when it expires",
+		Name:          "etcd",
+		Fencing:       "mod revision of the holder's queue entry (etcd's cluster-wide revision); survives restarts and compaction; rotation re-puts the entry",
+		Clock:         "server (etcd leader's lease expiry, whole seconds)",
+		Liveness:      "lease TTL: one etcd lease per Backend and TTL, kept alive by renewals; a dead process's locks are freed when it expires",
+		Scope:         driver.ScopeStore,
+		FailoverSafe:  true,
+		Failover:      "Raft: a write is acknowledged once a majority has it, so a new leader has every grant and revision; a minority partition cannot grant",
+		LossDetection: "pushed by a watch on the holder's entry (deleted or its lease expired), else " + driver.LossByRenewal,
 	}
 }
 

@@ -568,11 +568,14 @@ func (b *Backend) Describe() driver.Description {
 	}
 	fencing += "; each token is max(previous+1, wall-clock µs), so tokens also survive a wiped directory unless the wall clock goes back"
 	return driver.Description{
-		Name:     "file",
-		Fencing:  fencing,
-		Clock:    clock,
-		Liveness: "TTL (flock(2) is held only for each read-modify-write, never while a lock is held)",
-		Warnings: append([]string(nil), b.warning...),
+		Name:          "file",
+		Fencing:       fencing,
+		Clock:         clock,
+		Liveness:      "TTL (flock(2) is held only for each read-modify-write, never while a lock is held)",
+		Scope:         driver.ScopeKey,
+		Failover:      "one machine: records and counters are fsynced, so they survive a crash of the machine, not the loss of its disk",
+		LossDetection: driver.LossByRenewal,
+		Warnings:      append([]string(nil), b.warning...),
 	}
 }
 

@@ -459,10 +459,13 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 // Describe implements driver.Describer.
 func (b *Backend) Describe() driver.Description {
 	return driver.Description{
-		Name:     "memory",
-		Fencing:  "per-key counter in process memory; strictly increasing for the life of the Store",
-		Clock:    "the process's monotonic clock",
-		Liveness: "TTL",
+		Name:          "memory",
+		Fencing:       "per-key counter in process memory; strictly increasing for the life of the Store",
+		Clock:         "the process's monotonic clock",
+		Liveness:      "TTL",
+		Scope:         driver.ScopeKey,
+		Failover:      "in-process: nothing survives the process",
+		LossDetection: "pushed by the store (expiry, force-release), else " + driver.LossByRenewal,
 	}
 }
 

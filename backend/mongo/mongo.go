@@ -760,14 +760,27 @@ func (b *Backend) Describe() driver.Description {
 	if b.ferret {
 		server = "FerretDB (MongoDB " + b.version + " wire protocol)"
 	}
+	wc := b.o.WriteConcern
+	majority := wc != nil && wc.W == "majority" && wc.Journal != nil && *wc.Journal
+	failover := "writes acknowledged by a journaled majority survive the loss of the primary"
+	switch {
+	case b.ferret:
+		failover = "FerretDB stores in its own backend (SQLite here): no replica set, durability is that backend's"
+	case !majority:
+		failover = "the write concern is weaker than journaled majority: a failover can lose acknowledged grants and counter increments"
+	}
 	return driver.Description{
 		Name: "mongo",
 		Fencing: "per-key $inc on a counter document in " + b.o.TokenCollection + " that is never deleted; " +
 			"survives restart and failover with journaled majority writes (" + server + ")",
 		Clock: fmt.Sprintf("server's clock, estimated from hello.localTime (± %v, re-measured every %v)",
 			b.clock.Bound().Round(time.Microsecond), b.o.ClockResync),
-		Liveness: "TTL",
-		Warnings: append([]string(nil), b.warnings...),
+		Liveness:      "TTL",
+		Scope:         driver.ScopeKey,
+		FailoverSafe:  majority && !b.ferret,
+		Failover:      failover,
+		LossDetection: driver.LossByRenewal,
+		Warnings:      append([]string(nil), b.warnings...),
 	}
 }
 

@@ -511,11 +511,14 @@ func (b *Backend) Sweep(ctx context.Context, olderThan time.Duration) (int64, er
 // Describe implements driver.Describer.
 func (b *Backend) Describe() driver.Description {
 	return driver.Description{
-		Name:     "postgres",
-		Fencing:  "global bigint sequence " + b.n.seq + ", drawn under the key's row lock; never reset by release, expiry or sweeping, durable across restarts (may skip ahead after a crash, never back)",
-		Clock:    "server (now() of each statement)",
-		Liveness: "TTL (expires_at, judged by the server's clock)",
-		Warnings: append([]string(nil), b.warnings...),
+		Name:          "postgres",
+		Fencing:       "global bigint sequence " + b.n.seq + ", drawn under the key's row lock; never reset by release, expiry or sweeping, durable across restarts (may skip ahead after a crash, never back)",
+		Clock:         "server (now() of each statement)",
+		Liveness:      "TTL (expires_at, judged by the server's clock)",
+		Scope:         driver.ScopeStore,
+		Failover:      "durable on one server (fsync and synchronous_commit on); a streaming replica promoted after asynchronous replication may lack the latest grants and sequence values",
+		LossDetection: driver.LossByRenewal,
+		Warnings:      append([]string(nil), b.warnings...),
 	}
 }
 

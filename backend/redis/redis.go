@@ -140,10 +140,13 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, owned bool,
 	}
 	b.w.b = b
 	b.desc = driver.Description{
-		Name:     "redis",
-		Fencing:  "per-key INCR counter that never expires, issued in the same Lua script as the lock; survives a server restart only with appendonly yes and appendfsync always, and a failover only if the replica had it",
-		Clock:    "Redis server (PEXPIRE/PTTL)",
-		Liveness: "TTL",
+		Name:          "redis",
+		Fencing:       "per-key INCR counter that never expires, issued in the same Lua script as the lock; survives a server restart only with appendonly yes and appendfsync always, and a failover only if the replica had it",
+		Clock:         "Redis server (PEXPIRE/PTTL)",
+		Liveness:      "TTL",
+		Scope:         driver.ScopeKey,
+		Failover:      "replication is asynchronous: a promoted replica may lack the latest lock (a second holder) and counter values (tokens repeat); a restart keeps them only with appendonly yes and appendfsync always",
+		LossDetection: driver.LossByRenewal,
 	}
 	if o.SkipChecks {
 		b.desc.Warnings = []string{"server settings not checked (SkipChecks): persistence, eviction and replication unknown"}

@@ -368,10 +368,14 @@ func (b *Backend) SessionTimeout() time.Duration {
 // Describe implements driver.Describer.
 func (b *Backend) Describe() driver.Description {
 	d := driver.Description{
-		Name:     "zookeeper",
-		Fencing:  "zxid of the holder's znode (czxid, or mzxid after a rotation): a cluster-wide transaction id that strictly increases, survives deletion of the key's container znode and server restarts (the transaction log is fsynced before a write is acknowledged)",
-		Clock:    "server (session expiry by the ZooKeeper leader)",
-		Liveness: "session timeout (ephemeral sequential znodes)",
+		Name:          "zookeeper",
+		Fencing:       "zxid of the holder's znode (czxid, or mzxid after a rotation): a cluster-wide transaction id that strictly increases, survives deletion of the key's container znode and server restarts (the transaction log is fsynced before a write is acknowledged)",
+		Clock:         "server (session expiry by the ZooKeeper leader)",
+		Liveness:      "session timeout (ephemeral sequential znodes)",
+		Scope:         driver.ScopeStore,
+		FailoverSafe:  true,
+		Failover:      "Zab: a write is acknowledged once a quorum has logged it, so a new leader has every znode and zxid",
+		LossDetection: "pushed on session expiry or deletion of the holder's znode, else " + driver.LossByRenewal,
 	}
 	st := b.SessionTimeout()
 	switch {
