@@ -109,6 +109,9 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 	}
 	switch kind {
 	case "":
+		if len(hosts) > 1 {
+			return nil, nil, badURL(u, "a "+base+":// URL names one server; for a primary with replicas use "+base+"+sentinel://SENTINEL,…/MASTER, for a Cluster "+base+"+cluster://NODE,…")
+		}
 		gu := *u
 		gu.Scheme = base
 		gu.RawQuery = rest.Encode()

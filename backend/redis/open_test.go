@@ -86,6 +86,7 @@ func TestBadURLs(t *testing.T) {
 		"redis://u:secret@h:1/0?prefix=",                   // empty
 		"redis://u:secret@h:1/0?dial_timeout=soon",         // go-redis value error
 		"redis://u:secret@h:1/0?no_such_go_redis_option=1", // go-redis unknown
+		"redis://u:secret@h1:1,h2:2/0",                     // several hosts need sentinel or cluster
 		"redis+cluster://u:secret@h1:1,h2:2/0",             // cluster has no db
 		"redis+cluster://u:secret@h1:1,,h2:2",              // empty host
 		"redis+cluster://u:secret@h1:1?addr=h2:2",          // addr reserved
