@@ -161,15 +161,15 @@ func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.G
 		if !errors.As(err, &held) {
 			// An ambiguous failure may have left a record on the new
 			// side: remove it if it is ours.
-			d.cleanup(req.Key, req.Owner, driver.Grant{}, true)
+			d.cleanup(req.Key, req.Owner, driver.Grant{}, newSide)
 		}
-		d.cleanup(req.Key, req.Owner, o, false)
+		d.cleanup(req.Key, req.Owner, o, oldSide)
 		return driver.Grant{}, err
 	}
 	g := d.encode(driver.Grant{Key: req.Key, Owner: req.Owner}, o, n)
 	if err := d.level(ctx, req.Key, o.Token, n.Token); err != nil {
-		d.cleanup(req.Key, req.Owner, n, true)
-		d.cleanup(req.Key, req.Owner, o, false)
+		d.cleanup(req.Key, req.Owner, n, newSide)
+		d.cleanup(req.Key, req.Owner, o, oldSide)
 		return driver.Grant{}, err
 	}
 	return g, nil
@@ -194,11 +194,8 @@ func (d *Dual) level(ctx context.Context, key string, ot, nt driver.Token) error
 // cleanup releases one side's grant with a fresh bounded context, best
 // effort. With no token (g.Token == 0), the side's record is looked up
 // and released if it belongs to owner.
-func (d *Dual) cleanup(key, owner string, g driver.Grant, onNew bool) {
-	b := d.old
-	if onNew {
-		b = d.new
-	}
+func (d *Dual) cleanup(key, owner string, g driver.Grant, side int) {
+	b := d.side(side)
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if g.Token == 0 {
@@ -211,13 +208,39 @@ func (d *Dual) cleanup(key, owner string, g driver.Grant, onNew bool) {
 	_ = b.Release(ctx, g) // an error leaves the record to its TTL
 }
 
-// both runs f on the two sides concurrently and returns their errors.
-func both(f func(b driver.Backend, i int) error, old, new driver.Backend) (errOld, errNew error) {
-	var wg sync.WaitGroup
-	wg.Go(func() { errNew = f(new, 1) })
-	errOld = f(old, 0)
+// The two sides, as onBoth numbers them.
+const (
+	oldSide = 0
+	newSide = 1
+)
+
+// side returns the backend of side i.
+func (d *Dual) side(i int) driver.Backend {
+	if i == oldSide {
+		return d.old
+	}
+	return d.new
+}
+
+// floorer returns the TokenFloorer of side i.
+func (d *Dual) floorer(i int) driver.TokenFloorer {
+	if i == oldSide {
+		return d.oldF
+	}
+	return d.newF
+}
+
+// onBoth runs f for the old and the new side concurrently and returns both
+// results, with the sides' errors combined by joinSides.
+func onBoth[T any](f func(side int) (T, error)) (old, new T, err error) {
+	var (
+		wg     sync.WaitGroup
+		errNew error
+	)
+	wg.Go(func() { new, errNew = f(newSide) })
+	old, errOld := f(oldSide)
 	wg.Wait()
-	return errOld, errNew
+	return old, new, joinSides(errOld, errNew)
 }
 
 // joinSides combines the two sides' errors: ErrNotHeld from either wins
@@ -249,16 +272,9 @@ func (d *Dual) Renew(ctx context.Context, g driver.Grant, req driver.RenewReques
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	var no, nn driver.Grant
-	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
-		if i == 0 {
-			no, err = b.Renew(ctx, o, req)
-		} else {
-			nn, err = b.Renew(ctx, n, req)
-		}
-		return err
-	}, d.old, d.new)
-	if err := joinSides(errOld, errNew); err != nil {
+	sub := [2]driver.Grant{o, n}
+	no, nn, err := onBoth(func(i int) (driver.Grant, error) { return d.side(i).Renew(ctx, sub[i], req) })
+	if err != nil {
 		return driver.Grant{}, err
 	}
 	if no.Handle == "" {
@@ -293,17 +309,10 @@ func (d *Dual) RenewBatch(ctx context.Context, grants []driver.Grant, req driver
 		}
 		olds, news, idx = append(olds, o), append(news, n), append(idx, i)
 	}
-	var ro, rn []driver.RenewResult
-	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
-		if i == 0 {
-			ro, err = renewAll(ctx, b, olds, req)
-		} else {
-			rn, err = renewAll(ctx, b, news, req)
-		}
-		return err
-	}, d.old, d.new)
-	if errOld != nil || errNew != nil {
-		return nil, joinSides(errOld, errNew)
+	subs := [2][]driver.Grant{olds, news}
+	ro, rn, err := onBoth(func(i int) ([]driver.RenewResult, error) { return renewAll(ctx, d.side(i), subs[i], req) })
+	if err != nil {
+		return nil, err
 	}
 	for j, i := range idx {
 		if err := joinSides(ro[j].Err, rn[j].Err); err != nil {
@@ -355,16 +364,14 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	if err != nil {
 		return err
 	}
-	return joinSides(both(func(b driver.Backend, i int) error {
-		s := o
-		if i == 1 {
-			s = n
+	sub := [2]driver.Grant{o, n}
+	_, _, err = onBoth(func(i int) (struct{}, error) {
+		if sub[i].Token == 0 { // looked up and not ours: nothing to release
+			return struct{}{}, driver.ErrNotHeld
 		}
-		if s.Token == 0 { // looked up and not ours: nothing to release
-			return driver.ErrNotHeld
-		}
-		return b.Release(ctx, s)
-	}, d.old, d.new))
+		return struct{}{}, d.side(i).Release(ctx, sub[i])
+	})
+	return err
 }
 
 // merge combines the two sides' records of one key. A key held by the
@@ -372,52 +379,35 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 // shorter remaining time; otherwise the old side's holder, which is the
 // one that excludes everybody during the migration, wins, then the new
 // side's.
-func merge(o, n driver.Info) driver.Info {
+func merge(key string, o, n driver.Info) driver.Info {
+	info := n
 	switch {
 	case o.Locked() && n.Locked() && o.Owner == n.Owner:
-		o.Token = max(o.Token, n.Token)
-		o.Remaining = min(o.Remaining, n.Remaining)
-		return o
+		info = o
+		info.Token = max(o.Token, n.Token)
+		info.Remaining = min(o.Remaining, n.Remaining)
 	case o.Locked():
-		return o
-	default:
-		return n
+		info = o
 	}
+	info.Key = key
+	return info
 }
 
 // Inspect implements driver.Backend (see merge for how the sides'
 // records combine).
 func (d *Dual) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	var io, in driver.Info
-	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
-		if i == 0 {
-			io, err = b.Inspect(ctx, key)
-		} else {
-			in, err = b.Inspect(ctx, key)
-		}
-		return err
-	}, d.old, d.new)
-	if err := joinSides(errOld, errNew); err != nil {
+	io, in, err := onBoth(func(i int) (driver.Info, error) { return d.side(i).Inspect(ctx, key) })
+	if err != nil {
 		return driver.Info{}, err
 	}
-	info := merge(io, in)
-	info.Key = key
-	return info, nil
+	return merge(key, io, in), nil
 }
 
 // List implements driver.Backend: the keys held on either side, merged
 // per key as Inspect does, sorted.
 func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	var lo, ln []driver.Info
-	errOld, errNew := both(func(b driver.Backend, i int) (err error) {
-		if i == 0 {
-			lo, err = b.List(ctx, prefix)
-		} else {
-			ln, err = b.List(ctx, prefix)
-		}
-		return err
-	}, d.old, d.new)
-	if err := joinSides(errOld, errNew); err != nil {
+	lo, ln, err := onBoth(func(i int) ([]driver.Info, error) { return d.side(i).List(ctx, prefix) })
+	if err != nil {
 		return nil, err
 	}
 	byKey := make(map[string]*[2]driver.Info)
@@ -433,9 +423,7 @@ func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	}
 	out := make([]driver.Info, 0, len(byKey))
 	for k, p := range byKey {
-		info := merge(p[0], p[1])
-		info.Key = k
-		out = append(out, info)
+		out = append(out, merge(k, p[0], p[1]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -445,27 +433,21 @@ func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 // driver.ErrUnsupported if neither side can force-release; a side that
 // cannot is skipped (its record expires with its TTL).
 func (d *Dual) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	fo, okOld := d.old.(driver.ForceReleaser)
-	fn, okNew := d.new.(driver.ForceReleaser)
+	_, okOld := d.old.(driver.ForceReleaser)
+	_, okNew := d.new.(driver.ForceReleaser)
 	if !okOld && !okNew {
 		return driver.Info{}, driver.ErrUnsupported
 	}
-	var io, in driver.Info
-	errOld, errNew := both(func(_ driver.Backend, i int) (err error) {
-		switch {
-		case i == 0 && okOld:
-			io, err = fo.ForceRelease(ctx, key)
-		case i == 1 && okNew:
-			in, err = fn.ForceRelease(ctx, key)
+	io, in, err := onBoth(func(i int) (driver.Info, error) {
+		if f, ok := d.side(i).(driver.ForceReleaser); ok {
+			return f.ForceRelease(ctx, key)
 		}
-		return err
-	}, d.old, d.new)
-	if err := joinSides(errOld, errNew); err != nil {
+		return driver.Info{}, nil
+	})
+	if err != nil {
 		return driver.Info{}, err
 	}
-	info := merge(io, in)
-	info.Key = key
-	return info, nil
+	return merge(key, io, in), nil
 }
 
 // NotifyLoss implements driver.LossNotifier by subscribing on the sides
@@ -550,16 +532,8 @@ func (d *Dual) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 // HighWater implements driver.TokenFloorer: per key, the larger of the
 // two sides' marks; Global likewise.
 func (d *Dual) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
-	var ho, hn driver.HighWater
-	errOld, errNew := both(func(_ driver.Backend, i int) (err error) {
-		if i == 0 {
-			ho, err = d.oldF.HighWater(ctx, prefix)
-		} else {
-			hn, err = d.newF.HighWater(ctx, prefix)
-		}
-		return err
-	}, d.old, d.new)
-	if err := joinSides(errOld, errNew); err != nil {
+	ho, hn, err := onBoth(func(i int) (driver.HighWater, error) { return d.floorer(i).HighWater(ctx, prefix) })
+	if err != nil {
 		return driver.HighWater{}, err
 	}
 	out := driver.HighWater{Keys: make(map[string]driver.Token, len(ho.Keys)), Global: max(ho.Global, hn.Global)}
@@ -575,12 +549,8 @@ func (d *Dual) HighWater(ctx context.Context, prefix string) (driver.HighWater, 
 // side without a global floor returns driver.ErrUnsupported (after the
 // other side was raised).
 func (d *Dual) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
-	return joinSides(both(func(_ driver.Backend, i int) error {
-		if i == 0 {
-			return d.oldF.RaiseFloor(ctx, key, floor)
-		}
-		return d.newF.RaiseFloor(ctx, key, floor)
-	}, d.old, d.new))
+	_, _, err := onBoth(func(i int) (struct{}, error) { return struct{}{}, d.floorer(i).RaiseFloor(ctx, key, floor) })
+	return err
 }
 
 // Describe implements driver.Describer.
