@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/go-zookeeper/zk"
@@ -45,6 +46,13 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return g, nil
 	}
 	pred, predLowest := "", false
+	// The watch on the predecessor is the fast path; the queue is also
+	// re-read every recheckEvery as a safety net. A waiter whose client
+	// moved to another server (a server restart, an ensemble's leader
+	// killed) was seen never to get its watch event and to hang until its
+	// context ended; the fault-injection suite (safety/) found it.
+	recheck := time.NewTimer(b.recheckEvery())
+	defer recheck.Stop()
 	for {
 		if pred == "" {
 			if err := ctx.Err(); err != nil {
@@ -105,6 +113,10 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 				}
 				return driver.Grant{}, fmt.Errorf("zookeeper: waiting for %s: %w", pred, ev.Err)
 			}
+		case <-recheck.C:
+			b.rechecks.Add(1)
+			pred = ""
+			recheck.Reset(b.recheckEvery())
 		case <-ctx.Done():
 			b.deleteOwn(node)
 			return driver.Grant{}, ctx.Err()
@@ -115,6 +127,13 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 			return driver.Grant{}, driver.ErrClosed
 		}
 	}
+}
+
+// recheckEvery is how often a waiter re-reads its queue besides its watch:
+// the session timeout (at least 500ms), the time within which the store
+// itself would notice a vanished holder.
+func (b *Backend) recheckEvery() time.Duration {
+	return max(b.SessionTimeout(), 500*time.Millisecond)
 }
 
 // confirm turns an AcquireWait grant into a held one in one read: the

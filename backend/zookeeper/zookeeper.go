@@ -162,8 +162,9 @@ type Backend struct {
 	hot   map[string]time.Time // keys recently found held: Acquire reads first
 
 	// counters, read by tests
-	wakeups atomic.Int64 // predecessor watch events a waiter received
-	lists   atomic.Int64 // children listings made while waiting
+	wakeups  atomic.Int64 // predecessor watch events a waiter received
+	lists    atomic.Int64 // children listings made while waiting
+	rechecks atomic.Int64 // safety-net queue re-reads while waiting
 }
 
 // orphan is a contender znode that may exist although nobody will use it:
