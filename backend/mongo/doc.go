@@ -85,12 +85,13 @@
 // FerretDB v1 (used by the project's tests because MongoDB cannot be
 // installed there) executes findAndModify, update and delete as a read
 // followed by an unconditional write by _id, without isolation. The
-// insert path is still atomic (SQLite's unique index), and counter
-// increments only happen while holding the key, so contended acquire and
-// release cycles stay exclusive and correctly fenced there; but a renewal
-// or release racing another client's takeover of the same key just after
-// its expiry can overwrite the new holder's record. Describe warns about
-// it. FerretDB also evaluates every filter other than a lone _id by
+// insert path is still atomic (SQLite's unique index), so taking a free
+// key and release/re-acquire cycles stay exclusive and correctly fenced
+// there. The takeover of an expired record is an update, though: the
+// safety suite (docs/safety.md) measured two contenders taking over the
+// same expired key at once, both with the same token, and a renewal or
+// release racing a takeover can overwrite the new holder's record.
+// Describe warns about it; use MongoDB for production. FerretDB also evaluates every filter other than a lone _id by
 // scanning the collection, so its cost grows with the number of held keys.
 //
 // There is no Watcher: change streams need a replica set and FerretDB has

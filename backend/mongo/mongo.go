@@ -148,7 +148,7 @@ func (b *Backend) detectWarnings() []string {
 		w = append(w, "read concern is "+fmt.Sprintf("%q", lvl)+", not majority: Inspect and List may report a state that a failover rolls back")
 	}
 	if b.ferret {
-		w = append(w, "server is FerretDB: it runs findAndModify, update and delete as a read followed by an unconditional write by _id, without isolation; taking a free key (an insert checked by the unique _id index) stays atomic and only holders update token counters, but a renewal or release racing another client's takeover of the same key just after its expiry can overwrite the new holder's record. Use MongoDB for production")
+		w = append(w, "server is FerretDB: it runs findAndModify, update and delete as a read followed by an unconditional write by _id, without isolation; taking a free key (an insert checked by the unique _id index) stays atomic and only holders update token counters, but the takeover of an expired record is an update: two contenders taking over the same expired key at once can both succeed with the same token (measured by the safety suite), and a renewal or release racing a takeover can overwrite the new holder's record. Use MongoDB for production")
 	} else if !b.replSet {
 		w = append(w, "server is a standalone mongod, not a replica set: w:majority is satisfied by one node")
 	}
