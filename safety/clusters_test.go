@@ -1,0 +1,151 @@
+package safety
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/safety/cluster"
+	"github.com/fencelock/fencelock/safety/report"
+)
+
+// The loopback clusters (scripts/testenv etcd3, zookeeper3, redisha),
+// after the single servers. ZooKeeper's TTL is its session timeout: 2s
+// lets a session move to a surviving node after its server died.
+var clusterDefs = []backendDef{
+	{cluster.Etcd3, "FENCELOCK_TEST_ETCD3", 2 * time.Second, 700 * time.Millisecond},
+	{cluster.ZooKeeper3, "FENCELOCK_TEST_ZOOKEEPER3", 2 * time.Second, 700 * time.Millisecond},
+	{cluster.RedisHA, "FENCELOCK_TEST_REDISHA", time.Second, 300 * time.Millisecond},
+}
+
+// Fault classes of the clusters.
+const (
+	fLeaderKill = "leader-kill"
+	fFailover   = "primary-kill-failover"
+)
+
+// clusterRules are the expectations of the cluster cells.
+var clusterRules = report.Table{
+	{Backend: cluster.RedisHA, Fault: fFailover, Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P1", "P2", "P3", "P4"},
+		Why: "Redis replicates asynchronously. A lock record or token increment the primary acknowledged just before it " +
+			"died may be missing on the replica the Sentinel promotes: a second contender acquires a lock whose holder " +
+			"still believes it holds it, and a token can be issued again (the fenced resource cannot tell the two holders " +
+			"apart). Whether a run shows it depends on the timing of the kill.",
+		Fix: "Use a single Redis primary with appendonly yes and appendfsync always and no automatic failover for locks " +
+			"(a restart keeps every lock and token), or a consensus store (etcd, ZooKeeper) when the lock must survive " +
+			"the loss of a server. WAIT / min-replicas-to-write narrow the window but do not close it.",
+	}},
+}
+
+// clusterSet finds the clusters, starting them with scripts/testenv when
+// their variables are not set, once per run.
+type clusterSet struct {
+	once    sync.Once
+	started *cluster.Testenv // started by this run: Down at the end
+	env     *cluster.Testenv // the state dir of clusters named by the environment
+	err     error
+}
+
+// get returns the URL of a cluster and the Testenv that controls its
+// members (nil when the cluster is not one scripts/testenv started). It
+// skips the test when the cluster is not available, or fails it under
+// CI.
+func (s *clusterSet) get(t *testing.T, def backendDef) (string, *cluster.Testenv) {
+	t.Helper()
+	s.once.Do(func() {
+		var missing []string
+		for _, d := range clusterDefs {
+			if os.Getenv(d.envVar) == "" {
+				missing = append(missing, d.name)
+			}
+		}
+		if env, err := cluster.FromEnv(); err == nil {
+			s.env = env
+		}
+		if len(missing) == 0 {
+			return
+		}
+		t.Logf("safety: starting loopback clusters %v with scripts/testenv", missing)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		s.started, s.err = cluster.Up(ctx, missing...)
+	})
+	url := os.Getenv(def.envVar)
+	ct := s.env
+	if url == "" && s.started != nil {
+		url, ct = s.started.URL(def.name), s.started
+	}
+	if url == "" {
+		msg := def.envVar + " is not set and scripts/testenv could not start " + def.name
+		if s.err != nil {
+			msg += ": " + s.err.Error()
+		}
+		if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return url, ct
+}
+
+// down stops the clusters this run started.
+func (s *clusterSet) down(t *testing.T) {
+	if s.started == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.started.Down(ctx); err != nil {
+		t.Errorf("stopping the clusters: %v", err)
+	}
+}
+
+// clusterCells returns the cells of a cluster: its leader (or primary)
+// killed with SIGKILL while contenders hold locks, and started again.
+func clusterCells(be *backendEnv, ct *cluster.Testenv, prof profile) (specs []cellSpec, left []string) {
+	be.rules = append(append(report.Table(nil), clusterRules...), be.rules...)
+	if ct == nil {
+		return nil, []string{"member faults: the cluster was not started by scripts/testenv"}
+	}
+	fault, setup := fLeaderKill, "3 members; the leader killed (kill -9), a new one elected, the old one started again"
+	if be.name == cluster.RedisHA {
+		fault, setup = fFailover, "primary + replica + Sentinel; the primary killed (kill -9), the replica promoted, the old primary started again as a replica"
+	}
+	specs = append(specs, cellSpec{fault: fault, fencing: true, setup: setup,
+		run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				if _, err := c.awaitHolder(ctx, 10*be.ttl); err != nil {
+					return i, err
+				}
+				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				leader, err := ct.WaitLeader(lctx, be.name)
+				cancel()
+				if err != nil {
+					return i, err
+				}
+				if err := c.round("", fault+" (member "+leader+")", func() error {
+					if err := ct.Kill(ctx, be.name, leader); err != nil {
+						return err
+					}
+					wctx, cancel := context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+					_, werr := ct.WaitLeader(wctx, be.name, leader)
+					// Always start it again: later cells need the cluster whole.
+					serr := ct.Start(context.WithoutCancel(ctx), be.name, leader)
+					return errors.Join(werr, serr)
+				}); err != nil {
+					return i + 1, err
+				}
+				if err := between(ctx, i, prof.rounds, be.ttl); err != nil {
+					return i + 1, err
+				}
+			}
+			return prof.rounds, nil
+		}})
+	return specs, nil
+}

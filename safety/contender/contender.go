@@ -1,0 +1,610 @@
+// Package contender is the program a contender process of the safety
+// harness runs: a real fencelock client that takes locks, writes to the
+// fenced resource while (and only while) it believes it holds them, and
+// reports everything it does and believes as history events.
+//
+// The harness starts contenders as separate processes (see safety/proc),
+// so that it can pause one for real with SIGSTOP (a paused goroutine would
+// not stop the lease's renewer) or kill it with SIGKILL. The process is a
+// re-execution of the test binary: the test's TestMain calls FromEnv and,
+// when it finds a Config, runs Main instead of the tests.
+//
+// # What a contender does
+//
+// In a loop: pick a key, Acquire it (blocking, bounded by
+// Config.AcquireTimeout), then for a while (Config.Hold) write to the
+// fenced resource every Config.WriteEvery with the lease's token, each
+// write preceded by a check that lease.Remaining() > 0 and a Belief event;
+// then Release. A goroutine per lease reports Lost as soon as the lease's
+// Done channel closes with a loss.
+//
+// Its store connection goes through its own in-process faultproxy (the
+// host:port of Config.URL is rewritten), so the harness can cut, slow,
+// reset or drop replies on exactly this contender's path to the store.
+//
+// # Protocol
+//
+// Events go to stdout as history.Event JSON lines (history.Encoder),
+// stamped with mono.Now. Commands come from stdin as Command JSON lines;
+// stdin's end is a stop command.
+package contender
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+	_ "github.com/fencelock/fencelock/safety/backends" // every backend's URL scheme
+	"github.com/fencelock/fencelock/safety/faultproxy"
+	"github.com/fencelock/fencelock/safety/fence"
+	"github.com/fencelock/fencelock/safety/history"
+	"github.com/fencelock/fencelock/safety/mono"
+)
+
+// EnvVar is the environment variable that carries a contender's Config,
+// as JSON, into a re-executed test binary.
+const EnvVar = "FENCELOCK_SAFETY_CONTENDER"
+
+// Config configures one contender process. Zero durations mean the
+// documented defaults.
+type Config struct {
+	// Proc names the process in its events ("c1", …). Required.
+	Proc string `json:"proc"`
+	// URL is the store's URL (fencelock.OpenBackend), with a single
+	// host:port. Required.
+	URL string `json:"url"`
+	// Keys are the lock keys the contender takes, one at a time, picked
+	// at random. Required.
+	Keys []string `json:"keys"`
+	// TTL is the lease TTL (fencelock.Options.TTL). Required.
+	TTL time.Duration `json:"ttl"`
+	// Fence is the fenced resource's address (fence.Server.Addr).
+	// Required.
+	Fence string `json:"fence"`
+	// Proxy routes the store connection through an in-process
+	// faultproxy, which the harness controls with commands.
+	Proxy bool `json:"proxy,omitempty"`
+	// Mutant, if set, breaks the backend on purpose (negative controls).
+	Mutant Mutant `json:"mutant,omitempty"`
+	// Hold is the longest a lease is held: each is held for a random
+	// time in [Hold/2, Hold]. Default TTL/4.
+	Hold time.Duration `json:"hold,omitempty"`
+	// WriteEvery is the pause between two writes of a holder. Default
+	// 5ms.
+	WriteEvery time.Duration `json:"write_every,omitempty"`
+	// Idle is the longest pause between a release and the next acquire
+	// (random in [0, Idle]). Default TTL/10.
+	Idle time.Duration `json:"idle,omitempty"`
+	// AcquireTimeout bounds one Acquire call. Default 5×TTL.
+	AcquireTimeout time.Duration `json:"acquire_timeout,omitempty"`
+	// Seed seeds the contender's random choices.
+	Seed uint64 `json:"seed,omitempty"`
+}
+
+func (c *Config) resolve() error {
+	switch {
+	case c.Proc == "":
+		return errors.New("contender: Config.Proc is empty")
+	case c.URL == "":
+		return errors.New("contender: Config.URL is empty")
+	case len(c.Keys) == 0:
+		return errors.New("contender: Config.Keys is empty")
+	case c.TTL <= 0:
+		return errors.New("contender: Config.TTL is not positive")
+	case c.Fence == "":
+		return errors.New("contender: Config.Fence is empty")
+	case !c.Mutant.valid():
+		return fmt.Errorf("contender: unknown mutant %q", c.Mutant)
+	}
+	if c.Hold <= 0 {
+		c.Hold = c.TTL / 4
+	}
+	if c.WriteEvery <= 0 {
+		c.WriteEvery = 5 * time.Millisecond
+	}
+	if c.Idle <= 0 {
+		c.Idle = c.TTL / 10
+	}
+	if c.AcquireTimeout <= 0 {
+		c.AcquireTimeout = 5 * c.TTL
+	}
+	return nil
+}
+
+// Env returns the "NAME=VALUE" environment entry that passes c to a
+// re-executed test binary.
+func (c Config) Env() (string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	return EnvVar + "=" + string(b), nil
+}
+
+// FromEnv returns the Config in the environment, if the process is a
+// contender (EnvVar is set).
+func FromEnv() (Config, bool, error) {
+	v, ok := os.LookupEnv(EnvVar)
+	if !ok {
+		return Config{}, false, nil
+	}
+	var c Config
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		return Config{}, true, fmt.Errorf("contender: %s: %w", EnvVar, err)
+	}
+	return c, true, nil
+}
+
+// Op is a command's operation.
+type Op string
+
+// The commands.
+const (
+	// OpProxyMode sets the proxy's mode (Command.Mode: "pass",
+	// "blackhole", "reset").
+	OpProxyMode Op = "proxy_mode"
+	// OpLatency sets the proxy's added latency per chunk
+	// (Command.Latency; 0 removes it).
+	OpLatency Op = "latency"
+	// OpDropAcquire drops the reply of the store round trip of the next
+	// acquire: the request reaches the store, the reply is discarded and
+	// the connection reset. While the command is pending the contender
+	// acquires with TryAcquire (one attempt, which the engine cleans up
+	// after when its outcome is unknown) instead of Acquire; the
+	// AcquireFailed event of the call that was hit has Ambiguous set
+	// (Acquired, should the attempt succeed after all). Calls whose
+	// request was not the one hit keep the command pending.
+	OpDropAcquire Op = "drop_acquire"
+	// OpDropRelease does the same for the next Release (its Released
+	// event has Ambiguous set).
+	OpDropRelease Op = "drop_release"
+	// OpPauseBeforeWrite makes the contender stop itself (SIGSTOP) right
+	// after the Belief event of its next write, before the write is sent,
+	// as a process pause (GC, swap) between the lease check and the write
+	// would. It emits a Pause event first; the harness resumes it.
+	OpPauseBeforeWrite Op = "pause_before_write"
+	// OpStale sends a Release or Renew (Command.Stale: "release",
+	// "renew") for the contender's last lost lease (or, if none was
+	// lost, its last ended one) straight to the backend, and emits a
+	// StaleOp event.
+	OpStale Op = "stale"
+	// OpStop releases what the contender holds and ends the process.
+	OpStop Op = "stop"
+)
+
+// Command is one line the harness sends to a contender.
+type Command struct {
+	Op      Op            `json:"op"`
+	Mode    string        `json:"mode,omitempty"`
+	Latency time.Duration `json:"latency,omitempty"`
+	Stale   string        `json:"stale,omitempty"`
+}
+
+// Main runs a contender until it is told to stop (OpStop or the end of
+// stdin): events to stdout, commands from stdin. It returns an error if
+// the contender could not start.
+func Main(cfg Config, stdin io.Reader, stdout io.Writer) error {
+	if err := cfg.resolve(); err != nil {
+		return err
+	}
+	k := &contender{cfg: cfg, out: newEmitter(cfg.Proc, stdout)}
+	k.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid())))
+	if err := k.open(); err != nil {
+		k.closeAll()
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		k.run(ctx)
+	}()
+	k.commands(ctx, stdin) // returns on OpStop or end of stdin
+	stop()
+	wg.Wait()
+	k.closeAll()
+	return k.out.error()
+}
+
+type contender struct {
+	cfg   Config
+	out   *emitter
+	rng   *rand.Rand // used by run only
+	proxy *faultproxy.Proxy
+	rec   *recorder
+	cli   *fencelock.Client
+	fc    *fence.Client // used by run only
+
+	mu           sync.Mutex
+	seq          int
+	dropAcquire  bool
+	dropRelease  bool
+	pauseNext    bool
+	lastEnded    *ended // the last lease that ended, and the last one lost
+	lastLost     *ended
+	leaseWatches sync.WaitGroup
+}
+
+// ended is a lease that ended, for stale operations.
+type ended struct {
+	id, key, owner string
+}
+
+// open connects everything: proxy, backend, client, fence.
+func (k *contender) open() error {
+	cfg := k.cfg
+	rawURL := cfg.URL
+	if cfg.Proxy {
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return fmt.Errorf("contender: URL: %w", err)
+		}
+		host := u.Host
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			return fmt.Errorf("contender: URL host %q is not a single host:port", host)
+		}
+		p, err := faultproxy.Listen(host)
+		if err != nil {
+			return err
+		}
+		k.proxy = p
+		u.Host = p.Addr()
+		rawURL = u.String()
+	}
+	// The store may be restarting (a harness fault): try for a while.
+	var (
+		b    driver.Backend
+		opts *fencelock.Options
+		err  error
+	)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b, opts, err = fencelock.OpenBackend(ctx, rawURL)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // pacing retries of a failed connect
+	}
+	if err != nil {
+		return fmt.Errorf("contender: open backend: %w", err)
+	}
+	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL)
+	opts.TTL = cfg.TTL
+	opts.Owner = cfg.Proc
+	opts.MaxBackoff = max(cfg.TTL/8, 5*time.Millisecond)
+	opts.ReleaseTimeout = 2 * cfg.TTL
+	k.cli, err = fencelock.New(k.rec.decorate(), opts)
+	if err != nil {
+		k.rec.Close()
+		k.rec = nil
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k.fc, err = fence.Dial(ctx, cfg.Fence)
+	return err
+}
+
+func (k *contender) closeAll() {
+	if k.cli != nil {
+		k.cli.Close() // closes the recorder and the backend
+	} else if k.rec != nil {
+		k.rec.Close()
+	}
+	k.leaseWatches.Wait()
+	if k.fc != nil {
+		k.fc.Close()
+	}
+	if k.proxy != nil {
+		k.proxy.Close()
+	}
+}
+
+// commands reads commands until OpStop or the end of r.
+func (k *contender) commands(ctx context.Context, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var c Command
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			fmt.Fprintf(os.Stderr, "contender %s: bad command %q: %v\n", k.cfg.Proc, sc.Text(), err)
+			continue
+		}
+		if c.Op == OpStop {
+			return
+		}
+		k.command(ctx, c)
+	}
+}
+
+func (k *contender) command(ctx context.Context, c Command) {
+	switch c.Op {
+	case OpProxyMode:
+		m, err := faultproxy.ParseMode(c.Mode)
+		if err == nil && k.proxy != nil {
+			k.proxy.SetMode(m)
+		}
+	case OpLatency:
+		if k.proxy != nil {
+			k.proxy.SetLatency(c.Latency)
+		}
+	case OpDropAcquire:
+		k.mu.Lock()
+		k.dropAcquire = true
+		k.mu.Unlock()
+	case OpDropRelease:
+		k.mu.Lock()
+		k.dropRelease = true
+		k.mu.Unlock()
+	case OpPauseBeforeWrite:
+		k.mu.Lock()
+		k.pauseNext = true
+		k.mu.Unlock()
+	case OpStale:
+		k.stale(ctx, c.Stale)
+	default:
+		fmt.Fprintf(os.Stderr, "contender %s: unknown command %q\n", k.cfg.Proc, c.Op)
+	}
+}
+
+// stale sends a Release or Renew of an old grant straight to the backend.
+func (k *contender) stale(ctx context.Context, op string) {
+	k.mu.Lock()
+	old := k.lastLost
+	if old == nil {
+		old = k.lastEnded
+	}
+	k.mu.Unlock()
+	ev := history.Event{Kind: history.StaleOp, Note: op}
+	if old == nil {
+		ev.Err = "no old lease"
+		k.out.emit(ev)
+		return
+	}
+	g, ok := k.rec.grant(old.owner)
+	if !ok {
+		ev.Err = "no grant recorded for " + old.owner
+		k.out.emit(ev)
+		return
+	}
+	ev.Key, ev.Lease, ev.Token = old.key, old.id, uint64(g.Token)
+	ev.T = mono.Now() // the operation may take effect from here on
+	ctx, cancel := context.WithTimeout(ctx, 2*k.cfg.TTL)
+	defer cancel()
+	var err error
+	switch op {
+	case "release":
+		err = k.rec.Release(ctx, g)
+	case "renew":
+		_, err = k.rec.Renew(ctx, g, driver.RenewRequest{TTL: k.cfg.TTL})
+	default:
+		err = fmt.Errorf("unknown stale op %q", op)
+	}
+	if err != nil {
+		ev.Err = err.Error()
+	}
+	k.out.emit(ev)
+}
+
+func (k *contender) isSet(flag *bool) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return *flag
+}
+
+func (k *contender) clear(flag *bool) {
+	k.mu.Lock()
+	*flag = false
+	k.mu.Unlock()
+}
+
+// run is the contender's loop: acquire, write while holding, release.
+func (k *contender) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		k.round(ctx)
+		k.sleep(ctx, time.Duration(k.rng.Int64N(int64(k.cfg.Idle)+1)))
+	}
+}
+
+func (k *contender) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// round is one lease: acquire, hold and write, release.
+func (k *contender) round(ctx context.Context) {
+	cfg := k.cfg
+	key := cfg.Keys[k.rng.IntN(len(cfg.Keys))]
+	k.mu.Lock()
+	k.seq++
+	id := cfg.Proc + "-" + strconv.Itoa(k.seq)
+	k.mu.Unlock()
+
+	k.out.emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: id})
+	cs := &callState{drop: k.isSet(&k.dropAcquire)}
+	actx, cancel := context.WithTimeout(withCall(ctx, cs), cfg.AcquireTimeout)
+	var l *fencelock.Lease
+	var err error
+	if cs.drop {
+		// One attempt, so that a dropped reply ends the call (the
+		// engine's clean-up of an unknown outcome included) instead of
+		// being retried away.
+		l, err = k.cli.TryAcquire(actx, key)
+	} else {
+		l, err = k.cli.Acquire(actx, key)
+	}
+	cancel()
+	if cs.hit {
+		k.clear(&k.dropAcquire)
+	}
+	if err != nil {
+		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: id, Ambiguous: cs.hit, Err: err.Error()})
+		return
+	}
+	now := mono.Now()
+	k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: id, Token: uint64(l.Token()),
+		Until: now + int64(l.Remaining()), Ambiguous: cs.hit, Note: l.Owner()})
+
+	e := &ended{id: id, key: key, owner: l.Owner()}
+	k.leaseWatches.Add(1)
+	go func() {
+		defer k.leaseWatches.Done()
+		<-l.Done()
+		if lerr := l.Err(); lerr != nil {
+			// Known as lost before anyone can see the Lost event.
+			k.mu.Lock()
+			k.lastEnded, k.lastLost = e, e
+			k.mu.Unlock()
+			k.out.emit(history.Event{Kind: history.Lost, Key: key, Lease: id, Token: uint64(l.Token()), Err: lerr.Error()})
+		}
+	}()
+
+	if lost := k.hold(ctx, l, key, id); lost {
+		return
+	}
+	k.mu.Lock()
+	k.lastEnded = e
+	k.mu.Unlock()
+
+	k.out.emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: id, Token: uint64(l.Token())})
+	rs := &callState{drop: k.isSet(&k.dropRelease)}
+	// A fresh context: a stop must not leave the lock behind.
+	rctx, rcancel := context.WithTimeout(withCall(context.Background(), rs), 2*cfg.TTL)
+	rerr := l.Release(rctx)
+	rcancel()
+	if rs.hit {
+		k.clear(&k.dropRelease)
+	}
+	ev := history.Event{Kind: history.Released, Key: key, Lease: id, Token: uint64(l.Token()), Ambiguous: rs.hit}
+	if rerr != nil {
+		ev.Err = rerr.Error()
+	}
+	k.out.emit(ev)
+}
+
+// hold writes to the fenced resource while the lease is believed held,
+// for the round's hold time. It reports whether the lease was lost.
+func (k *contender) hold(ctx context.Context, l *fencelock.Lease, key, id string) (lost bool) {
+	cfg := k.cfg
+	hold := cfg.Hold/2 + time.Duration(k.rng.Int64N(int64(cfg.Hold/2)+1))
+	end := time.Now().Add(hold)
+loop:
+	for ctx.Err() == nil && time.Now().Before(end) {
+		// Stamp first: the belief cannot start after the check.
+		t := mono.Now()
+		rem := l.Remaining()
+		if rem <= 0 {
+			// Locally expired: the engine ends the lease at once.
+			select {
+			case <-l.Done():
+			case <-ctx.Done():
+			}
+			break loop
+		}
+		tok := uint64(l.Token())
+		k.out.emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: id, Token: tok, Until: t + int64(rem)})
+		k.mu.Lock()
+		pause := k.pauseNext
+		k.pauseNext = false
+		k.mu.Unlock()
+		if pause {
+			k.out.emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lease check and write"})
+			stopSelf()
+		}
+		k.write(ctx, key, id, tok)
+		select {
+		case <-l.Done():
+		case <-ctx.Done():
+		case <-time.After(cfg.WriteEvery):
+		}
+	}
+	return l.Err() != nil
+}
+
+// stopSelf stops the process with SIGSTOP before it returns. The signal
+// is sent to the calling thread (a signal to the process may be handled
+// by another thread while this one runs on for a while), which handles it
+// on its way back from the system call.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGSTOP)
+}
+
+// write sends one write to the fenced resource; the fence logs it.
+func (k *contender) write(ctx context.Context, key, id string, tok uint64) {
+	if k.fc == nil {
+		ctx2, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fc, err := fence.Dial(ctx2, k.cfg.Fence)
+		cancel()
+		if err != nil {
+			return
+		}
+		k.fc = fc
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := k.fc.Write(wctx, key, id, k.cfg.Proc, tok); err != nil {
+		k.fc.Close()
+		k.fc = nil
+	}
+}
+
+// emitter writes events as JSON lines, one write per event.
+type emitter struct {
+	proc string
+	mu   sync.Mutex
+	w    *bufio.Writer
+	enc  *history.Encoder
+	err  error
+}
+
+func newEmitter(proc string, w io.Writer) *emitter {
+	bw := bufio.NewWriter(w)
+	return &emitter{proc: proc, w: bw, enc: history.NewEncoder(bw)}
+}
+
+// emit stamps ev (if T is zero) and writes it at once.
+func (e *emitter) emit(ev history.Event) {
+	if ev.T == 0 {
+		ev.T = mono.Now()
+	}
+	ev.Proc = e.proc
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return
+	}
+	if err := e.enc.Encode(ev); err != nil {
+		e.err = err
+		return
+	}
+	e.err = e.w.Flush()
+}
+
+func (e *emitter) error() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}

@@ -1,0 +1,37 @@
+// Package safety is fencelock's fault-injection safety suite: it measures,
+// per backend, what survives which fault, and generates the report in
+// docs/safety.md.
+//
+// The package itself holds only tests. TestSafety runs, for every backend
+// whose server is configured (FENCELOCK_TEST_POSTGRES, _REDIS, _ETCD,
+// _ZOOKEEPER, _MONGO; see scripts/testenv; unset means skipped, or failed
+// under CI=true), one cell per fault class: three contender processes
+// (safety/contender, started with safety/proc) take turns on two keys with
+// a short TTL and write to a fenced resource (safety/fence) while the
+// harness injects the fault — a holder paused (SIGSTOP, also between its
+// lease check and its write) or killed (SIGKILL), its connection to the
+// store cut, slowed, reset or losing one reply (safety/faultproxy), a
+// stale release and renew of an old grant, the store killed and restarted
+// or paused (servers started by scripts/testenv only), and for Redis a
+// FLUSHALL and an early expiry of a lock key. Then the loopback clusters
+// (FENCELOCK_TEST_ETCD3, _ZOOKEEPER3, _REDISHA; started by the suite with
+// scripts/testenv when unset) lose their leader or primary. Each cell's
+// merged history is checked for P1..P8 (safety/check) and classified
+// (safety/report). Negative controls (fencing off, four mutant backends
+// over Redis or PostgreSQL) must be caught, and the test fails on any
+// UNSAFE-UNEXPECTED cell.
+//
+// Run it (servers from scripts/testenv):
+//
+//	out=$(scripts/testenv up) && eval "$out"
+//	cd safety && go test -race -run TestSafety -v
+//
+// The quick profile (the default, run by CI) takes about 7 minutes on two
+// cores with -race. Flags (after -args): -safety.seed=N reruns a run (every
+// run logs its seed), -safety.soak runs the long profile (ten rounds of
+// every fault, a minute of baseline; give go test a -timeout of an hour or
+// two), -safety.report=../docs/safety.md and -safety.json=../docs/safety.json
+// write the report there (by default it goes to a temporary directory,
+// whose path the test logs). A failed cell's history is kept in a
+// temporary file named in the failure.
+package safety

@@ -1,0 +1,559 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/safety/check"
+	"github.com/fencelock/fencelock/safety/contender"
+	"github.com/fencelock/fencelock/safety/history"
+	"github.com/fencelock/fencelock/safety/report"
+)
+
+// profile sizes a run.
+type profile struct {
+	name     string
+	rounds   int           // rounds of each fault class (holder pause: twice this)
+	baseline time.Duration // how long the fault-free cell runs
+	controls int           // rounds of the fencing-off control
+	// cellTimeout bounds one cell.
+	cellTimeout time.Duration
+}
+
+var (
+	quick = profile{name: "quick", rounds: 1, baseline: 5 * time.Second, controls: 3, cellTimeout: 5 * time.Minute}
+	soak  = profile{name: "soak", rounds: 10, baseline: 60 * time.Second, controls: 20, cellTimeout: 30 * time.Minute}
+)
+
+// Names of the fault classes and controls (report.Cell.Fault).
+const (
+	fBaseline      = "baseline"
+	fHolderPause   = "holder-pause"
+	fHolderKill    = "holder-kill"
+	fBlackhole     = "blackhole"
+	fLatency       = "latency"
+	fReset         = "conn-reset"
+	fAmbAcquire    = "ambiguous-acquire"
+	fAmbRelease    = "ambiguous-release"
+	fStaleOps      = "stale-release-renew"
+	fStoreKill     = "server-kill"
+	fStorePause    = "server-pause"
+	fRedisFlushall = "redis-flushall"
+	fRedisExpire   = "redis-early-expiry"
+	fFencingOff    = "control-fencing-off"
+	mutantPrefix   = "mutant-"
+)
+
+// expectations is what is known in advance: the cells that are unsafe by
+// design, and the negative controls with the properties they must fail.
+var expectations = report.Table{
+	{Backend: "redis", Fault: fRedisFlushall, Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P1", "P2", "P3", "P4", "P6"},
+		Why: "FLUSHALL deletes every lock record and every token counter. A waiting contender acquires at once while the holder " +
+			"still believes it holds the lock (until its next renewal is refused), and the counters restart, so tokens are " +
+			"issued again: lower than tokens already used (the fenced resource rejects the new holders' writes until the " +
+			"counter passes the old maximum) or equal to one (the resource cannot tell the old holder from the new one and " +
+			"may accept a stale write). Exclusion, fencing and progress are all lost.",
+		Fix: "Never flush a lock store: a dedicated Redis for locks, FLUSHALL/FLUSHDB disabled (ACL `-flushall -flushdb`, or " +
+			"`rename-command FLUSHALL \"\"`); after an unavoidable data loss raise the token floor (driver.TokenFloorer) above " +
+			"the highest token the resources have seen.",
+	}},
+	{Backend: "redis", Fault: fRedisExpire, Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P3", "P4"},
+		Why: "Redis judges a lock's expiry by the key's TTL alone. Anything that shortens it — a PEXPIRE or DEL by another " +
+			"client, eviction under maxmemory with an allkeys-* or volatile-* policy, a jump of the server's clock — frees the " +
+			"lock while its holder still believes it holds it, and a second holder acquires: two believers. The token counter " +
+			"is untouched, so the fenced resource rejects the old holder's writes once the new one has written.",
+		Fix: "`maxmemory-policy noeviction`; no client but fencelock may write the lock keys (ACL key patterns); pass the " +
+			"fencing token with every write to the protected resource.",
+	}},
+	{Backend: "*", Fault: fFencingOff, Expectation: report.Expectation{
+		Control:    true,
+		Properties: []string{"P1"},
+		Why: "Negative control: the fenced resource accepts every write. A holder paused between its lease check and its " +
+			"write resumes after another holder took the key and wrote; its stale write must be caught.",
+	}},
+	{Backend: "*", Fault: mutantPrefix + string(contender.MutantToken), Expectation: report.Expectation{
+		Control:    true,
+		Properties: []string{"P2"},
+		Why:        "Negative control: every grant reports token 1, as if the store did not increment its counter.",
+	}},
+	{Backend: "*", Fault: mutantPrefix + string(contender.MutantExpiry), Expectation: report.Expectation{
+		Control:    true,
+		Properties: []string{"P3"},
+		Why:        "Negative control: renewals succeed without asking the store, so a holder keeps believing after its record expired.",
+	}},
+	{Backend: "*", Fault: mutantPrefix + string(contender.MutantRelease), Expectation: report.Expectation{
+		Control:    true,
+		Properties: []string{"P7"},
+		Why:        "Negative control: Release removes the key's record whoever holds it, so a stale release frees a newer holder's lock.",
+	}},
+	{Backend: "*", Fault: mutantPrefix + string(contender.MutantRenewAfterRelease), Expectation: report.Expectation{
+		Control:    true,
+		Properties: []string{"P5"},
+		Why:        "Negative control: a released grant keeps being renewed, so the key stays held by nobody who believes it.",
+	}},
+}
+
+// claimedRules are expectations a backend announces itself: weaknesses of
+// the server it detected and reports in its Description's Warnings. They
+// come after the fault-specific rules (the negative controls keep theirs).
+func claimedRules(d driver.Description) report.Table {
+	var t report.Table
+	for _, w := range d.Warnings {
+		if d.Name == "mongo" && strings.Contains(w, "FerretDB") {
+			t = append(t, report.Rule{Backend: "mongo", Fault: "*", Expectation: report.Expectation{
+				Unsafe:     true,
+				Properties: []string{"P1", "P2", "P3", "P4"},
+				Why: "The backend warns: " + w + ". Measured: when a lock record expires while contenders wait (a paused, " +
+					"cut-off or crashed holder), two of them can take it over at the same moment and both succeed with the " +
+					"same token; the fenced resource cannot tell them apart.",
+				Fix: "Use MongoDB (a replica set, write concern majority with journal), not FerretDB.",
+			}})
+		}
+	}
+	return t
+}
+
+// cellsFor returns the cells to run on a backend.
+func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, left []string) {
+	ttl := be.ttl
+	specs = []cellSpec{
+		{fault: fBaseline, run: func(ctx context.Context, c *cell) (int, error) {
+			return 0, pace(ctx, prof.baseline)
+		}},
+		{fault: fHolderPause, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range 2 * prof.rounds {
+				var err error
+				if i%2 == 0 {
+					_, err = c.pauseHolder(ctx, "holder paused between lease check and write")
+				} else {
+					err = c.stopHolder(ctx)
+				}
+				if err != nil {
+					return i, err
+				}
+			}
+			return 2 * prof.rounds, nil
+		}},
+		{fault: fHolderKill, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				h, err := c.awaitHolder(ctx, 10*ttl)
+				if err != nil {
+					return i, err
+				}
+				if err := c.round(h.proc, "holder kill -9", func() error {
+					if err := c.kill(h.proc); err != nil {
+						return err
+					}
+					_, err := c.startProc()
+					return err
+				}); err != nil {
+					return i + 1, err
+				}
+				if err := between(ctx, i, prof.rounds, ttl+be.slack); err != nil {
+					return i + 1, err
+				}
+			}
+			return prof.rounds, nil
+		}},
+		{fault: fBlackhole, fencing: true, run: proxyFault(prof, "blackhole holder↔store", 2*ttl,
+			contender.Command{Op: contender.OpProxyMode, Mode: "blackhole"},
+			contender.Command{Op: contender.OpProxyMode, Mode: "pass"})},
+		{fault: fLatency, fencing: true, run: proxyFault(prof, fmt.Sprintf("latency %v per chunk holder↔store", ttl/6), 3*ttl,
+			contender.Command{Op: contender.OpLatency, Latency: ttl / 6},
+			contender.Command{Op: contender.OpLatency})},
+		{fault: fReset, fencing: true, run: proxyFault(prof, "reset holder↔store connections", ttl/2,
+			contender.Command{Op: contender.OpProxyMode, Mode: "reset"},
+			contender.Command{Op: contender.OpProxyMode, Mode: "pass"})},
+		{fault: fAmbAcquire, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
+			return c.ambiguous(ctx, prof.rounds, contender.OpDropAcquire)
+		}},
+		{fault: fAmbRelease, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
+			return c.ambiguous(ctx, prof.rounds, contender.OpDropRelease)
+		}},
+		{fault: fStaleOps, fencing: true, hold: ttl, run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				if err := c.staleOps(ctx, "release", "renew"); err != nil {
+					return i + 1, err
+				}
+			}
+			return prof.rounds, nil
+		}},
+	}
+	te := be.testenv
+	if te != nil {
+		specs = append(specs, cellSpec{fault: fStoreKill, fencing: true, setup: "kill -9 and restart with its data (scripts/testenv restart)",
+			run: func(ctx context.Context, c *cell) (int, error) {
+				for i := range prof.rounds {
+					if err := c.round("", "server kill -9 + restart", func() error {
+						return te.run(ctx, "restart", be.name)
+					}); err != nil {
+						return i + 1, err
+					}
+					if err := between(ctx, i, prof.rounds, ttl); err != nil {
+						return i + 1, err
+					}
+				}
+				return prof.rounds, nil
+			}})
+		if te.pause {
+			specs = append(specs, cellSpec{fault: fStorePause, fencing: true, setup: "SIGSTOP/SIGCONT of the server (scripts/testenv pause)",
+				run: func(ctx context.Context, c *cell) (int, error) {
+					for i := range prof.rounds {
+						if err := c.round("", "server paused", func() error {
+							if err := te.run(ctx, "pause", be.name); err != nil {
+								return err
+							}
+							perr := pace(ctx, 2*ttl)
+							// Always resume: a paused server would hang every later cell.
+							rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+							defer cancel()
+							if err := te.run(rctx, "resume", be.name); err != nil {
+								return err
+							}
+							return perr
+						}); err != nil {
+							return i + 1, err
+						}
+					}
+					return prof.rounds, nil
+				}})
+		} else {
+			left = append(left, fStorePause+": scripts/testenv has no pause/resume")
+		}
+	} else {
+		left = append(left, fStoreKill+", "+fStorePause+": the server was not started by scripts/testenv (FENCELOCK_TESTENV_STATE), so it is not killed or paused")
+	}
+	if be.name == "redis" {
+		specs = append(specs,
+			cellSpec{fault: fRedisFlushall, fencing: true, setup: "FLUSHALL while locks are held", cooldown: 3*ttl + 2*be.slack,
+				run: func(ctx context.Context, c *cell) (int, error) {
+					for i := range prof.rounds {
+						if _, err := c.awaitHolder(ctx, 10*ttl); err != nil {
+							return i, err
+						}
+						if err := c.round("", "FLUSHALL", func() error {
+							_, err := redisDo(ctx, be.url, "FLUSHALL")
+							return err
+						}); err != nil {
+							return i + 1, err
+						}
+					}
+					return prof.rounds, nil
+				}},
+			cellSpec{fault: fRedisExpire, fencing: true, keys: 1, hold: ttl,
+				setup: "PEXPIRE 1 on a lock key just acquired (as eviction or a clock jump would), contenders waiting",
+				run: func(ctx context.Context, c *cell) (int, error) {
+					for i := range prof.rounds {
+						// A fresh holder: it keeps believing for a while.
+						mark := c.log.mark()
+						acq, err := c.awaitEvent(ctx, 10*ttl, mark, "a new holder", func(e history.Event) bool {
+							return e.Kind == history.Acquired
+						})
+						if err != nil {
+							return i, err
+						}
+						if err := c.round("", "PEXPIRE 1 on the lock key of "+acq.Key, func() error {
+							_, err := redisDo(ctx, be.url, "PEXPIRE", redisLockKey(acq.Key), "1")
+							return err
+						}); err != nil {
+							return i + 1, err
+						}
+						if err := between(ctx, i, prof.rounds, ttl); err != nil {
+							return i + 1, err
+						}
+					}
+					return prof.rounds, nil
+				}},
+		)
+	}
+	specs = append(specs, cellSpec{fault: fFencingOff, fencing: false, setup: "fenced resource with fencing off",
+		run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.controls {
+				if _, err := c.pauseHolder(ctx, "holder paused between lease check and write"); err != nil {
+					return i + 1, err
+				}
+			}
+			return prof.controls, nil
+		},
+		after: fencingOffRounds,
+	})
+	if mutants {
+		specs = append(specs, mutantCells(be)...)
+	}
+	return specs, left
+}
+
+// between paces d after round i of n, except after the last one (the
+// cell's cool-down follows it).
+func between(ctx context.Context, i, n int, d time.Duration) error {
+	if i+1 >= n {
+		return nil
+	}
+	return pace(ctx, d)
+}
+
+// proxyFault returns a scenario that applies a fault on one holder's path
+// to the store with on, keeps it for d, and lifts it with off.
+func proxyFault(prof profile, what string, d time.Duration, on, off contender.Command) func(ctx context.Context, c *cell) (int, error) {
+	return func(ctx context.Context, c *cell) (int, error) {
+		for i := range prof.rounds {
+			h, err := c.awaitHolder(ctx, 10*c.be.ttl)
+			if err != nil {
+				return i, err
+			}
+			if err := c.round(h.proc, what, func() error {
+				if err := c.send(h.proc, on); err != nil {
+					return err
+				}
+				perr := pace(ctx, d)
+				if err := c.send(h.proc, off); err != nil {
+					return err
+				}
+				return perr
+			}); err != nil {
+				return i + 1, err
+			}
+			if err := between(ctx, i, prof.rounds, c.be.ttl); err != nil {
+				return i + 1, err
+			}
+		}
+		return prof.rounds, nil
+	}
+}
+
+// pauseHolder makes a holder stop itself (SIGSTOP) between its lease
+// check and its next write, keeps it stopped until another lease of the
+// key has been acquired and has written (or 3×TTL), for at least 2×TTL,
+// then resumes it: its write then arrives stale. It returns the paused
+// lease.
+func (c *cell) pauseHolder(ctx context.Context, what string) (holding, error) {
+	ttl := c.be.ttl
+	h, err := c.awaitHolder(ctx, 10*ttl)
+	if err != nil {
+		return h, err
+	}
+	var paused history.Event
+	err = c.round(h.proc, what, func() error {
+		mark := c.log.mark()
+		if err := c.send(h.proc, contender.Command{Op: contender.OpPauseBeforeWrite}); err != nil {
+			return err
+		}
+		// The contender may have let this lease go before its next write;
+		// it then pauses at the first write of its next lease.
+		ev, err := c.awaitEvent(ctx, 20*ttl, mark, "the contender's self-pause", func(ev history.Event) bool {
+			return ev.Kind == history.Pause && ev.Proc == h.proc
+		})
+		if err != nil {
+			return err
+		}
+		paused = ev
+		p := c.proc(h.proc)
+		if err := p.WaitStopped(ctx); err != nil {
+			return err
+		}
+		began := time.Now()
+		// The lock moves on: another lease acquires the key and writes
+		// (its second Belief follows its first answered write).
+		var next string
+		beliefs := 0
+		if _, err := c.awaitEvent(ctx, 3*ttl+c.be.slack, mark, "a new holder's second write", func(e history.Event) bool {
+			if next == "" && e.Kind == history.Acquired && e.Key == ev.Key && e.Lease != ev.Lease {
+				next = e.Lease
+			}
+			if e.Kind == history.Belief && e.Lease == next && next != "" {
+				beliefs++
+			}
+			return beliefs >= 2
+		}); err != nil {
+			c.logf("%s: %v (resuming anyway)", what, err)
+		}
+		if err := pace(ctx, 2*ttl-time.Since(began)); err != nil {
+			return err
+		}
+		return p.Resume()
+	})
+	c.mu.Lock()
+	c.rounds[len(c.rounds)-1].lease = paused.Lease
+	c.mu.Unlock()
+	return holding{key: paused.Key, lease: paused.Lease, proc: h.proc, token: paused.Token}, err
+}
+
+// stopHolder stops a holder from outside (SIGSTOP at whatever it was
+// doing) for 2×TTL, then resumes it.
+func (c *cell) stopHolder(ctx context.Context) error {
+	h, err := c.awaitHolder(ctx, 10*c.be.ttl)
+	if err != nil {
+		return err
+	}
+	return c.round(h.proc, "holder SIGSTOP", func() error {
+		p := c.proc(h.proc)
+		if err := p.Pause(ctx); err != nil {
+			return err
+		}
+		perr := pace(ctx, 2*c.be.ttl)
+		if err := p.Resume(); err != nil {
+			return err
+		}
+		return perr
+	})
+}
+
+// ambiguous drops the reply of an acquire or release (op) of a contender
+// and waits until a call was hit.
+func (c *cell) ambiguous(ctx context.Context, rounds int, op contender.Op) (int, error) {
+	ttl := c.be.ttl
+	for i := range rounds {
+		var target string
+		if op == contender.OpDropRelease {
+			h, err := c.awaitHolder(ctx, 10*ttl)
+			if err != nil {
+				return i, err
+			}
+			target = h.proc
+		} else {
+			live := c.live()
+			target = live[c.rng.IntN(len(live))].Name()
+		}
+		if err := c.round(target, string(op), func() error {
+			mark := c.log.mark()
+			if err := c.send(target, contender.Command{Op: op}); err != nil {
+				return err
+			}
+			_, err := c.awaitEvent(ctx, 30*ttl, mark, "an ambiguous "+string(op), func(e history.Event) bool {
+				return e.Proc == target && e.Ambiguous
+			})
+			return err
+		}); err != nil {
+			return i + 1, err
+		}
+		if err := between(ctx, i, rounds, ttl); err != nil {
+			return i + 1, err
+		}
+	}
+	return rounds, nil
+}
+
+// staleOps pauses a holder until its lease is lost and the key has a new
+// holder, then has it send its old grant's release and/or renew (ops)
+// straight to the backend, after the fault ended.
+func (c *cell) staleOps(ctx context.Context, ops ...string) error {
+	ttl := c.be.ttl
+	mark := c.log.mark()
+	ph, err := c.pauseHolder(ctx, "holder paused past its TTL, then stale ops")
+	if err != nil {
+		return err
+	}
+	if _, err := c.awaitEvent(ctx, 5*ttl, mark, "the paused lease's loss", func(e history.Event) bool {
+		return e.Kind == history.Lost && e.Lease == ph.lease
+	}); err != nil {
+		return err
+	}
+	hctx, cancel := context.WithTimeout(ctx, 10*ttl)
+	defer cancel()
+	if _, err := c.log.awaitHolding(hctx, c.rng, func(h holding) bool {
+		return h.key == ph.key && h.proc != ph.proc && c.proc(h.proc) != nil
+	}); err != nil {
+		return fmt.Errorf("no new holder of %s: %w", ph.key, err)
+	}
+	for _, op := range ops {
+		m := c.log.mark()
+		if err := c.send(ph.proc, contender.Command{Op: contender.OpStale, Stale: op}); err != nil {
+			return err
+		}
+		ev, err := c.awaitEvent(ctx, 5*ttl, m, "stale "+op, func(e history.Event) bool {
+			return e.Kind == history.StaleOp && e.Proc == ph.proc
+		})
+		if err != nil {
+			return err
+		}
+		if ev.Lease != ph.lease {
+			return fmt.Errorf("stale %s used lease %s, not the paused lease %s", op, ev.Lease, ph.lease)
+		}
+	}
+	return nil
+}
+
+// mutantCells are the negative controls with a broken backend.
+func mutantCells(be *backendEnv) []cellSpec {
+	ttl := be.ttl
+	name := func(m contender.Mutant) string { return mutantPrefix + string(m) }
+	return []cellSpec{
+		{fault: name(contender.MutantToken), fencing: true, keys: 1, setup: "backend reports token 1 for every grant",
+			mutant: contender.MutantToken,
+			run: func(ctx context.Context, c *cell) (int, error) {
+				return 1, c.round("", "mutant round", func() error {
+					mark := c.log.mark()
+					n := 0
+					_, err := c.awaitEvent(ctx, 20*ttl, mark, "three acquisitions", func(e history.Event) bool {
+						if e.Kind == history.Acquired {
+							n++
+						}
+						return n >= 3
+					})
+					return err
+				})
+			}},
+		{fault: name(contender.MutantExpiry), fencing: true, keys: 1, hold: 3 * ttl, setup: "Renew succeeds without asking the store",
+			mutant: contender.MutantExpiry,
+			run: func(ctx context.Context, c *cell) (int, error) {
+				h, err := c.awaitHolder(ctx, 10*ttl)
+				if err != nil {
+					return 0, err
+				}
+				return 1, c.round("", "mutant round", func() error {
+					_, err := c.awaitEvent(ctx, 5*ttl, 0, "another lease of the key", func(e history.Event) bool {
+						return e.Kind == history.Acquired && e.Key == h.key && e.Lease != h.lease && e.T > h.t
+					})
+					return err
+				})
+			}},
+		{fault: name(contender.MutantRelease), fencing: true, keys: 1, hold: 2 * ttl, setup: "Release is a ForceRelease",
+			mutant: contender.MutantRelease,
+			run: func(ctx context.Context, c *cell) (int, error) {
+				return 1, c.staleOps(ctx, "release")
+			}},
+		{fault: name(contender.MutantRenewAfterRelease), fencing: true, keys: 1, cooldown: 2*ttl + 2*be.slack,
+			setup: "a released grant keeps being renewed", mutant: contender.MutantRenewAfterRelease,
+			run: func(ctx context.Context, c *cell) (int, error) {
+				h, err := c.awaitHolder(ctx, 10*ttl)
+				if err != nil {
+					return 0, err
+				}
+				return 1, c.round(h.proc, "mutant round", func() error {
+					_, err := c.awaitEvent(ctx, 10*ttl, 0, "the holder's release", func(e history.Event) bool {
+						return e.Kind == history.Released && e.Lease == h.lease
+					})
+					return err
+				})
+			}},
+	}
+}
+
+// fencingOffRounds checks that the checker flags the fencing-off control
+// in nearly every round (all but at most one, and at least two): a P1
+// violation whose accepted stale write came from the lease the round
+// paused.
+func fencingOffRounds(c *cell, res check.Result) error {
+	p1, _ := res.Property("P1")
+	n := 0
+	for _, r := range c.rounds {
+		for _, v := range p1.Violations {
+			if len(v.Events) > 0 && r.lease != "" && v.Events[len(v.Events)-1].Lease == r.lease {
+				n++
+				break
+			}
+		}
+	}
+	c.spec.setup = fmt.Sprintf("fenced resource with fencing off; stale write accepted and flagged (P1) in %d of %d rounds", n, len(c.rounds))
+	if n < 2 || n < len(c.rounds)-1 {
+		return fmt.Errorf("fencing off: P1 flagged in only %d of %d rounds (want nearly every round)", n, len(c.rounds))
+	}
+	return nil
+}
