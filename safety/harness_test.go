@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/safety/check"
+	"github.com/fencelock/fencelock/safety/cluster"
 	"github.com/fencelock/fencelock/safety/contender"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
@@ -168,79 +167,22 @@ type backendEnv struct {
 	claim  *driver.Description
 	// testenv is set when the server was started by scripts/testenv, so
 	// that the harness may kill, restart and pause it.
-	testenv *testenv
+	testenv *cluster.Testenv
 	// rules are the expectations of this backend's cells.
 	rules report.Table
 }
 
 // ---------------------------------------------------------------- testenv
 
-// testenv runs scripts/testenv for store faults.
-type testenv struct {
-	script string
-	state  string
-	pause  bool // the script has pause/resume
-}
-
-// findTestenv returns the testenv of FENCELOCK_TESTENV_STATE, or nil when
-// the servers were not started by scripts/testenv (a developer's own
-// servers are never killed).
-func findTestenv() (*testenv, error) {
-	state := os.Getenv("FENCELOCK_TESTENV_STATE")
-	if state == "" {
+// findTestenv returns the scripts/testenv of FENCELOCK_TESTENV_STATE, or
+// nil when the servers were not started by it (a developer's own servers
+// are never killed).
+func findTestenv() (*cluster.Testenv, error) {
+	te, err := cluster.FromEnv()
+	if errors.Is(err, cluster.ErrNoState) {
 		return nil, nil
 	}
-	script := os.Getenv("FENCELOCK_TESTENV")
-	if script == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return nil, err
-		}
-		script = filepath.Join(root, "scripts", "testenv")
-	}
-	text, err := os.ReadFile(script)
-	if err != nil {
-		return nil, err
-	}
-	return &testenv{script: script, state: state, pause: strings.Contains(string(text), "testenv pause NAME")}, nil
-}
-
-// repoRoot walks up from the working directory to the directory holding
-// go.work (the checkout).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// owns reports whether the server behind url is testenv's server name.
-func (e *testenv) owns(name, url string) bool {
-	if e == nil {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join(e.state, name, "url"))
-	return err == nil && strings.TrimSpace(string(b)) == url
-}
-
-func (e *testenv) run(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, e.script, args...)
-	cmd.Env = os.Environ()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("scripts/testenv %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
+	return te, err
 }
 
 // ---------------------------------------------------------------- redis

@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
 	_ "github.com/fencelock/fencelock/safety/backends"
+	"github.com/fencelock/fencelock/safety/cluster"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/report"
 )
@@ -158,9 +159,9 @@ func runBackend(t *testing.T, rep *report.Report, be *backendEnv, specs []cellSp
 
 // openBackendEnv prepares a backend's cells: its URL, TTL and its own
 // description.
-func openBackendEnv(t *testing.T, def backendDef, raw string, te *testenv) *backendEnv {
+func openBackendEnv(t *testing.T, def backendDef, raw string, te *cluster.Testenv) *backendEnv {
 	be := &backendEnv{name: def.name, envVar: def.envVar, url: raw, ttl: def.ttl, slack: def.slack, proxy: true}
-	if te.owns(def.name, raw) {
+	if te.Owns(def.name, raw) {
 		be.testenv = te
 	}
 	if strings.HasPrefix(raw, "zk://") {

@@ -192,7 +192,7 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 			run: func(ctx context.Context, c *cell) (int, error) {
 				for i := range prof.rounds {
 					if err := c.round("", "server kill -9 + restart", func() error {
-						return te.run(ctx, "restart", be.name)
+						return te.RestartServer(ctx, be.name)
 					}); err != nil {
 						return i + 1, err
 					}
@@ -202,31 +202,27 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 				}
 				return prof.rounds, nil
 			}})
-		if te.pause {
-			specs = append(specs, cellSpec{fault: fStorePause, fencing: true, setup: "SIGSTOP/SIGCONT of the server (scripts/testenv pause)",
-				run: func(ctx context.Context, c *cell) (int, error) {
-					for i := range prof.rounds {
-						if err := c.round("", "server paused", func() error {
-							if err := te.run(ctx, "pause", be.name); err != nil {
-								return err
-							}
-							perr := pace(ctx, 2*ttl)
-							// Always resume: a paused server would hang every later cell.
-							rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-							defer cancel()
-							if err := te.run(rctx, "resume", be.name); err != nil {
-								return err
-							}
-							return perr
-						}); err != nil {
-							return i + 1, err
+		specs = append(specs, cellSpec{fault: fStorePause, fencing: true, setup: "SIGSTOP/SIGCONT of the server (scripts/testenv pause)",
+			run: func(ctx context.Context, c *cell) (int, error) {
+				for i := range prof.rounds {
+					if err := c.round("", "server paused", func() error {
+						if err := te.Pause(ctx, be.name); err != nil {
+							return err
 						}
+						perr := pace(ctx, 2*ttl)
+						// Always resume: a paused server would hang every later cell.
+						rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+						defer cancel()
+						if err := te.Resume(rctx, be.name); err != nil {
+							return err
+						}
+						return perr
+					}); err != nil {
+						return i + 1, err
 					}
-					return prof.rounds, nil
-				}})
-		} else {
-			left = append(left, fStorePause+": scripts/testenv has no pause/resume")
-		}
+				}
+				return prof.rounds, nil
+			}})
 	} else {
 		left = append(left, fStoreKill+", "+fStorePause+": the server was not started by scripts/testenv (FENCELOCK_TESTENV_STATE), so it is not killed or paused")
 	}

@@ -236,6 +236,24 @@ func (t *Testenv) Restart(ctx context.Context, name, member string) error {
 	return err
 }
 
+// RestartServer kills a single server (not a cluster) with SIGKILL and
+// starts it again with its port and data (scripts/testenv restart NAME).
+func (t *Testenv) RestartServer(ctx context.Context, name string) error {
+	_, err := t.run(ctx, "restart", name)
+	return err
+}
+
+// Owns reports whether url is the URL scripts/testenv recorded for its
+// server name in this state dir: only such a server may be killed or
+// paused (a developer's own server never is).
+func (t *Testenv) Owns(name, url string) bool {
+	if t == nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(t.State, name, "url"))
+	return err == nil && strings.TrimSpace(string(b)) == url
+}
+
 // Leader returns the ID of the member that is the cluster's leader (etcd's
 // raft leader, ZooKeeper's leader, the Redis primary as the Sentinel names
 // it) right now, asking only members that run and are not paused. It fails
