@@ -40,6 +40,7 @@ type Client struct {
 	closed  bool                // no new leases
 	stopped bool                // no new background work
 	leases  map[*Lease]struct{} // held leases
+	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
 	queue   leaseQueue          // held leases not being renewed, by next renewal
 	armed   time.Time           // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
@@ -129,10 +130,47 @@ func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	return &BackendError{Backend: c.name, Op: op, Err: err}
 }
 
-func (c *Client) isClosed() bool {
+// begin registers an Acquire or TryAcquire call, so that Close waits for
+// it (its clean-up runs before the backend is closed), and returns ctx
+// bound to the client's life: Close ends the call with ErrClosed. done
+// must be called when the call returns.
+func (c *Client) begin(ctx context.Context) (bound context.Context, done func(), err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	c.calls.Add(1)
+	c.mu.Unlock()
+	bound, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(ErrClosed) })
+	return bound, func() {
+		stop()
+		cancel(nil)
+		c.calls.Done()
+	}, nil
+}
+
+// closedErr turns the error of a call whose bound context ctx ended
+// because the client was closed (and not because the caller's parent
+// context ended) into ErrClosed.
+func closedErr(parent, ctx context.Context, err error) error {
+	if err != nil && parent.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// ended returns the error for a wait whose context ended: ctx's error,
+// joined with the last failure of the store, if any, so that a caller
+// whose deadline passed while the store was unreachable learns why
+// (errors.Is matches both).
+func (c *Client) ended(ctx context.Context, last error) error {
+	err := ctx.Err()
+	if last == nil || definite(last) || errors.Is(last, context.Canceled) || errors.Is(last, context.DeadlineExceeded) {
+		return err
+	}
+	return errors.Join(err, c.wrap(context.Background(), "acquire", last))
 }
 
 // TryAcquire makes one attempt to take key. If the key is held by someone
@@ -144,19 +182,25 @@ func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if c.isClosed() {
-		return nil, ErrClosed
+	parent := ctx
+	ctx, done, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
 	start := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
-		return c.newLease(ctx, start, start, false, req, g)
+		var l *Lease
+		if l, err = c.newLease(parent, start, start, false, req, g); err == nil || errors.Is(err, ErrClosed) {
+			return l, err
+		}
 	}
 	if !definite(err) {
 		c.abandon(req)
 	}
-	err = c.wrap(ctx, "acquire", err)
+	err = closedErr(parent, ctx, c.wrap(ctx, "acquire", err))
 	kind := EventAcquireFailed
 	if errors.Is(err, ErrNotAcquired) {
 		kind = EventNotAcquired
@@ -170,21 +214,29 @@ func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // notifications (PostgreSQL, Redis) where available, and otherwise polls
 // with capped exponential backoff and jitter, never longer than until the
 // holder's record is due to expire. Transient backend failures are retried.
-// When ctx ends first, Acquire returns ctx's error and leaves nothing
-// behind in the backend: records or queue entries of its attempts are
-// removed using a fresh context bounded by Options.ReleaseTimeout.
+// When ctx ends first, Acquire returns ctx's error (joined with the store's
+// last failure, if the store was failing) and leaves nothing behind in the
+// backend: records or queue entries of its attempts are removed using a
+// fresh context bounded by Options.ReleaseTimeout.
 func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if c.isClosed() {
-		return nil, ErrClosed
+	parent := ctx
+	ctx, done, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
 	begin := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
-		return c.newLease(ctx, begin, begin, false, req, g)
+		l, lerr := c.newLease(parent, begin, begin, false, req, g)
+		if !errors.Is(lerr, errLateGrant) {
+			return l, lerr
+		}
+		err = lerr // released; wait and try again
 	}
 	var l *Lease
 	contended := errors.Is(err, ErrNotAcquired)
@@ -192,31 +244,26 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 	case definite(err) && !errors.Is(err, ErrNotAcquired):
 	case ctx.Err() != nil:
 		c.abandon(req)
-		err = ctx.Err()
+		err = c.ended(ctx, err)
 	default:
-		// Waiting ends when ctx ends or the client is closed.
-		wctx, cancel := context.WithCancelCause(ctx)
-		stop := context.AfterFunc(c.life, func() { cancel(ErrClosed) })
 		if c.waiter != nil {
-			l, err = c.acquireQueued(wctx, begin, req)
+			l, err = c.acquireQueued(ctx, parent, begin, req)
 		} else {
-			l, err = c.acquirePolling(wctx, begin, req, err)
+			l, err = c.acquirePolling(ctx, parent, begin, req, err)
 		}
-		stop()
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), ErrClosed) {
-			err = ErrClosed
-		}
-		cancel(nil)
 	}
+	err = closedErr(parent, ctx, err)
 	if err != nil {
 		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Contended: contended, Err: err})
 	}
 	return l, err
 }
 
-// acquireQueued waits in the backend's queue.
-func (c *Client) acquireQueued(ctx context.Context, begin time.Time, req driver.AcquireRequest) (*Lease, error) {
+// acquireQueued waits in the backend's queue. parent is the caller's
+// context, whose values the lease carries.
+func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req driver.AcquireRequest) (*Lease, error) {
 	backoff := c.o.MinBackoff
+	var last error
 	for {
 		g, err := c.waiter.AcquireWait(ctx, req)
 		if err == nil {
@@ -225,26 +272,31 @@ func (c *Client) acquireQueued(ctx context.Context, begin time.Time, req driver.
 			start := c.now()
 			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL})
 			if err == nil {
-				return c.newLease(ctx, begin, start, true, req, g2)
-			}
-			if !errors.Is(err, ErrNotHeld) {
+				l, err := c.newLease(parent, begin, start, true, req, g2)
+				if !errors.Is(err, errLateGrant) {
+					return l, err
+				}
+				last = err // released by newLease; queue again
+			} else if !errors.Is(err, ErrNotHeld) {
 				c.releaseGrant(g)
+				last = err
 			}
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, c.ended(ctx, last)
 			}
 			continue
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, c.ended(ctx, last)
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
+		last = err
 		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
 		if err := c.sleep(ctx, jitter(backoff)); err != nil {
 			c.abandon(req)
-			return nil, err
+			return nil, c.ended(ctx, last)
 		}
 		backoff = min(2*backoff, c.o.MaxBackoff)
 	}
@@ -252,7 +304,7 @@ func (c *Client) acquireQueued(ctx context.Context, begin time.Time, req driver.
 
 // acquirePolling retries Acquire, woken by the backend's notifications when
 // it has them, with capped exponential backoff as the safety net.
-func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver.AcquireRequest, last error) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, req driver.AcquireRequest, last error) (*Lease, error) {
 	var notify <-chan struct{}
 	if c.watcher != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -283,7 +335,7 @@ func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver
 				if ambiguous {
 					c.abandon(req)
 				}
-				return nil, ctx.Err()
+				return nil, c.ended(ctx, last)
 			case _, ok := <-notify:
 				// Try at once; the safety-net backoff keeps growing,
 				// so a waiter that loses the race does not poll hard.
@@ -299,7 +351,12 @@ func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver
 		start := c.now()
 		g, err := c.b.Acquire(ctx, req)
 		if err == nil {
-			return c.newLease(ctx, begin, start, contended, req, g)
+			l, err := c.newLease(parent, begin, start, contended, req, g)
+			if !errors.Is(err, errLateGrant) {
+				return l, err
+			}
+			last, ambiguous = err, false // newLease released the grant
+			continue
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
@@ -311,7 +368,7 @@ func (c *Client) acquirePolling(ctx context.Context, begin time.Time, req driver
 			if ambiguous {
 				c.abandon(req)
 			}
-			return nil, ctx.Err()
+			return nil, c.ended(ctx, last)
 		}
 		if ambiguous {
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
@@ -378,15 +435,29 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	release := func() error {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+		defer rcancel()
+		return l.Release(rctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			// fn panicked: end the lease before the panic goes on, so
+			// a recovered panic (an HTTP handler's) leaves no lock held.
+			stop()
+			cancel(nil)
+			_ = release()
+		}
+	}()
 	ferr := fn(fctx, l)
+	panicked = false
 	stop()
 	cancel(nil)
 	if lost := l.Err(); lost != nil {
 		return errors.Join(ferr, lost)
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
-	defer rcancel()
-	rerr := l.Release(rctx)
+	rerr := release()
 	if errors.Is(rerr, ErrNotHeld) {
 		// The store no longer had our record: the lease had been lost
 		// without our noticing yet, so fn may not have run exclusively.
@@ -463,6 +534,11 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.endLife()
+	c.mu.Unlock()
+	// Acquire calls in flight end promptly (their contexts are bound to
+	// c.life) and clean up after themselves while the backend is open.
+	c.calls.Wait()
+	c.mu.Lock()
 	leases := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {
 		leases = append(leases, l)

@@ -40,16 +40,24 @@ type Lease struct {
 	state          leaseState
 	err            error // *LostError once lost
 	releasePending bool  // a backend release has not been confirmed
-	validUntil     time.Time
-	lastRotate     time.Time
-	failures       int
-	acquired       time.Time   // clock reading before the acquiring request
-	timer          *time.Timer // fires at the danger zone, then at the end of validity
-	dangerFired    bool        // OnDanger ran for the current validity period
-	stopLoss       func()
-	ctx            context.Context // created on first use
-	cancel         context.CancelCauseFunc
-	endCause       error // the context cause once ended
+	renewing       bool  // a renewal request is in flight
+	// unsure: a rotating renewal's outcome is unknown (it failed
+	// transiently, or was cut short), so the store may hold this lease's
+	// record under a token the lease never saw. A later "not held" answer
+	// may then be about our own record: clean-up finds it by owner.
+	unsure      bool
+	interval    time.Duration // RenewInterval scaled to the granted TTL
+	margin      time.Duration // Margin scaled to the granted TTL
+	validUntil  time.Time
+	lastRotate  time.Time
+	failures    int
+	acquired    time.Time   // clock reading before the acquiring request
+	timer       *time.Timer // fires at the danger zone, then at the end of validity
+	dangerFired bool        // OnDanger ran for the current validity period
+	stopLoss    func()
+	ctx         context.Context // created on first use
+	cancel      context.CancelCauseFunc
+	endCause    error // the context cause once ended
 }
 
 // newLease registers a fresh grant as a held lease. start is the clock
@@ -66,7 +74,22 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start, acquired: start}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
+	late := !c.now().Before(l.validUntil)
+	if late {
+		l.state = released
+		l.endLocked(errLateGrant)
+	}
 	l.mu.Unlock()
+	if late {
+		// The store's answer came after the grant's local validity had
+		// already ended: by the holder's own rule it no longer holds the
+		// key, and another client may already have it. Never hand out
+		// such a lease; free the record (it is ours) and report a
+		// transient failure.
+		close(l.done)
+		c.releaseGrant(g)
+		return nil, errLateGrant
+	}
 
 	c.mu.Lock()
 	if c.closed {
@@ -80,7 +103,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 		return nil, ErrClosed
 	}
 	c.leases[l] = struct{}{}
-	l.nextRenew = start.Add(c.o.RenewInterval)
+	l.nextRenew = start.Add(l.interval)
 	heap.Push(&c.queue, l)
 	c.pokeIfEarlierLocked(l.nextRenew)
 	c.mu.Unlock()
@@ -101,26 +124,41 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	return l, nil
 }
 
+// errLateGrant reports a grant whose local validity had ended by the time
+// the store's answer arrived. It is transient: Acquire tries again.
+var errLateGrant = fmt.Errorf("%w: the store answered after the grant's local validity (TTL − Margin) had ended", ErrLocalExpiry)
+
 // setValidityLocked restarts the local-validity clock for a request sent
-// at start that the store answered with the granted TTL.
+// at start that the store answered with the granted TTL. When the store
+// granted less than Options.TTL (a ZooKeeper session negotiated shorter,
+// say), the lease's renewal interval and margin shrink in proportion, so
+// its schedule fits the TTL it really has.
 func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
 	o := &l.c.o
 	ttl := o.TTL
+	l.interval, l.margin = o.RenewInterval, o.Margin
 	if granted > 0 && granted < ttl {
+		l.interval = scaleDuration(o.RenewInterval, granted, ttl)
+		l.margin = scaleDuration(o.Margin, granted, ttl)
 		ttl = granted
 	}
-	l.validUntil = start.Add(ttl - o.Margin)
+	l.validUntil = start.Add(ttl - l.margin)
 	l.dangerFired = false
 	l.armLocked(l.c.now())
 }
 
+// scaleDuration returns d × num / den.
+func scaleDuration(d, num, den time.Duration) time.Duration {
+	return time.Duration(float64(d) * float64(num) / float64(den))
+}
+
 // armLocked sets the lease's one timer to its next point: the danger zone
-// (one RenewInterval before the end of validity) if OnDanger has not run
+// (one renewal interval before the end of validity) if OnDanger has not run
 // for this validity period, else the end of validity.
 func (l *Lease) armLocked(now time.Time) {
 	d := l.validUntil.Sub(now)
 	if !l.dangerFired {
-		d = max(0, d-l.c.o.RenewInterval)
+		d = max(0, d-l.interval)
 	}
 	if l.timer == nil {
 		l.timer = time.AfterFunc(d, l.onTimer)
@@ -154,7 +192,7 @@ func (l *Lease) onTimer() {
 		return
 	}
 	remaining := l.validUntil.Sub(now)
-	danger := !l.dangerFired && remaining <= l.c.o.RenewInterval
+	danger := !l.dangerFired && remaining <= l.interval
 	if danger {
 		l.dangerFired = true
 	}
@@ -179,7 +217,7 @@ func (l *Lease) lose(cause error) {
 	l.state = lost
 	l.err = &LostError{Key: l.key, Token: l.grant.Token, Cause: cause}
 	l.endLocked(l.err)
-	stop, g := l.stopLoss, l.grant
+	stop, g, unsure := l.stopLoss, l.grant, l.unsure
 	l.stopLoss = nil
 	l.mu.Unlock()
 
@@ -191,10 +229,15 @@ func (l *Lease) lose(cause error) {
 	if stop != nil {
 		stop()
 	}
-	if !errors.Is(cause, ErrNotHeld) {
+	switch {
+	case !errors.Is(cause, ErrNotHeld):
 		// The store may still hold our record (we merely stopped
 		// believing): free it early for the next holder, best effort.
 		c.goBackground(func() { c.releaseGrant(g) })
+	case unsure:
+		// "Not held" after a rotation whose answer we never saw: the
+		// record may be ours under the rotated token. Find it by owner.
+		c.goBackground(func() { c.abandon(driver.AcquireRequest{Key: g.Key, Owner: g.Owner}) })
 	}
 }
 
@@ -264,7 +307,17 @@ func (l *Lease) Remaining() time.Duration {
 // again; a retry after an ambiguous failure returns nil once the record is
 // gone, whether the first attempt or the retry removed it. The record
 // expires with its TTL in any case.
+//
+// If ctx has already ended (a request's context, in a deferred Release),
+// Release still asks the store, with a fresh context bounded by
+// Options.ReleaseTimeout that carries ctx's values, so that a finished
+// request does not leave its lock held until the TTL runs out.
 func (l *Lease) Release(ctx context.Context) error {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.o.ReleaseTimeout)
+		defer cancel()
+	}
 	l.mu.Lock()
 	switch l.state {
 	case lost:
@@ -272,13 +325,13 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	case released:
-		pending, g := l.releasePending, l.grant
+		pending, g, unsure := l.releasePending, l.grant, l.unsure
 		l.mu.Unlock()
 		if !pending {
 			return ErrNotHeld
 		}
 		start := l.c.now()
-		err := l.c.b.Release(ctx, g)
+		err := l.c.releaseStore(ctx, g, unsure)
 		if errors.Is(err, ErrNotHeld) {
 			err = nil // an earlier, ambiguous attempt removed it
 		}
@@ -286,8 +339,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.state = released
 	l.releasePending = true
+	// A renewal in flight may rotate the token after we read it: the
+	// store's answer to this release may then be "not held" about our
+	// own, rotated record.
+	l.unsure = l.unsure || l.renewing
 	l.endLocked(ErrReleased)
-	stop, g := l.stopLoss, l.grant
+	stop, g, unsure := l.stopLoss, l.grant, l.unsure
 	l.stopLoss = nil
 	l.mu.Unlock()
 
@@ -297,8 +354,27 @@ func (l *Lease) Release(ctx context.Context) error {
 		stop()
 	}
 	start := l.c.now()
-	err := l.c.b.Release(ctx, g)
+	err := l.c.releaseStore(ctx, g, unsure)
 	return l.finishRelease(ctx, start, err)
+}
+
+// releaseStore releases g. When unsure (a rotation of g may have taken
+// effect unseen) and the store answers "not held", it looks the key up and
+// releases the record if its owner is g's: owners are unique per lease, so
+// that record is g's own under a rotated token.
+func (c *Client) releaseStore(ctx context.Context, g driver.Grant, unsure bool) error {
+	err := c.b.Release(ctx, g)
+	if !unsure || !errors.Is(err, ErrNotHeld) {
+		return err
+	}
+	info, ierr := c.b.Inspect(ctx, g.Key)
+	if ierr != nil {
+		return ierr
+	}
+	if info.Owner != g.Owner {
+		return err
+	}
+	return c.b.Release(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token})
 }
 
 func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {

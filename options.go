@@ -48,7 +48,9 @@ type Options struct {
 	// Margin is subtracted from TTL to get the holder's local validity
 	// (start + TTL − Margin, with start taken before the request is sent).
 	// It absorbs clock-rate drift between holder and store. Default TTL/10;
-	// must be less than TTL − RenewInterval.
+	// must satisfy Margin ≤ TTL − 3/2 × RenewInterval, so that after a
+	// renewal fails at least half a RenewInterval of validity is left to
+	// retry it.
 	Margin time.Duration
 
 	// RotateEvery, if positive, makes renewals issue a new, higher fencing
@@ -128,8 +130,8 @@ func (o *Options) resolve() (Options, error) {
 	if r.Margin == 0 {
 		r.Margin = r.TTL / 10
 	}
-	if r.Margin < 0 || r.Margin >= r.TTL-r.RenewInterval {
-		return r, badOption("Margin", r.Margin, "must be non-negative and less than TTL − RenewInterval (%v)", r.TTL-r.RenewInterval)
+	if r.Margin < 0 || r.Margin > r.TTL-r.RenewInterval-r.RenewInterval/2 {
+		return r, badOption("Margin", r.Margin, "must be non-negative and at most TTL − 3/2 × RenewInterval (%v), to leave half an interval for retrying a failed renewal", r.TTL-r.RenewInterval-r.RenewInterval/2)
 	}
 	if r.RotateEvery < 0 || (r.RotateEvery > 0 && (r.RotateEvery < r.RenewInterval || 2*r.RotateEvery > r.TTL)) {
 		return r, badOption("RotateEvery", r.RotateEvery, "must be 0 or satisfy RenewInterval (%v) ≤ RotateEvery and TTL (%v) ≥ 2 × RotateEvery", r.RenewInterval, r.TTL)

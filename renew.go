@@ -92,7 +92,8 @@ func (c *Client) renewPlan(l *Lease, now time.Time) (g driver.Grant, rotate bool
 	}
 	// Rotate now if waiting for the next renewal would stretch the gap
 	// between rotations beyond RotateEvery.
-	rotate = c.o.RotateEvery > 0 && now.Add(c.o.RenewInterval).After(l.lastRotate.Add(c.o.RotateEvery))
+	rotate = c.o.RotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(c.o.RotateEvery))
+	l.renewing = true
 	return l.grant, rotate, l.validUntil, true
 }
 
@@ -164,6 +165,12 @@ func (c *Client) renewBatch(due []*Lease) {
 // renewed applies the outcome of a renewal of l that was sent at start.
 func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) {
 	l.mu.Lock()
+	l.renewing = false
+	if rotate && err != nil && !definite(err) {
+		// The rotation may have taken effect: our record may now carry
+		// a token we have not seen. Kept until a renewal succeeds.
+		l.unsure = true
+	}
 	if l.state != held {
 		l.mu.Unlock()
 		return
@@ -196,8 +203,9 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 			}
 		}()
 		l.failures = 0
+		l.unsure = false
 		l.setValidityLocked(start, ng.TTL)
-		next = start.Add(c.o.RenewInterval)
+		next = start.Add(l.interval)
 	case errors.Is(err, ErrNotHeld):
 		l.mu.Unlock()
 		c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err})
@@ -205,7 +213,7 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		return
 	default:
 		l.failures++
-		retry := min(c.o.MinBackoff<<min(l.failures, 20), c.o.RenewInterval/2)
+		retry := min(c.o.MinBackoff<<min(l.failures, 20), l.interval/2)
 		next = c.now().Add(jitter(retry))
 		retrying = true
 		remaining := l.validUntil.Sub(c.now())

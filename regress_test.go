@@ -1,0 +1,337 @@
+package fencelock_test
+
+// Regression tests for engine defects found by review and by the
+// generative conformance mode. Each is named after the defect it pins.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// hook wraps a backend (only the Backend interface: renewals go one at a
+// time) and lets a test act around its calls.
+type hook struct {
+	driver.Backend
+	acquire func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error)
+	renew   func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error)
+}
+
+func (h *hook) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if h.acquire != nil {
+		return h.acquire(ctx, r)
+	}
+	return h.Backend.Acquire(ctx, r)
+}
+
+func (h *hook) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	if h.renew != nil {
+		return h.renew(ctx, g, r)
+	}
+	return h.Backend.Renew(ctx, g, r)
+}
+
+func mustFree(t *testing.T, store *memory.Store, key string) {
+	t.Helper()
+	info, err := store.Backend().Inspect(context.Background(), key)
+	if err != nil || info.Locked() {
+		t.Fatalf("Inspect(%q) = %+v, %v; want the key free", key, info, err)
+	}
+}
+
+// Defect: Release racing an in-flight rotating renewal released with the
+// pre-rotation grant, got ErrNotHeld, and Do reported the lease lost ("not
+// exclusive") though nobody else ever held the key; the rotated record
+// stayed until its TTL.
+func TestReleaseDuringRotatingRenewalReleasesOwnRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		inFlight := make(chan struct{})
+		h := &hook{Backend: store.Backend()}
+		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			ng, err := h.Backend.Renew(ctx, g, r) // the store rotates…
+			if r.Rotate {
+				close(inFlight)
+				<-ctx.Done() // …but the reply is still on its way when Release runs
+				return driver.Grant{}, ctx.Err()
+			}
+			return ng, err
+		}
+		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		err := c.Do(t.Context(), "k", func(ctx context.Context, l *fencelock.Lease) error {
+			<-inFlight
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Do = %v; want nil: nobody else held the key", err)
+		}
+		mustFree(t, store, "k")
+	})
+}
+
+// Defect: a rotation whose reply was lost left a ghost record: the retry
+// with the old token got ErrNotHeld, the engine skipped its best-effort
+// release on ErrNotHeld, and the rotated record (ours) blocked the key.
+func TestLostRotationReplyLeavesNoGhostRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		var lost atomic.Bool
+		h := &hook{Backend: store.Backend()}
+		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			ng, err := h.Backend.Renew(ctx, g, r)
+			if err == nil && r.Rotate && lost.CompareAndSwap(false, true) {
+				return driver.Grant{}, errReplyLost // applied, reply lost
+			}
+			return ng, err
+		}
+		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.Done()
+		if !errors.Is(l.Err(), fencelock.ErrNotHeld) {
+			t.Fatalf("Err() = %v; want the retry's ErrNotHeld", l.Err())
+		}
+		lostAt := time.Now()
+		synctest.Wait() // the engine's clean-up runs in the background
+		if time.Since(lostAt) != 0 {
+			t.Fatal("clean-up took time on a fake clock")
+		}
+		mustFree(t, store, "k")
+	})
+}
+
+// Defect: Acquire returned a lease whose local validity had already ended
+// when the store's reply was delayed past start + TTL − Margin: Err() nil,
+// EventAcquired emitted, while another client could already take the key.
+func TestLateGrantIsNeverHandedOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		var delays atomic.Int32
+		delays.Store(1)
+		h := &hook{Backend: store.Backend()}
+		h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+			g, err := h.Backend.Acquire(ctx, r)
+			if delays.Add(-1) >= 0 {
+				time.Sleep(2800 * time.Millisecond) // past TTL − Margin = 2.7s
+			}
+			return g, err
+		}
+		var acquired atomic.Int32
+		obs := fencelock.ObserverFunc(func(e fencelock.Event) {
+			if e.Kind == fencelock.EventAcquired {
+				acquired.Add(1)
+			}
+		})
+		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, Observer: obs})
+		_, err := c.TryAcquire(t.Context(), "k")
+		if !errors.Is(err, fencelock.ErrLocalExpiry) {
+			t.Fatalf("TryAcquire with a reply after TTL − Margin = %v; want an error matching ErrLocalExpiry", err)
+		}
+		if n := acquired.Load(); n != 0 {
+			t.Fatalf("%d EventAcquired for a grant that had expired locally", n)
+		}
+		mustFree(t, store, "k")
+
+		// A blocking Acquire tries again and returns a lease with its
+		// validity ahead of it.
+		delays.Store(1)
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rem := l.Remaining(); rem < 2*time.Second {
+			t.Fatalf("Acquire returned a lease with %v of validity left", rem)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Defect: Do leaked the lease when its callback panicked: no deferred
+// release, so a recovered panic left the key held and renewed.
+func TestDoReleasesWhenCallbackPanics(t *testing.T) {
+	store := memory.NewStore()
+	c := newClient(t, store.Backend(), nil)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v; want the callback's own panic", r)
+			}
+		}()
+		_ = c.Do(t.Context(), "k", func(ctx context.Context, l *fencelock.Lease) error { panic("boom") })
+	}()
+	if h := c.Holding(); len(h) != 0 {
+		t.Fatalf("client still holds %v after the callback panicked", h)
+	}
+	mustFree(t, store, "k")
+}
+
+// shortTTL is a store that grants less TTL than asked, as ZooKeeper does
+// when it negotiates a shorter session.
+func shortTTL(b driver.Backend, ttl time.Duration) *hook {
+	h := &hook{Backend: b}
+	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+		r.TTL = ttl
+		g, err := b.Acquire(ctx, r)
+		g.TTL = ttl
+		return g, err
+	}
+	h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+		r.TTL = ttl
+		ng, err := b.Renew(ctx, g, r)
+		ng.TTL = ttl
+		return ng, err
+	}
+	return h
+}
+
+// Defect: the renewal schedule ignored a shorter granted TTL: validity
+// used min(TTL, granted) but the next renewal was always start +
+// RenewInterval, so a grant shorter than RenewInterval + Margin was lost
+// before its first renewal.
+func TestShorterGrantedTTLScalesRenewalSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		c := newClient(t, shortTTL(store.Backend(), time.Second), &fencelock.Options{TTL: 3 * time.Second})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease with a 1s granted TTL lost: %v", err)
+		}
+		// The store's record never expired meanwhile.
+		other := newClient(t, store.Backend(), nil)
+		if _, err := other.TryAcquire(t.Context(), "k"); !errors.Is(err, fencelock.ErrNotAcquired) {
+			t.Fatalf("another client's TryAcquire = %v; want ErrNotAcquired while renewed", err)
+		}
+		// Local validity follows the granted TTL: 1s − Margin scaled
+		// (0.1s) after the last renewal began.
+		if rem := l.Remaining(); rem > 900*time.Millisecond {
+			t.Fatalf("Remaining() = %v; more than the granted TTL minus the scaled margin", rem)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Suspected defect (confirmed): Close did not wait for Acquire calls in
+// flight, whose clean-up then ran on a closed backend and left records.
+func TestCloseWaitsForAcquireInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		entered := make(chan struct{})
+		h := &hook{Backend: store.Backend()}
+		h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+			g, err := h.Backend.Acquire(context.Background(), r) // takes effect…
+			close(entered)
+			<-ctx.Done() // …and the reply is lost when the call is cut
+			_ = g
+			return driver.Grant{}, errors.Join(err, ctx.Err())
+		}
+		c, err := fencelock.New(h, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make(chan error, 1)
+		go func() {
+			_, err := c.TryAcquire(context.Background(), "k")
+			res <- err
+		}()
+		<-entered
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-res; !errors.Is(err, fencelock.ErrClosed) {
+			t.Errorf("TryAcquire cut by Close = %v; want ErrClosed", err)
+		}
+		mustFree(t, store, "k")
+	})
+}
+
+// Suspected defect (confirmed): Margin < TTL − RenewInterval allowed a
+// near-zero window for retrying a failed renewal. Margin may now be at
+// most TTL − 3/2 × RenewInterval, and at that bound one failed renewal
+// is retried in time.
+func TestMarginLeavesRetryWindow(t *testing.T) {
+	err := (&fencelock.Options{TTL: 10 * time.Second, RenewInterval: 5 * time.Second, Margin: 4990 * time.Millisecond}).Validate()
+	if !errors.Is(err, fencelock.ErrInvalidOption) {
+		t.Fatalf("Margin leaving 10ms to retry a renewal: Validate = %v; want ErrInvalidOption", err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		var failed atomic.Bool
+		h := &hook{Backend: store.Backend()}
+		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			if failed.CompareAndSwap(false, true) {
+				return driver.Grant{}, errReplyLost
+			}
+			return h.Backend.Renew(ctx, g, r)
+		}
+		c := newClient(t, h, &fencelock.Options{TTL: 10 * time.Second, RenewInterval: 5 * time.Second, Margin: 2500 * time.Millisecond})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Fatalf("one failed renewal lost the lease at the largest valid Margin: %v", err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Rough edge: a blocking Acquire against an unreachable store returned
+// only "context deadline exceeded"; the store's last error must come too.
+func TestAcquireDeadlineCarriesStoreError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := store.Backend()
+		b.SetUnreachable(true)
+		c := newClient(t, b, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := c.Acquire(ctx, "k")
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, memory.ErrUnreachable) {
+			t.Fatalf("Acquire = %v; want both context.DeadlineExceeded and the store's error", err)
+		}
+		var be *fencelock.BackendError
+		if !errors.As(err, &be) {
+			t.Fatalf("Acquire = %v; want the store's error as a *BackendError", err)
+		}
+	})
+}
+
+// Rough edge: `defer lease.Release(ctx)` with a request context that had
+// already ended left the lock held until its TTL.
+func TestReleaseWithEndedContextStillReleases(t *testing.T) {
+	store := memory.NewStore()
+	c := newClient(t, store.Backend(), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	l, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with an ended context = %v; want nil", err)
+	}
+	mustFree(t, store, "k")
+}
+
+var _ = sync.Mutex{}
