@@ -40,6 +40,7 @@ type Client struct {
 	closed  bool                // no new leases
 	stopped bool                // no new background work
 	leases  map[*Lease]struct{} // held leases
+	pending map[*Lease]struct{} // released leases whose store release failed
 	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
 	queue   leaseQueue          // held leases not being renewed, by next renewal
 	armed   time.Time           // when the scheduler's timer fires; zero if unset
@@ -67,6 +68,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		o:           o,
 		ownerPrefix: o.Owner + "/" + hex.EncodeToString(nonce[:]) + ".",
 		leases:      make(map[*Lease]struct{}),
+		pending:     make(map[*Lease]struct{}),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
@@ -278,7 +280,12 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 				}
 				last = err // released by newLease; queue again
 			} else if !errors.Is(err, ErrNotHeld) {
+				// The confirmation's outcome is unknown: it may have
+				// re-put our entry under a new token (etcd). Remove it
+				// by its provisional grant and, if the store shows us
+				// as the holder under another token, by owner.
 				c.releaseGrant(g)
+				c.abandon(req)
 				last = err
 			}
 			if ctx.Err() != nil {
@@ -458,6 +465,12 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return errors.Join(ferr, lost)
 	}
 	rerr := release()
+	if errors.Is(context.Cause(l.Context()), ErrClosed) {
+		// Close released the lease (and cancelled fn's context),
+		// before or while fn returned: fn may not have run
+		// exclusively after that.
+		return errors.Join(ferr, ErrClosed)
+	}
 	if errors.Is(rerr, ErrNotHeld) {
 		// The store no longer had our record: the lease had been lost
 		// without our noticing yet, so fn may not have run exclusively.
@@ -523,7 +536,7 @@ func (c *Client) Holding() []string {
 }
 
 // Close releases every lease the client holds (each with a fresh context
-// bounded by Options.ReleaseTimeout), makes waiting Acquire calls return
+// bounded by Options.ReleaseTimeout) and retries releases that failed, makes waiting Acquire calls return
 // ErrClosed, stops every goroutine the client started, and closes the
 // backend. Calls after the first return nil.
 func (c *Client) Close() error {
@@ -539,8 +552,13 @@ func (c *Client) Close() error {
 	// c.life) and clean up after themselves while the backend is open.
 	c.calls.Wait()
 	c.mu.Lock()
-	leases := make([]*Lease, 0, len(c.leases))
+	// Held leases, and released ones whose release failed: their
+	// records would otherwise stay until the TTL.
+	leases := make([]*Lease, 0, len(c.leases)+len(c.pending))
 	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	for l := range c.pending {
 		leases = append(leases, l)
 	}
 	c.mu.Unlock()
@@ -559,7 +577,7 @@ func (c *Client) Close() error {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
 			defer cancel()
-			if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			if err := l.release(ctx, errReleasedByClose); err != nil && !errors.Is(err, ErrNotHeld) {
 				errMu.Lock()
 				errs = append(errs, err)
 				errMu.Unlock()
@@ -593,10 +611,14 @@ func (c *Client) goBackground(f func()) {
 	}()
 }
 
-// forget removes l from the client's bookkeeping.
-func (c *Client) forget(l *Lease) {
+// forget removes l from the client's held leases; pending keeps it among
+// those whose release Close must see through.
+func (c *Client) forget(l *Lease, pending bool) {
 	c.mu.Lock()
 	delete(c.leases, l)
+	if pending {
+		c.pending[l] = struct{}{} // until its release is confirmed
+	}
 	if l.qidx >= 0 {
 		heap.Remove(&c.queue, l.qidx)
 	}

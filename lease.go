@@ -38,9 +38,11 @@ type Lease struct {
 	mu             sync.Mutex
 	grant          driver.Grant
 	state          leaseState
-	err            error // *LostError once lost
-	releasePending bool  // a backend release has not been confirmed
-	renewing       bool  // a renewal request is in flight
+	err            error         // *LostError once lost
+	releasePending bool          // a backend release has not been confirmed
+	releaseFailed  bool          // a release attempt failed transiently
+	releasing      chan struct{} // a one-slot semaphore: one release at a time
+	renewing       bool          // a renewal request is in flight
 	// unsure: a rotating renewal's outcome is unknown (it failed
 	// transiently, or was cut short), so the store may hold this lease's
 	// record under a token the lease never saw. A later "not held" answer
@@ -71,7 +73,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), qidx: -1, grant: g, lastRotate: start, acquired: start}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), releasing: make(chan struct{}, 1), qidx: -1, grant: g, lastRotate: start, acquired: start}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	late := !c.now().Before(l.validUntil)
@@ -222,7 +224,7 @@ func (l *Lease) lose(cause error) {
 	l.mu.Unlock()
 
 	c := l.c
-	c.forget(l)
+	c.forget(l, false)
 	// Observers hear of the loss before anyone can see Done closed.
 	c.emit(Event{Kind: EventLost, Key: l.key, Owner: l.owner, Token: g.Token, Held: c.now().Sub(l.acquired), Err: l.Err()})
 	close(l.done)
@@ -300,23 +302,48 @@ func (l *Lease) Remaining() time.Duration {
 // lease ends locally before the store is asked, so the holder stops
 // believing it holds the lock first.
 //
-// Release returns ErrNotHeld if the lease was already released or lost, or
+// Release returns ErrNotHeld if the lease was already released or lost
+// (ErrClosed if Client.Close released it), or
 // if the store no longer had this lease's record (it had expired or been
 // taken: work done under the lease may not have been exclusive). If the
 // store could not be reached, Release returns the error and may be called
-// again; a retry after an ambiguous failure returns nil once the record is
-// gone, whether the first attempt or the retry removed it. The record
-// expires with its TTL in any case.
+// again: once a release attempt has failed, every later Release returns
+// nil as soon as the record is gone, whether the first attempt, a retry
+// or Client.Close removed it. The record expires with its TTL in any
+// case.
 //
 // If ctx has already ended (a request's context, in a deferred Release),
 // Release still asks the store, with a fresh context bounded by
 // Options.ReleaseTimeout that carries ctx's values, so that a finished
 // request does not leave its lock held until the TTL runs out.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, ErrReleased) }
+
+// errReleasedByClose is the context cause of a lease that Client.Close
+// released: it matches both ErrReleased and ErrClosed.
+var errReleasedByClose error = releasedByClose{}
+
+type releasedByClose struct{}
+
+func (releasedByClose) Error() string { return "fencelock: lease released by Client.Close" }
+
+func (releasedByClose) Is(target error) bool { return target == ErrReleased || target == ErrClosed }
+
+// release ends the lease with cause (ErrReleased, or ErrClosed when the
+// client's Close releases it) and removes its record.
+func (l *Lease) release(ctx context.Context, cause error) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.o.ReleaseTimeout)
 		defer cancel()
+	}
+	// One release of a lease at a time (the holder's and Close's), so
+	// that each sees the outcome of the one before it instead of racing
+	// it to the store and being told "not held" about its own record.
+	select {
+	case l.releasing <- struct{}{}:
+		defer func() { <-l.releasing }()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	l.mu.Lock()
 	switch l.state {
@@ -325,9 +352,18 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	case released:
-		pending, g, unsure := l.releasePending, l.grant, l.unsure
+		pending, g, unsure, failed, cause := l.releasePending, l.grant, l.unsure, l.releaseFailed, l.endCause
 		l.mu.Unlock()
 		if !pending {
+			switch {
+			case failed:
+				// Retries after a failed attempt succeed once the
+				// record is gone, whoever removed it (the retry,
+				// the first attempt, or Close).
+				return nil
+			case errors.Is(cause, ErrClosed):
+				return ErrClosed // Close released it
+			}
 			return ErrNotHeld
 		}
 		start := l.c.now()
@@ -343,12 +379,15 @@ func (l *Lease) Release(ctx context.Context) error {
 	// store's answer to this release may then be "not held" about our
 	// own, rotated record.
 	l.unsure = l.unsure || l.renewing
-	l.endLocked(ErrReleased)
+	l.endLocked(cause)
 	stop, g, unsure := l.stopLoss, l.grant, l.unsure
 	l.stopLoss = nil
 	l.mu.Unlock()
 
-	l.c.forget(l)
+	// From held to pending in one step, so that Close, whenever it
+	// looks, finds the lease in one set or the other and waits for
+	// this release before it closes the backend.
+	l.c.forget(l, true)
 	close(l.done)
 	if stop != nil {
 		stop()
@@ -378,11 +417,21 @@ func (c *Client) releaseStore(ctx context.Context, g driver.Grant, unsure bool) 
 }
 
 func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		l.mu.Lock()
+	l.mu.Lock()
+	done := err == nil || errors.Is(err, ErrNotHeld)
+	if done {
 		l.releasePending = false
-		l.mu.Unlock()
+	} else {
+		l.releaseFailed = true
 	}
+	l.mu.Unlock()
+	l.c.mu.Lock()
+	if done {
+		delete(l.c.pending, l)
+	} else {
+		l.c.pending[l] = struct{}{} // Close retries it
+	}
+	l.c.mu.Unlock()
 	err = l.c.wrap(ctx, "release", err)
 	now := l.c.now()
 	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}

@@ -335,3 +335,44 @@ func TestReleaseWithEndedContextStillReleases(t *testing.T) {
 }
 
 var _ = sync.Mutex{}
+
+// failingRelease fails Release before it reaches the store, once.
+type failingRelease struct {
+	driver.Backend
+	fail atomic.Bool
+}
+
+func (b *failingRelease) Release(ctx context.Context, g driver.Grant) error {
+	if b.fail.CompareAndSwap(true, false) {
+		return errReplyLost
+	}
+	return b.Backend.Release(ctx, g)
+}
+
+// Found by the generative mode: a holder's Release failed, Close then
+// released the lease, and the holder's retry got ErrNotHeld — which reads
+// as "the store no longer had your record: you may not have been
+// exclusive" — though the record had been ours until Close removed it.
+func TestReleaseRetryAfterCloseReleasedReturnsNil(t *testing.T) {
+	store := memory.NewStore()
+	b := &failingRelease{Backend: store.Backend()}
+	c, err := fencelock.New(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.fail.Store(true)
+	if err := l.Release(t.Context()); !errors.Is(err, errReplyLost) {
+		t.Fatalf("first Release = %v; want the failure", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, store, "k")
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("retried Release after Close removed the record = %v; want nil", err)
+	}
+}

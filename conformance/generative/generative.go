@@ -1,0 +1,678 @@
+// Package generative is the generative mode of fencelock's conformance
+// suite: random programs over several clients and keys, with faults
+// injected at the Backend boundary, each recorded as a history and checked
+// against the invariants with a fenced resource in the loop.
+//
+// The fixed cases of package conformance prove what they were written to
+// prove; interleaving bugs hide between them. Run generates programs with
+// pgregory.net/rapid: two or three clients (each with one or two workers,
+// so a client holds several leases and renews them in batches), one or two
+// keys, and per worker a sequence of steps — blocking and try acquires, Do
+// with a callback that returns, fails or panics, waits cut short by their
+// context, holds long enough to be renewed (with token rotation on some
+// clients), writes to a fenced resource during the hold and, as a paused
+// holder would, after it ended, stale Release and Renew calls with an
+// ended grant. Clients end by Close, by Close in the middle of their
+// work, or by crashing (nothing released, nothing renewed). An
+// administrator force-releases keys where the backend can. A wrapping
+// driver delays replies, loses replies after the call took effect
+// (ambiguous operations) and fails calls before they reach the store.
+// Where the backend is a driver.TokenFloorer, some programs start with
+// floors just below 2^53, where a token kept in a float loses precision.
+//
+// Every program's history is checked for:
+//
+//   - NoTwoHolders: no two leases of a key believed they held it at the
+//     same instant (a forced release ends the window of the lease it
+//     removed);
+//   - TokensIncreaseAcrossHolders, TokensNeverRegress: tokens strictly
+//     increase per key in grant order, rotations included, and never
+//     repeat; no renewal returns a lower token;
+//   - NoStaleWriteAccepted: once a later holder's write was accepted by
+//     the fence, no earlier holder's write is;
+//   - LiveHolderWritesAccepted: a holder's write while it holds the key
+//     gets through;
+//   - NoLossWithoutCause: a lease is told "not held" only when its key was
+//     forced or a fault hid the outcome of its rotation — a stale call or a
+//     race never disturbs a live holder;
+//   - StaleCallsRefused: Release and Renew with an ended grant are refused;
+//   - NothingLeftBehind: after every client ended, nothing is stored
+//     (at once when no client crashed and no fault was injected, else
+//     within TTL plus slack).
+//
+// A failure prints rapid's seed and a shrunk program, and the history of
+// the failing run, one line per recorded instant. With real servers a
+// rerun may interleave differently; the seed reproduces the program.
+//
+// # Running it
+//
+// A backend's test calls Run with the conformance.Harness it already has:
+//
+//	func TestGenerative(t *testing.T) {
+//		generative.Run(t, harness, nil)
+//	}
+//
+// Run stops starting programs after Options.Budget (default 45s, or the
+// environment variable FENCELOCK_GEN_BUDGET, e.g. "30m" for a soak), and
+// at rapid's -rapid.checks (default 100; RAPID_CHECKS). -rapid.seed
+// replays a program.
+package generative
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
+	"pgregory.net/rapid"
+)
+
+// Options tunes the generative mode. A nil *Options means defaults.
+type Options struct {
+	// Budget is how long Run keeps starting new programs (a program under
+	// way finishes). Default: FENCELOCK_GEN_BUDGET, else 45s.
+	Budget time.Duration
+
+	// SyncTest runs each program inside a testing/synctest bubble, where
+	// time is fake: for in-process backends (memory), whose every
+	// goroutine and timer can live in the bubble. Harness.Open is then
+	// called inside the bubble.
+	SyncTest bool
+
+	// Fresh, if set, is called at the start of every program, before any
+	// Harness.Open (inside the bubble with SyncTest): e.g. to create a new
+	// in-process store.
+	Fresh func()
+
+	// Clients is the largest number of clients in a program (at least 2).
+	// Default 3.
+	Clients int
+
+	// Keys is the largest number of keys in a program. Default 2.
+	Keys int
+
+	// NoFaults turns off the fault-injecting driver.
+	NoFaults bool
+}
+
+func (o *Options) resolve() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Budget == 0 {
+		r.Budget = 45 * time.Second
+		if v := os.Getenv("FENCELOCK_GEN_BUDGET"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				r.Budget = d
+			}
+		}
+	}
+	r.Clients = max(r.Clients, 2)
+	if o == nil || o.Clients == 0 {
+		r.Clients = 3
+	}
+	if r.Keys <= 0 {
+		r.Keys = 2
+	}
+	return r
+}
+
+// flagSet reports whether the named flag was given a non-default value.
+func flagSet(name string) bool {
+	f := flag.Lookup(name)
+	return f != nil && f.Value.String() != f.DefValue
+}
+
+// Stats counts what a Run did.
+type Stats struct {
+	Programs, Leases, Writes, StaleAccepted, Faults, Forced int64
+}
+
+// Run runs generated programs against h's store until the budget or
+// rapid's number of checks is used up, and fails t with the first
+// violated invariant.
+func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
+	t.Helper()
+	if h.Open == nil {
+		t.Fatal("generative: Harness.Open is required")
+	}
+	o := opts.resolve()
+	if h.TTL == 0 {
+		h.TTL = time.Second
+	}
+	if h.Slack == 0 {
+		h.Slack = h.TTL/2 + 250*time.Millisecond
+	}
+	var (
+		stats  Stats
+		failed atomic.Bool
+		begin  = time.Now()
+	)
+	prop := func(rt *rapid.T) {
+		// The budget only stops new programs before any failure:
+		// rapid's shrinking reruns failing programs whatever the time.
+		if !failed.Load() && time.Since(begin) > o.Budget {
+			return
+		}
+		p := genProgram(rt, &o)
+		body := func(rt *rapid.T) {
+			if o.Fresh != nil {
+				o.Fresh()
+			}
+			rec, err := runProgram(rt.Context(), h, &o, p)
+			if err != nil {
+				rt.Fatalf("generative: %v", err)
+			}
+			vs := rec.check()
+			atomic.AddInt64(&stats.Programs, 1)
+			rec.mu.Lock()
+			atomic.AddInt64(&stats.Leases, int64(len(rec.leases)))
+			atomic.AddInt64(&stats.Writes, int64(len(rec.writes)))
+			atomic.AddInt64(&stats.Faults, int64(len(rec.faults)))
+			atomic.AddInt64(&stats.Forced, int64(len(rec.forces)))
+			rec.mu.Unlock()
+			if len(vs) > 0 {
+				failed.Store(true)
+				msg := make([]string, len(vs))
+				for i, v := range vs {
+					msg[i] = v.String()
+				}
+				rt.Fatalf("invariants violated:\n  %s\nprogram:\n%s\nhistory:\n%s", strings.Join(msg, "\n  "), p, rec.trace())
+			}
+		}
+		if o.SyncTest {
+			rapid.SyncTest(rt, body)
+		} else {
+			body(rt)
+		}
+	}
+	// One rapid.Check is at most -rapid.checks programs; with budget left
+	// (an in-process backend runs thousands), run more, each with a
+	// fresh seed — unless a seed or fail file was given to replay one.
+	replay := flagSet("rapid.seed") || flagSet("rapid.failfile")
+	for round := 0; round == 0 || !replay && !t.Failed() && time.Since(begin) < o.Budget; round++ {
+		rapid.Check(t, prop)
+	}
+	t.Logf("generative: %d programs, %d leases, %d fenced writes, %d injected faults, %d forced releases in %v",
+		stats.Programs, stats.Leases, stats.Writes, stats.Faults, stats.Forced, time.Since(begin).Round(time.Millisecond))
+	if stats.Programs == 0 {
+		t.Errorf("generative: no program ran within the budget %v", o.Budget)
+	}
+	return stats
+}
+
+type stepKind int
+
+const (
+	stepAcquire stepKind = iota
+	stepTry
+	stepWaitCancelled
+	stepDo
+	stepDoError
+	stepDoPanic
+)
+
+var stepNames = [...]string{"acquire", "try", "wait-cancelled", "do", "do-error", "do-panic"}
+
+func (k stepKind) String() string { return stepNames[k] }
+
+type staleKind int
+
+const (
+	staleNone staleKind = iota
+	staleRelease
+	staleRenew
+)
+
+type step struct {
+	kind  stepKind
+	key   int
+	hold  int // tenths of TTL
+	late  bool
+	stale staleKind
+}
+
+type endKind int
+
+const (
+	endClose endKind = iota
+	endCloseEarly
+	endCrash
+)
+
+type clientProg struct {
+	rotate  bool
+	faults  faults
+	workers [][]step
+	end     endKind
+	endAt   int // tenths of TTL after the start, for early ends
+}
+
+type forceOp struct {
+	at  int // tenths of TTL
+	key int
+}
+
+type program struct {
+	keys      int
+	highFloor bool
+	clients   []clientProg
+	forces    []forceOp
+}
+
+func (p program) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  keys %d, floors near 2^53 %v\n", p.keys, p.highFloor)
+	for i, c := range p.clients {
+		fmt.Fprintf(&b, "  client %d: rotate %v, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.faults, c.end, c.endAt)
+		for j, w := range c.workers {
+			fmt.Fprintf(&b, "    worker %d:", j)
+			for _, s := range w {
+				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d)", s.kind, s.key, s.hold, s.late, s.stale)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	for _, f := range p.forces {
+		fmt.Fprintf(&b, "  force-release k%d at %d/10 TTL\n", f.key, f.at)
+	}
+	return b.String()
+}
+
+func genProgram(t *rapid.T, o *Options) program {
+	p := program{
+		keys:      rapid.IntRange(1, o.Keys).Draw(t, "keys"),
+		highFloor: rapid.IntRange(0, 3).Draw(t, "highFloor") == 0,
+	}
+	n := rapid.IntRange(2, o.Clients).Draw(t, "clients")
+	for range n {
+		c := clientProg{
+			rotate: rapid.Bool().Draw(t, "rotate"),
+			end:    endKind(rapid.IntRange(0, 4).Draw(t, "end") % 3),
+			endAt:  rapid.IntRange(0, 30).Draw(t, "endAt"),
+		}
+		if c.end == endCrash && rapid.Bool().Draw(t, "crashLate") {
+			c.end = endClose // crashes are rarer than clean ends
+		}
+		if !o.NoFaults {
+			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
+			case 1:
+				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
+			case 2:
+				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
+			}
+			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5, 12}).Draw(t, "maxDelay")
+			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+		}
+		workers := rapid.IntRange(1, 2).Draw(t, "workers")
+		for range workers {
+			steps := rapid.IntRange(1, 4).Draw(t, "steps")
+			var w []step
+			for range steps {
+				w = append(w, step{
+					kind:  stepKind(rapid.IntRange(0, len(stepNames)-1).Draw(t, "kind")),
+					key:   rapid.IntRange(0, p.keys-1).Draw(t, "key"),
+					hold:  rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
+					late:  rapid.Bool().Draw(t, "late"),
+					stale: staleKind(rapid.IntRange(0, 2).Draw(t, "stale")),
+				})
+			}
+			c.workers = append(c.workers, w)
+		}
+		p.clients = append(p.clients, c)
+	}
+	for range rapid.IntRange(0, 2).Draw(t, "forces") {
+		p.forces = append(p.forces, forceOp{
+			at:  rapid.IntRange(0, 30).Draw(t, "forceAt"),
+			key: rapid.IntRange(0, p.keys-1).Draw(t, "forceKey"),
+		})
+	}
+	return p
+}
+
+// runner holds one program's run.
+type runner struct {
+	h      conformance.Harness
+	rec    *recorder
+	fence  fencelock.Fence
+	raw    driver.Backend
+	keys   []string
+	prefix string
+	tenth  time.Duration
+	start  time.Time
+}
+
+func (r *runner) at(tenths int) time.Duration {
+	return time.Duration(tenths)*r.tenth - time.Since(r.start)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func runProgram(ctx context.Context, h conformance.Harness, o *Options, p program) (*recorder, error) {
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	r := &runner{h: h, rec: newRecorder(), prefix: "generative-" + hex.EncodeToString(rnd[:]) + "/", tenth: h.TTL / 10}
+	for i := range p.keys {
+		r.keys = append(r.keys, fmt.Sprintf("%sk%d", r.prefix, i))
+	}
+	raw, err := h.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("Harness.Open: %w", err)
+	}
+	r.raw = raw
+	defer raw.Close()
+	if p.highFloor {
+		if f, ok := raw.(driver.TokenFloorer); ok {
+			for _, k := range r.keys {
+				if err := f.RaiseFloor(ctx, k, 1<<53-3); err != nil {
+					r.rec.note("RaiseFloor(%q, 2^53-3): %v", k, err)
+				}
+			}
+		}
+	}
+
+	type client struct {
+		c     *fencelock.Client
+		w     *faulty
+		inner driver.Backend
+		once  sync.Once
+	}
+	clients := make([]*client, len(p.clients))
+	for i, cp := range p.clients {
+		inner, err := h.Open(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("Harness.Open: %w", err)
+		}
+		f := cp.faults
+		f.MaxDelay = time.Duration(f.maxDelayTenths) * r.tenth
+		w := &faulty{b: inner, f: f, rec: r.rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
+		o := &fencelock.Options{
+			TTL:            h.TTL,
+			MinBackoff:     2 * time.Millisecond,
+			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
+			ReleaseTimeout: max(h.TTL, 2*time.Second),
+			Observer:       r.rec.observer(),
+			Owner:          fmt.Sprintf("generative-client-%d", i),
+		}
+		if cp.rotate {
+			o.RotateEvery = h.TTL / 3
+		}
+		c, err := fencelock.New(wrap(w), o)
+		if err != nil {
+			inner.Close()
+			return nil, fmt.Errorf("fencelock.New: %w", err)
+		}
+		clients[i] = &client{c: c, w: w, inner: inner}
+	}
+	end := func(i int) {
+		cl := clients[i]
+		cl.once.Do(func() {
+			if p.clients[i].end == endCrash {
+				r.rec.closing(i, "client %d crashes", i)
+				cl.w.crash()
+				if h.Crash != nil {
+					h.Crash(cl.inner)
+				}
+			} else {
+				r.rec.closing(i, "client %d closes", i)
+			}
+			_ = cl.c.Close() // a crashed client's releases fail, as they would
+		})
+	}
+
+	r.start = time.Now()
+	var wg sync.WaitGroup
+	for i, cp := range p.clients {
+		for j, steps := range cp.workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, s := range steps {
+					r.step(ctx, i, j, clients[i].c, s)
+				}
+			}()
+		}
+		if cp.end != endClose {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sleepCtx(ctx, r.at(cp.endAt))
+				end(i)
+			}()
+		}
+	}
+	if fr, ok := raw.(driver.ForceReleaser); ok {
+		for _, f := range p.forces {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sleepCtx(ctx, r.at(f.at))
+				before := r.rec.tick()
+				info, err := fr.ForceRelease(ctx, r.keys[f.key])
+				after := r.rec.tick()
+				if err == nil {
+					r.rec.force(r.keys[f.key], before, after, info.Owner, info.Token)
+				} else {
+					r.rec.note("force-release %q: %v", r.keys[f.key], err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	crashed, faulted := false, false
+	for i, cp := range p.clients {
+		end(i)
+		crashed = crashed || cp.end == endCrash
+	}
+	r.rec.mu.Lock()
+	faulted = len(r.rec.faults) > 0
+	r.rec.mu.Unlock()
+
+	// NothingLeftBehind: at once, or after TTL plus slack when a crash or
+	// a fault may have left a record for the store to expire.
+	deadline := time.Now()
+	if crashed || faulted {
+		deadline = deadline.Add(h.TTL + h.Slack)
+	}
+	for {
+		infos, err := raw.List(ctx, r.prefix)
+		if err != nil {
+			return nil, fmt.Errorf("List: %w", err)
+		}
+		if len(infos) == 0 {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			r.rec.mu.Lock()
+			r.rec.notes = append(r.rec.notes, fmt.Sprintf("%5d left behind: %+v", r.rec.tick(), infos))
+			r.rec.mu.Unlock()
+			r.rec.leftBehind(infos)
+			break
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	return r.rec, nil
+}
+
+// step runs one step of worker j of client i.
+func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step) {
+	key := r.keys[s.key]
+	hold := time.Duration(s.hold) * r.tenth
+	var (
+		rec *leaseRec
+		l   *fencelock.Lease
+		err error
+	)
+	inv := r.rec.tick()
+	switch s.kind {
+	case stepTry:
+		l, err = c.TryAcquire(ctx, key)
+	case stepAcquire, stepWaitCancelled:
+		wait := 3 * r.h.TTL
+		if s.kind == stepWaitCancelled {
+			wait = r.h.TTL / 4
+		}
+		actx, cancel := context.WithTimeout(ctx, wait)
+		l, err = c.Acquire(actx, key)
+		cancel()
+	default:
+		dctx, cancel := context.WithTimeout(ctx, 3*r.h.TTL)
+		err = func() (err error) {
+			defer func() {
+				if v := recover(); v != nil && v != errPanic {
+					panic(v)
+				}
+			}()
+			return c.Do(dctx, key, func(fctx context.Context, dl *fencelock.Lease) error {
+				l = dl
+				rec = r.rec.lease(i, dl, s.kind.String(), inv)
+				r.hold(fctx, dl, rec, hold)
+				r.rec.ended(rec, nil)
+				switch s.kind {
+				case stepDoError:
+					return errCallback
+				case stepDoPanic:
+					panic(errPanic)
+				}
+				return nil
+			})
+		}()
+		cancel()
+		if rec != nil {
+			var lost *fencelock.LostError
+			switch {
+			case errors.As(err, &lost):
+				if l.Err() == nil { // the store said so at release
+					r.rec.lostAtRelease(rec, lost)
+					r.rec.released(rec, true)
+				}
+			case s.kind != stepDoPanic && (err == nil || onlyCallback(err)):
+				r.rec.released(rec, true)
+			}
+			r.after(ctx, l, rec, s)
+		} else if err != nil {
+			r.rec.note("client %d worker %d %s %q: %v", i, j, s.kind, key, err)
+		}
+		return
+	}
+	if err != nil {
+		r.rec.note("client %d worker %d %s %q: %v", i, j, s.kind, key, err)
+		return
+	}
+	rec = r.rec.lease(i, l, s.kind.String(), inv)
+	r.hold(ctx, l, rec, hold)
+	r.rec.ended(rec, nil)
+	select {
+	case <-l.Done():
+		if l.Err() == nil {
+			// Released by Close: our Release can only say so.
+			r.after(ctx, l, rec, s)
+			return
+		}
+	default:
+	}
+	rerr := l.Release(ctx)
+	if rerr != nil && !errors.Is(rerr, fencelock.ErrNotHeld) {
+		rerr = l.Release(ctx) // a retry after an ambiguous failure
+	}
+	if errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil {
+		r.rec.lostAtRelease(rec, rerr)
+	}
+	// Gone for sure only if the store said so: a lost lease's Release
+	// does not ask the store, whose record may outlive the holder's belief.
+	r.rec.released(rec, rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil)
+	r.after(ctx, l, rec, s)
+}
+
+// onlyCallback reports whether err is the callback's own error and
+// nothing else (Do joins a failed release to it).
+func onlyCallback(err error) bool {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err == errCallback
+	}
+	for _, e := range j.Unwrap() {
+		if e != nil && e != errCallback {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	errCallback = errors.New("generative: callback failed")
+	errPanic    = errors.New("generative: callback panicked")
+)
+
+// hold writes to the fenced resource, holds the lease for d (or until it
+// ends), and writes again.
+func (r *runner) hold(ctx context.Context, l *fencelock.Lease, rec *leaseRec, d time.Duration) {
+	r.writeWith(l, rec, false)
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-l.Done():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	r.writeWith(l, rec, isDone(l))
+}
+
+func isDone(l *fencelock.Lease) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *runner) writeWith(l *fencelock.Lease, rec *leaseRec, late bool) {
+	tok := l.Token()
+	_ = r.rec.write(rec, tok, late, func() error { return r.fence.Check(l.Key(), tok, l.Owner()) })
+}
+
+// after plays a paused holder after its lease ended: a late write with its
+// old token, and a stale Release or Renew straight to the store.
+func (r *runner) after(ctx context.Context, l *fencelock.Lease, rec *leaseRec, s step) {
+	if s.late {
+		sleepCtx(ctx, r.tenth)
+		r.writeWith(l, rec, true)
+	}
+	if s.stale == staleNone {
+		return
+	}
+	g := driver.Grant{Key: l.Key(), Owner: l.Owner(), Token: l.Token()}
+	var err error
+	if s.stale == staleRelease {
+		err = r.raw.Release(ctx, g)
+	} else {
+		_, err = r.raw.Renew(ctx, g, driver.RenewRequest{TTL: r.h.TTL})
+	}
+	r.rec.stale(rec, s.stale, err)
+}

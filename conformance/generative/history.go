@@ -1,0 +1,497 @@
+package generative
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// A history records, in one total order (seq: an atomic counter taken
+// at each recorded instant), what every client and the fenced resource saw.
+// Its checks are the invariants; each is conservative: an instant is
+// recorded so that a window of holding is never wider than the holder's
+// belief, so a reported violation is a real one.
+
+type leaseRec struct {
+	id     int
+	client int
+	key    string
+	owner  string
+	inv    int64 // seq before Acquire (or Do) was called
+	got    int64 // seq after Acquire returned
+	end    int64 // seq when the holder stopped believing; 0 while held
+	cause  error // why it ended, if lost
+	tokens []tokObs
+	forced int64 // seq when a forced release that removed it began
+	via    string
+	gone   bool // its own release confirmed its record gone
+	stale  []string
+}
+
+type tokObs struct {
+	token fencelock.Token
+	seq   int64
+}
+
+type writeRec struct {
+	lease    int
+	key      string
+	token    fencelock.Token
+	invoked  int64
+	returned int64
+	accepted bool
+	late     bool // written after the lease ended, as a paused holder would
+}
+
+type faultRec struct {
+	seq    int64
+	client int
+	op     string
+	kind   string
+	owners []string
+	rotate bool
+}
+
+type forceRec struct {
+	key           string
+	before, after int64
+	owner         string          // the holder it removed, if known
+	token         fencelock.Token // and its token
+}
+
+type recorder struct {
+	seq atomic.Int64
+
+	mu      sync.Mutex
+	leases  []*leaseRec
+	byOwner map[string]*leaseRec
+	writes  []writeRec
+	faults  []faultRec
+	forces  []forceRec
+	notes   []string
+	left    []string                     // records left behind at the end
+	closed  map[int]int64                // seq when each client began to close or crashed
+	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
+}
+
+func newRecorder() *recorder {
+	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), issued: make(map[string][]fencelock.Token)}
+}
+
+func (r *recorder) tick() int64 { return r.seq.Add(1) }
+
+func (r *recorder) note(format string, args ...any) {
+	s := r.tick()
+	r.mu.Lock()
+	r.notes = append(r.notes, fmt.Sprintf("%5d ", s)+fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// lease registers a lease that a worker now holds.
+func (r *recorder) lease(client int, l *fencelock.Lease, via string, inv int64) *leaseRec {
+	got := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.byOwner[l.Owner()]
+	if rec == nil {
+		rec = &leaseRec{owner: l.Owner(), key: l.Key()}
+		r.byOwner[l.Owner()] = rec
+	}
+	rec.id, rec.client, rec.got, rec.via, rec.inv = len(r.leases)+1, client, got, via, inv
+	// A rotation recorded before the worker registered the lease
+	// already carries its current token.
+	if !slices.ContainsFunc(rec.tokens, func(t tokObs) bool { return t.token == l.Token() }) {
+		rec.tokens = append(rec.tokens, tokObs{l.Token(), got})
+	}
+	r.leases = append(r.leases, rec)
+	// A loss before the worker registered the lease was recorded on
+	// the owner already; it stays.
+	return rec
+}
+
+// ended records that a holder stopped believing it holds (before it calls
+// Release, or when it learns of a loss).
+func (r *recorder) ended(rec *leaseRec, cause error) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.end == 0 {
+		rec.end, rec.cause = s, cause
+	}
+}
+
+// observer returns the engine Observer for one client: it records losses
+// and rotations as they happen.
+func (r *recorder) observer() fencelock.Observer {
+	return fencelock.ObserverFunc(func(e fencelock.Event) {
+		switch e.Kind {
+		case fencelock.EventLost, fencelock.EventRotated:
+		default:
+			if debug {
+				r.note("event %v %s token %d err %v", e.Kind, e.Owner, e.Token, e.Err)
+			}
+			return
+		}
+		s := r.tick()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		rec := r.byOwner[e.Owner]
+		if rec == nil { // not yet registered by its worker
+			rec = &leaseRec{owner: e.Owner, key: e.Key}
+			r.byOwner[e.Owner] = rec
+		}
+		switch e.Kind {
+		case fencelock.EventLost:
+			if rec.end == 0 {
+				rec.end, rec.cause = s, e.Err
+			}
+		case fencelock.EventRotated:
+			// The worker may have read the rotated token first.
+			if !slices.ContainsFunc(rec.tokens, func(t tokObs) bool { return t.token == e.Token }) {
+				rec.tokens = append(rec.tokens, tokObs{e.Token, s})
+			}
+		}
+	})
+}
+
+func (r *recorder) write(rec *leaseRec, token fencelock.Token, late bool, check func() error) error {
+	inv := r.tick()
+	err := check()
+	ret := r.tick()
+	r.mu.Lock()
+	r.writes = append(r.writes, writeRec{lease: rec.id, key: rec.key, token: token, invoked: inv, returned: ret, accepted: err == nil, late: late})
+	r.mu.Unlock()
+	return err
+}
+
+// closing records that client begins to close (or crashes): its leases
+// end at the latest there, as far as the store is concerned. Taken
+// before Close is called, so a window never reaches past it.
+func (r *recorder) closing(client int, format string, args ...any) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.closed[client]; !ok {
+		r.closed[client] = s
+	}
+	r.notes = append(r.notes, fmt.Sprintf("%5d ", s)+fmt.Sprintf(format, args...))
+}
+
+// rotated records a token the store issued to owner by a rotation, seen
+// by the engine or not.
+func (r *recorder) rotated(owner string, t fencelock.Token) {
+	r.mu.Lock()
+	r.issued[owner] = append(r.issued[owner], t)
+	r.mu.Unlock()
+}
+
+// lostAtRelease records that the store no longer had the lease's record
+// when its holder released it (the loss was found at release).
+func (r *recorder) lostAtRelease(rec *leaseRec, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.cause == nil {
+		rec.cause = err
+	}
+}
+
+// released records the outcome of the lease's own release.
+func (r *recorder) released(rec *leaseRec, gone bool) {
+	r.mu.Lock()
+	rec.gone = gone
+	r.mu.Unlock()
+}
+
+// stale records the outcome of a Release or Renew sent with the lease's
+// grant after the lease ended.
+func (r *recorder) stale(rec *leaseRec, kind staleKind, err error) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := "release"
+	if kind == staleRenew {
+		name = "renew"
+	}
+	r.notes = append(r.notes, fmt.Sprintf("%5d stale %s by lease %d: %v", s, name, rec.id, err))
+	if err == nil && rec.gone {
+		rec.stale = append(rec.stale, name)
+	}
+}
+
+// leftBehind records what the store still held at the end.
+func (r *recorder) leftBehind(infos []driver.Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, i := range infos {
+		r.left = append(r.left, fmt.Sprintf("%q held by %s (token %d)", i.Key, i.Owner, i.Token))
+	}
+}
+
+func (r *recorder) fault(client int, op, kind string, owners []string, rotate bool) {
+	s := r.tick()
+	r.mu.Lock()
+	r.faults = append(r.faults, faultRec{seq: s, client: client, op: op, kind: kind, owners: owners, rotate: rotate})
+	r.mu.Unlock()
+}
+
+func (r *recorder) force(key string, before, after int64, owner string, token fencelock.Token) {
+	r.mu.Lock()
+	r.forces = append(r.forces, forceRec{key, before, after, owner, token})
+	r.mu.Unlock()
+}
+
+// violation is one broken invariant, with the rule it breaks.
+type violation struct {
+	property string
+	detail   string
+}
+
+func (v violation) String() string { return v.property + ": " + v.detail }
+
+// check checks the recorded history and returns every violation found.
+func (r *recorder) check() []violation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var vs []violation
+	add := func(p, f string, args ...any) { vs = append(vs, violation{p, fmt.Sprintf(f, args...)}) }
+	end := func(l *leaseRec) int64 {
+		e := l.end
+		if e == 0 {
+			e = 1 << 62 // still held when the history closed
+		}
+		if l.forced != 0 && l.forced < e {
+			e = l.forced
+		}
+		if c, ok := r.closed[l.client]; ok && c < e {
+			e = c
+		}
+		return e
+	}
+	// A forced release of a key cuts the window of the lease it removed.
+	for _, f := range r.forces {
+		for _, l := range r.leases {
+			// The lease it removed, by owner, even if the lease's worker
+			// had not yet recorded it. One Acquire call (one owner) may
+			// retry into a new grant before it hands out a lease: a
+			// force that removed an earlier grant has a lower token
+			// than the lease's first (a rotation it removed, seen or
+			// not, has a higher one). Without an owner: any lease whose
+			// window it falls in.
+			hit := f.owner == l.owner && f.token >= l.tokens[0].token
+			if f.owner == "" {
+				hit = l.key == f.key && l.got < f.after && (l.end == 0 || l.end > f.before)
+			}
+			if hit {
+				if l.forced == 0 || f.before < l.forced {
+					l.forced = f.before
+				}
+			}
+		}
+	}
+	// Owners whose rotation's outcome a fault hid from the engine: its
+	// reply was lost or cut short; or it was only delayed, but the
+	// holder's release was itself delayed or failed, so that the record
+	// the rotation left may have expired before the engine found it.
+	unsure := make(map[string]bool)
+	delayedRotation := make(map[string]bool)
+	faultedRelease := make(map[string]bool)
+	for _, f := range r.faults {
+		for _, o := range f.owners {
+			switch {
+			case f.rotate && (f.kind == "lose" || f.kind == "delay-cut"):
+				unsure[o] = true
+			case f.rotate && f.kind == "delay":
+				delayedRotation[o] = true
+			case f.op == "release":
+				faultedRelease[o] = true
+			}
+		}
+	}
+	// A rotation the lease never saw (its answer came after the lease
+	// was released) leaves the record under a token the release does
+	// not carry; the engine then finds the record by owner, unless a
+	// delayed or failed release let it expire first.
+	for o, toks := range r.issued {
+		l := r.byOwner[o]
+		for _, t := range toks {
+			if l != nil && !slices.ContainsFunc(l.tokens, func(x tokObs) bool { return x.token == t }) {
+				delayedRotation[o] = true
+			}
+		}
+	}
+	for o := range delayedRotation {
+		if faultedRelease[o] {
+			unsure[o] = true
+		}
+	}
+	for _, left := range r.left {
+		add("NothingLeftBehind", "after every client ended, the store still has %s", left)
+	}
+	// A lease's window is [got, end(l)]; it is empty when the lease had
+	// ended (forced, or released by Close) before its worker recorded the
+	// grant.
+	nonEmpty := func(l *leaseRec) bool { return l.got < end(l) }
+	last := func(l *leaseRec) int64 { return l.tokens[len(l.tokens)-1].seq }
+	// before reports whether a's grant (and every token it saw) certainly
+	// preceded b's grant: a's window ended before b's began (both
+	// windows real: holders of a key never overlap, checked below), or a
+	// saw its last token before b's Acquire was even called.
+	before := func(a, b *leaseRec) bool {
+		return nonEmpty(a) && nonEmpty(b) && end(a) <= b.got || last(a) < b.inv
+	}
+	byKey := make(map[string][]*leaseRec)
+	for _, l := range r.leases {
+		byKey[l.key] = append(byKey[l.key], l)
+		for _, name := range l.stale {
+			add("StaleCallsRefused", "a stale %s with lease %d's ended grant (%q, token %d) was accepted", name, l.id, l.key, l.tokens[len(l.tokens)-1].token)
+		}
+		// A lease's own tokens increase (the engine ends a lease whose
+		// store returns a lower one: TokensNeverRegress below); the
+		// order in which the worker and the observer saw them is not
+		// the order they were issued in, so only their values count.
+		if l.tokens[0].token == 0 {
+			add("TokensNonZero", "lease %d (%s) got token 0", l.id, l.key)
+		}
+		switch {
+		case errors.Is(l.cause, fencelock.ErrTokenRegressed):
+			add("TokensNeverRegress", "lease %d (%s) was lost because the store returned a lower token", l.id, l.key)
+		case errors.Is(l.cause, fencelock.ErrNotHeld) && l.forced == 0 && !unsure[l.owner]:
+			add("NoLossWithoutCause", "lease %d (%s, token %d) was told 'not held' though no one forced its key and no rotation of it was hidden by a fault: a stale call or a race disturbed a live holder", l.id, l.key, l.tokens[len(l.tokens)-1].token)
+		}
+	}
+	for key, ls := range byKey {
+		for i, a := range ls {
+			for _, b := range ls[i+1:] {
+				// Never two holders whose windows overlap.
+				if nonEmpty(a) && nonEmpty(b) && a.got < end(b) && b.got < end(a) {
+					add("NoTwoHolders", "leases %d and %d of %q both believed they held it (windows %d–%d and %d–%d)", a.id, b.id, key, a.got, end(a), b.got, end(b))
+					continue
+				}
+				first, second := a, b
+				switch {
+				case before(a, b):
+				case before(b, a):
+					first, second = b, a
+				default:
+					continue // their order is not known
+				}
+				// Tokens strictly increase in grant order, and never repeat.
+				hi := slices.MaxFunc(first.tokens, func(x, y tokObs) int { return cmpTok(x.token, y.token) }).token
+				lo := slices.MinFunc(second.tokens, func(x, y tokObs) int { return cmpTok(x.token, y.token) }).token
+				if hi >= lo {
+					add("TokensIncreaseAcrossHolders", "lease %d of %q held token %d before lease %d was granted token %d", first.id, key, hi, second.id, lo)
+				}
+			}
+		}
+	}
+	// No stale write accepted: once a later holder's write was accepted,
+	// an earlier holder's write must be refused.
+	leaseByID := make(map[int]*leaseRec, len(r.leases))
+	for _, l := range r.leases {
+		leaseByID[l.id] = l
+	}
+	for _, wa := range r.writes {
+		if !wa.accepted {
+			a := leaseByID[wa.lease]
+			// A live holder writing with its current token must get
+			// through, unless its key was forced or someone was
+			// granted the key after it (reported above).
+			if !wa.late && wa.returned < end(a) && !r.grantedBetween(a.key, a.got, wa.returned) {
+				add("LiveHolderWritesAccepted", "lease %d (%q, token %d) was refused while it held the key", a.id, a.key, wa.token)
+			}
+			continue
+		}
+		a := leaseByID[wa.lease]
+		for _, wb := range r.writes {
+			if !wb.accepted || wb.key != wa.key || wb.lease == wa.lease || wb.returned >= wa.invoked {
+				continue
+			}
+			b := leaseByID[wb.lease]
+			if before(a, b) {
+				add("NoStaleWriteAccepted", "lease %d's write (token %d) to %q was accepted after lease %d, granted later, had written with token %d", a.id, wa.token, wa.key, b.id, wb.token)
+			}
+		}
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
+	return slices.Compact(vs)
+}
+
+// grantedBetween reports whether some lease of key was granted in (from, to).
+func (r *recorder) grantedBetween(key string, from, to int64) bool {
+	for _, l := range r.leases {
+		if l.key == key && l.got > from && l.got < to {
+			return true
+		}
+	}
+	return false
+}
+
+func cmpTok(a, b fencelock.Token) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// trace renders the history for a failure report.
+func (r *recorder) trace() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type line struct {
+		seq  int64
+		text string
+	}
+	var ls []line
+	for _, l := range r.leases {
+		toks := make([]string, len(l.tokens))
+		for i, t := range l.tokens {
+			toks[i] = fmt.Sprint(t.token)
+		}
+		ls = append(ls, line{l.got, fmt.Sprintf("client %d lease %d (%s) %s %q tokens %s", l.client, l.id, l.owner, l.via, l.key, strings.Join(toks, "→"))})
+		if l.end != 0 {
+			cause := "released"
+			if l.cause != nil {
+				cause = l.cause.Error()
+			}
+			ls = append(ls, line{l.end, fmt.Sprintf("client %d lease %d ended: %s", l.client, l.id, cause)})
+		}
+	}
+	for _, w := range r.writes {
+		verdict := "accepted"
+		if !w.accepted {
+			verdict = "refused"
+		}
+		late := ""
+		if w.late {
+			late = " (late)"
+		}
+		ls = append(ls, line{w.invoked, fmt.Sprintf("lease %d writes %q token %d%s: %s at %d", w.lease, w.key, w.token, late, verdict, w.returned)})
+	}
+	for _, f := range r.faults {
+		ls = append(ls, line{f.seq, fmt.Sprintf("client %d fault %s on %s (rotate %v) %v", f.client, f.kind, f.op, f.rotate, f.owners)})
+	}
+	for _, f := range r.forces {
+		ls = append(ls, line{f.before, fmt.Sprintf("force-release %q (holder %s) until %d", f.key, f.owner, f.after)})
+	}
+	for _, n := range r.notes {
+		var s int64
+		fmt.Sscan(n, &s)
+		ls = append(ls, line{s, strings.TrimSpace(n[5:])})
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].seq < ls[j].seq })
+	var b strings.Builder
+	for _, l := range ls {
+		fmt.Fprintf(&b, "%5d %s\n", l.seq, l.text)
+	}
+	return b.String()
+}
