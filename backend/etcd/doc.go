@@ -26,10 +26,12 @@
 //     restarts. A new entry gets a revision above every earlier one, and the
 //     holder is the oldest entry, so tokens strictly increase per key.
 //     Rotation (Renew with Rotate) re-puts the holder's entry (new mod
-//     revision) and writes a per-key rotation marker; a waiter that queued
-//     before a rotation and becomes holder re-puts its own entry on its
-//     first Renew (the engine's confirmation), so its token exceeds the
-//     rotated one. Keys that never rotate never get a marker.
+//     revision). Every re-put of an entry also writes a per-key marker in
+//     the same transaction, so the marker is at least every token that is
+//     not a create revision; a waiter whose entry is older than the marker
+//     (it queued before a re-put) re-puts its own entry, marker included,
+//     on its first Renew (the engine's confirmation), so its token exceeds
+//     every earlier one. Keys that never rotate never get a marker.
 //   - Release and ForceRelease delete an entry only if it still has the
 //     expected revision (never by key name alone: see
 //     etcd-io/etcd#22082, where a retried unlock deleted a newer holder).
@@ -66,7 +68,10 @@
 // locally and its clean-up release also failed) stays as long as the same
 // Backend keeps renewing other locks, or until Close, which revokes the
 // backend's leases. Exclusion and fencing are unaffected; only that key's
-// availability is.
+// availability is. The same holds for an entry re-put by a rotation whose
+// reply was lost: a retry with the old token is answered ErrNotHeld, as
+// the driver contract says, and Release of a grant built from Inspect
+// (Key, Owner, Token, no Handle) removes the entry.
 //
 // # Caveats
 //
@@ -77,6 +82,6 @@
 //   - A rotated key keeps a small marker key (no lease) for good, like a
 //     token counter; keys that never rotate have none.
 //   - A waited grant's token is final only after its first Renew (the
-//     engine's confirmation), which re-puts the entry if another holder
-//     rotated its token after this one queued.
+//     engine's confirmation), which re-puts the entry if another holder's
+//     entry was re-put after this one queued.
 package etcd

@@ -177,7 +177,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 			g.Token = driver.Token(mine.ModRevision)
 			if marker := firstOf(resp, 2); marker != nil && marker.ModRevision > mine.ModRevision {
-				tok, err := b.bump(ctx, me, req.Owner, mine.ModRevision, "")
+				tok, err := b.bump(ctx, req.Key, me, req.Owner, mine.ModRevision)
 				if err != nil {
 					return driver.Grant{}, err
 				}
@@ -236,16 +236,23 @@ func (b *Backend) checkOps(g driver.Grant) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(qp + escape(g.Owner)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.markerKey(g.Key))}
 }
 
-// bump re-puts entry k (keeping its value, owner, and lease) if its mod
-// revision is still mod, giving it a new, higher token; with marker, the
-// key's rotation marker is written in the same transaction. ErrNotHeld if
-// the entry changed.
-func (b *Backend) bump(ctx context.Context, k, owner string, mod int64, marker string) (driver.Token, error) {
-	ops := []clientv3.Op{clientv3.OpPut(k, owner, clientv3.WithIgnoreLease())}
-	if marker != "" {
-		ops = append(ops, clientv3.OpPut(marker, ""))
-	}
-	resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).Then(ops...).Commit()
+// bump re-puts entry k of key (keeping its value, owner, and lease) if its
+// mod revision is still mod, giving it a new, higher token, and writes the
+// key's marker in the same transaction. ErrNotHeld if the entry changed.
+//
+// Every re-put of an entry goes through bump, so the marker's mod revision
+// is at least every token that is not its entry's create revision. That is
+// what lets a grant keep its create revision as its token when the marker
+// is older than the entry: every token issued before it is either a create
+// revision of an entry ahead of it in the queue (lower), a revision from
+// before the entry existed (lower), or a re-put (at most the marker).
+// A re-put that skipped the marker would let a later grant keep a token
+// below it.
+func (b *Backend) bump(ctx context.Context, key, k, owner string, mod int64) (driver.Token, error) {
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
+		Then(clientv3.OpPut(k, owner, clientv3.WithIgnoreLease()), clientv3.OpPut(b.markerKey(key), "")).
+		Commit()
 	if err != nil {
 		return 0, err
 	}
@@ -286,8 +293,11 @@ type leaseResult struct {
 // TTL). Renew never creates anything. With Rotate it re-puts the entry
 // (keeping its lease) and the key's rotation marker in one transaction
 // guarded by the mod revision: the new mod revision is the new token. A
-// holder that queued before another holder's rotation is re-put the same
-// way on its first Renew, so its token exceeds the rotated one.
+// grant whose entry is older than the marker (a waiter that queued before
+// an earlier holder re-put its entry, by a rotation or by such a
+// confirmation) is re-put the same way, marker included, on its first
+// Renew (the engine's confirmation), so its token exceeds every token
+// issued before it.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := driver.ValidateKey(g.Key); err != nil {
 		return driver.Grant{}, err
@@ -328,17 +338,12 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	// Rotation re-puts the entry (new mod revision = new token) and the
-	// key's marker. A holder that queued before another holder's
-	// rotation re-puts its entry too, so that its token exceeds the
-	// rotated one.
+	// key's marker. An entry older than the marker (it queued before an
+	// earlier holder's re-put) is re-put the same way, so that its token
+	// exceeds every token issued before it (see bump).
 	marker := firstOf(resp, 2)
-	switch {
-	case req.Rotate:
-		if g.Token, err = b.bump(ctx, string(mine.Key), g.Owner, mine.ModRevision, b.markerKey(g.Key)); err != nil {
-			return driver.Grant{}, err
-		}
-	case marker != nil && marker.ModRevision > mine.ModRevision:
-		if g.Token, err = b.bump(ctx, string(mine.Key), g.Owner, mine.ModRevision, ""); err != nil {
+	if req.Rotate || (marker != nil && marker.ModRevision > mine.ModRevision) {
+		if g.Token, err = b.bump(ctx, g.Key, string(mine.Key), g.Owner, mine.ModRevision); err != nil {
 			return driver.Grant{}, err
 		}
 	}
