@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/fencingdoc"
 )
 
 func TestFence(t *testing.T) {
@@ -38,5 +39,35 @@ func TestFence(t *testing.T) {
 	}
 	if err := f.Check("acct/2", 1, "c"); err != nil {
 		t.Errorf("resources are independent: %v", err)
+	}
+}
+
+// TestFenceFollowsDocumentedRule: Fence.Check decides every case of
+// docs/fencing.md's table as the page says. The PostgreSQL and Redis
+// patterns of that page run through the same table in their backends'
+// tests, so Fence and every documented pattern apply one rule.
+func TestFenceFollowsDocumentedRule(t *testing.T) {
+	doc, err := fencingdoc.Load(fencingdoc.RepoFile("docs/fencing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) < 10 {
+		t.Fatalf("docs/fencing.md has %d cases", len(doc.Cases))
+	}
+	var f fencelock.Fence
+	var high fencelock.Token
+	for _, c := range doc.Cases {
+		err := f.Check("resource", fencelock.Token(c.Token), c.Holder)
+		if (err == nil) != c.Accept {
+			t.Fatalf("step %d (%s): Check(%d, %q) = %v; the page says accepted=%v", c.Step, c.Why, c.Token, c.Holder, err, c.Accept)
+		}
+		if c.Accept {
+			high = fencelock.Token(c.Token)
+		} else if !errors.Is(err, fencelock.ErrStaleToken) {
+			t.Fatalf("step %d: %v is not ErrStaleToken", c.Step, err)
+		}
+		if h := f.Highest("resource"); h != high {
+			t.Fatalf("step %d: Highest = %d, want %d", c.Step, h, high)
+		}
 	}
 }

@@ -18,7 +18,7 @@
 //	{fencelock:K}:released  pub/sub channel a release publishes on
 //
 // ('%', '{' and '}' in K are percent-escaped, so a key cannot move the hash
-// tag; "fencelock" is Options.Prefix.) Five Lua scripts, embedded from
+// tag; "fencelock" is Options.Prefix.) Six Lua scripts, embedded from
 // lua/*.lua and run with EVALSHA (EVAL when the server answers NOSCRIPT,
 // e.g. after SCRIPT FLUSH or a restart), do all the work, each in one round
 // trip and atomically:
@@ -32,6 +32,13 @@
 //   - release: if owner and token match, DEL and PUBLISH on the release
 //     channel. The counter stays, so tokens keep increasing.
 //   - inspect, force (DEL whoever holds it, PUBLISH, counter kept).
+//   - floor: raise the counter to a floor (RaiseFloor), never lower it.
+//
+// Tokens never pass through a Lua number (a double, exact only up to
+// 2^53): the scripts read INCR's new value back with GET, as a decimal
+// string, and compare tokens as strings. Tokens are exact up to 2^63-1, the
+// largest integer Redis holds; at that point Acquire and rotation are
+// refused with ErrTokenOverflow.
 //
 // # Capabilities
 //

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 
@@ -12,10 +13,11 @@ import (
 
 var _ driver.TokenFloorer = (*Backend)(nil)
 
-// maxFloor bounds RaiseFloor: the scripts read INCR's result as a Lua
-// number (a double), exact up to 2^53. Counters that start at 1 never get
-// near it; only a floor could.
-const maxFloor = 1 << 53
+// maxFloor bounds RaiseFloor: 2^63-1 is the largest integer Redis holds
+// (and the largest PostgreSQL bigint), so a floor there would leave no
+// token to issue. The scripts never hold a token in a Lua number, so every
+// token below it is exact.
+const maxFloor = math.MaxInt64
 
 // HighWater implements driver.TokenFloorer: SCAN MATCH over the token
 // counters under prefix (on a Cluster, over every primary), read in one
@@ -94,7 +96,7 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		return err
 	}
 	if floor >= maxFloor {
-		return &driver.InvalidOptionError{Option: "token floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: "must be below 2^53: the lock scripts handle tokens as Lua numbers, exact only up to 2^53"}
+		return &driver.InvalidOptionError{Option: "token floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: "must be below 2^63-1, the largest integer Redis holds"}
 	}
 	if floor == 0 {
 		return nil

@@ -8,10 +8,11 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// TestFloorExactUpToLuaPrecision raises a counter past 2^53, where
-// Lua's numbers lose precision, and checks that the floor script compares
-// exactly: one above is taken, one below is not.
-func TestFloorExactUpToLuaPrecision(t *testing.T) {
+// TestFloorExactPastLuaPrecision raises a counter near 2^53, where Lua's
+// numbers lose precision, and checks that the floor script compares
+// exactly: one above is taken, one below is not. A floor of 2^63-1 or more
+// (no token left to issue) is refused.
+func TestFloorExactPastLuaPrecision(t *testing.T) {
 	b, _ := open(t)
 	ctx := t.Context()
 	const big = driver.Token(1<<53 - 3)
@@ -32,8 +33,8 @@ func TestFloorExactUpToLuaPrecision(t *testing.T) {
 	if err != nil || hw.Keys["big"] != big+1 {
 		t.Fatalf("HighWater = %+v, %v; want big = %d", hw, err, big+1)
 	}
-	if err := b.RaiseFloor(ctx, "big", 1<<53); !errors.Is(err, driver.ErrInvalidOption) {
-		t.Fatalf("RaiseFloor(2^53) = %v, want ErrInvalidOption (tokens past 2^53 lose precision in Lua)", err)
+	if err := b.RaiseFloor(ctx, "big", 1<<63-1); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Fatalf("RaiseFloor(2^63-1) = %v, want ErrInvalidOption (no token above it fits in Redis)", err)
 	}
 	if err := b.RaiseFloor(ctx, "", 5); !errors.Is(err, driver.ErrUnsupported) {
 		t.Fatalf("RaiseFloor(\"\") = %v, want ErrUnsupported", err)

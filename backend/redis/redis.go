@@ -205,14 +205,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	lock, counter, _ := b.ks.names(req.Key)
 	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms).Result()
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, scriptError(req.Key, err)
 	}
 	switch v := v.(type) {
-	case int64:
-		if v <= 0 {
-			return driver.Grant{}, fmt.Errorf("redis: acquire script returned token %d", v)
+	case string:
+		tok, err := parseToken(req.Key, v)
+		if err != nil {
+			return driver.Grant{}, err
 		}
-		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(v), TTL: granted}, nil
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}, nil
 	case []any:
 		info, err := parseHolder(req.Key, v)
 		if err != nil {
@@ -238,11 +239,11 @@ func parseHolder(key string, v []any) (driver.Info, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return driver.Info{}, fmt.Errorf("redis: script returned %T, %T, %T", v[0], v[1], v[2])
 	}
-	tok, err := strconv.ParseUint(tokS, 10, 64)
+	tok, err := parseToken(key, tokS)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("redis: lock of %q has a malformed token %q", key, tokS)
+		return driver.Info{}, err
 	}
-	info := driver.Info{Key: key, Owner: owner, Token: driver.Token(tok)}
+	info := driver.Info{Key: key, Owner: owner, Token: tok}
 	if pttl > 0 {
 		info.Remaining = time.Duration(pttl) * time.Millisecond
 	}
@@ -259,18 +260,66 @@ func renewArgs(g driver.Grant, ms int64, rotate bool) []any {
 
 func renewResult(g driver.Grant, granted time.Duration, v any, err error) (driver.Grant, error) {
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, scriptError(g.Key, err)
 	}
-	tok, ok := v.(int64)
-	if !ok {
+	switch v := v.(type) {
+	case int64:
+		if v == 0 {
+			return driver.Grant{}, driver.ErrNotHeld
+		}
+		return driver.Grant{}, fmt.Errorf("redis: renew script returned %d", v)
+	case string:
+		tok, err := parseToken(g.Key, v)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g.Token = tok
+		g.TTL = granted
+		return g, nil
+	default:
 		return driver.Grant{}, fmt.Errorf("redis: renew script returned %T", v)
 	}
-	if tok <= 0 {
-		return driver.Grant{}, driver.ErrNotHeld
+}
+
+// parseToken reads a token the scripts return as a decimal string (never
+// as an integer reply: that would have passed through a Lua number, exact
+// only up to 2^53).
+func parseToken(key, s string) (driver.Token, error) {
+	tok, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || tok == 0 {
+		return 0, fmt.Errorf("redis: lock of %q has a malformed token %q", key, s)
 	}
-	g.Token = driver.Token(tok)
-	g.TTL = granted
-	return g, nil
+	return driver.Token(tok), nil
+}
+
+// ErrTokenOverflow reports that a key's token counter is at 2^63-1, the
+// largest integer Redis holds, so no higher token can be issued: Acquire
+// and rotating renewals of the key are refused and change nothing (a
+// rotation refused leaves the grant's token and TTL as they were). Errors
+// matching it also match driver.ErrUnsupported, so the engine takes them
+// as an answer and does not retry. Counters that start at 1 never get
+// there; only a floor raised near 2^63-1 (a migration) could.
+var ErrTokenOverflow = errors.New("fencelock/redis: token counter at 2^63-1")
+
+// overflowError is the error for key's counter at 2^63-1.
+type overflowError struct{ key string }
+
+func (e *overflowError) Error() string {
+	return fmt.Sprintf("fencelock/redis: the token counter of %q is at 2^63-1, the largest integer Redis holds: no higher token can be issued", e.key)
+}
+
+// Is matches ErrTokenOverflow and driver.ErrUnsupported.
+func (e *overflowError) Is(target error) bool {
+	return target == ErrTokenOverflow || target == driver.ErrUnsupported
+}
+
+// scriptError turns the scripts' FENCELOCK_TOKEN_OVERFLOW reply into an
+// error matching ErrTokenOverflow; other errors pass through.
+func scriptError(key string, err error) error {
+	if goredis.HasErrorPrefix(err, "FENCELOCK_TOKEN_OVERFLOW") {
+		return &overflowError{key: key}
+	}
+	return err
 }
 
 // Renew implements driver.Backend: one EVALSHA of renew.lua, which checks

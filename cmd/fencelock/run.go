@@ -66,7 +66,7 @@ const runExamples = `Examples:
   fencelock run --url redis://redis.internal:6379 --timeout 1m deploy/web -- ./deploy.sh
 
   # Pass the fencing token on to the resource:
-  fencelock run orders -- sh -c 'psql -c "UPDATE jobs SET fence = $FENCELOCK_TOKEN WHERE fence < $FENCELOCK_TOKEN"'`
+  fencelock run accounts/1 -- sh -c 'psql -v ON_ERROR_STOP=1 -v token="$FENCELOCK_TOKEN" -v owner="$FENCELOCK_OWNER" -f write.sql'  # write.sql: docs/fencing.md`
 
 func cmdRun(e *env, args []string) int {
 	fset := e.flagSet("run", runUsage, runExamples)

@@ -9,9 +9,10 @@
 // logged as a history.Event of kind history.Write, with Proc, Lease, Token,
 // Accepted, Reason and Fencing filled in.
 //
-// The rule, with fencing on: accept iff token > highest accepted token of
-// the key, or token == highest and the write comes from the same lease
-// that wrote it (a holder may write many times with one token). With
+// The rule (docs/fencing.md's, as fencelock.Fence applies it), with
+// fencing on: accept iff token > highest accepted token of the key, or
+// token == highest and the write comes from the same lease that wrote it
+// (a holder may write many times with one token). With
 // fencing off (a negative control) every write is accepted and logged with
 // the reason fencing would have given, so the checker can still see which
 // writes were stale.

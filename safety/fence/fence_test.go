@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fencelock/fencelock/internal/fencingdoc"
 	"github.com/fencelock/fencelock/safety/history"
 )
 
@@ -331,5 +332,28 @@ func TestLongPath(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 110))
 	if _, err := Listen(dir, true); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Fatalf("Listen in a too long dir = %v, want an error naming the limit", err)
+	}
+}
+
+// TestRuleFollowsDocumentedCases: the harness's resource decides every case
+// of docs/fencing.md's table as the page says, the table Fence and the
+// PostgreSQL and Redis patterns are tested with.
+func TestRuleFollowsDocumentedCases(t *testing.T) {
+	doc, err := fencingdoc.Load(fencingdoc.RepoFile("docs/fencing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) < 10 {
+		t.Fatalf("docs/fencing.md has %d cases", len(doc.Cases))
+	}
+	_, c := start(t, true)
+	for _, dc := range doc.Cases {
+		d, err := c.Write(context.Background(), "k", dc.Holder, "p-"+dc.Holder, dc.Token)
+		if err != nil {
+			t.Fatalf("step %d: %v", dc.Step, err)
+		}
+		if d.Accepted != dc.Accept {
+			t.Fatalf("step %d (%s): token %d from %q: accepted %v (%s); the page says %v", dc.Step, dc.Why, dc.Token, dc.Holder, d.Accepted, d.Reason, dc.Accept)
+		}
 	}
 }

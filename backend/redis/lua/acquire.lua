@@ -2,20 +2,31 @@
 -- KEYS[1] lock hash {owner, token}, with a TTL
 -- KEYS[2] token counter (never expires)
 -- ARGV[1] owner, ARGV[2] TTL in milliseconds
--- Returns the token (integer) on success, or {owner, token, pttl} of the
--- current holder. Expiry is judged by Redis itself: an expired hash reads as
--- missing.
+-- Returns the token (a decimal string) on success, or {owner, token, pttl}
+-- of the current holder; an error reply FENCELOCK_TOKEN_OVERFLOW, with
+-- nothing changed, if the counter is at 2^63-1. Expiry is judged by Redis
+-- itself: an expired hash reads as missing.
+--
+-- Tokens never pass through a Lua number (a double, exact only up to
+-- 2^53): INCR counts exactly in C, and the new value is read back with GET,
+-- as a string.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] then
   -- A retry by the holder (an ambiguous earlier reply): same grant.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(cur[2])
+  return cur[2]
 end
 if cur[1] then
   return {cur[1], cur[2], redis.call('PTTL', KEYS[1])}
 end
-local tok = redis.call('INCR', KEYS[2])
--- %d, not tostring: tostring would switch to exponent form past 1e14.
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', string.format('%d', tok))
+local r = redis.pcall('INCR', KEYS[2])
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'overflow', 1, true) then
+    return redis.error_reply('FENCELOCK_TOKEN_OVERFLOW the token counter is at 2^63-1')
+  end
+  return r
+end
+local tok = redis.call('GET', KEYS[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return tok

@@ -2,15 +2,31 @@
 -- KEYS[1] lock hash, KEYS[2] token counter
 -- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds,
 -- ARGV[4] '1' to rotate the token
--- Returns the (possibly new) token, or 0 if the grant is not current.
+-- Returns the (possibly new) token as a decimal string, or 0 if the grant
+-- is not current (nothing changed); an error reply
+-- FENCELOCK_TOKEN_OVERFLOW, with nothing changed, if a rotation finds the
+-- counter at 2^63-1.
+--
+-- Tokens never pass through a Lua number (a double, exact only up to
+-- 2^53): INCR counts exactly in C, and the new value is read back with GET,
+-- as a string.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if ARGV[4] == '1' then
-  local tok = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'token', string.format('%d', tok))
+  -- INCR first: if it fails, nothing has been written.
+  local r = redis.pcall('INCR', KEYS[2])
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'overflow', 1, true) then
+      return redis.error_reply('FENCELOCK_TOKEN_OVERFLOW the token counter is at 2^63-1')
+    end
+    return r
+  end
+  local tok = redis.call('GET', KEYS[2])
+  redis.call('HSET', KEYS[1], 'token', tok)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return tok
 end
-return tonumber(cur[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return cur[2]
