@@ -31,6 +31,10 @@ type Dual struct {
 	oldF, newF driver.TokenFloorer
 	oldName    string
 	newName    string
+
+	mu     sync.Mutex
+	unseen map[subKey]subState // see settle
+	high   int                 // prune unseen when it reaches this size
 }
 
 var (
@@ -262,33 +266,141 @@ func joinSides(errOld, errNew error) error {
 	}
 }
 
+// A renewal can change one side and still fail as a whole: one side
+// rotates its token, the other fails transiently (or the floors cannot be
+// levelled afterwards). The engine then keeps the dual grant it had and
+// retries with it, and the rotated side, asked with its old token, would
+// answer ErrNotHeld: the lease would be lost though nobody else holds the
+// key. So Dual remembers, per side, what such a renewal left in the store
+// (unseen, keyed by the sub-grant the engine's dual grant still names), and
+// the retry (or a release) sends that instead. Only the side's own answer
+// to this Dual for exactly that key, owner and token is remembered, and the
+// side still checks owner, token and expiry. An entry lasts as long as the
+// record it describes could (the renewal's TTL) and is dropped once the
+// engine holds a grant that names the new sub-grants, or the lease is
+// refused.
+
+// subKey names one side's part of a dual grant as the engine holds it.
+type subKey struct {
+	side       int
+	key, owner string
+	token      driver.Token
+}
+
+// subState is what a side's store has for a subKey.
+type subState struct {
+	g     driver.Grant
+	until time.Time
+}
+
+// current returns the sub-grants to send for held (the sides the engine's
+// dual grant names): each as held, or as a failed renewal left it in its
+// store. moved reports whether any differs from held.
+func (d *Dual) current(held [2]driver.Grant) (cur [2]driver.Grant, moved bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for i, h := range held {
+		cur[i] = h
+		if e, ok := d.unseen[subKey{i, h.Key, h.Owner, h.Token}]; ok && now.Before(e.until) {
+			cur[i], moved = e.g, true
+		}
+	}
+	return cur, moved
+}
+
+// settle records the outcome of renewing one dual grant whose sides the
+// engine holds as held: got and errs are each side's answer, reported is
+// what the engine is told (nil: renewed, and it now holds the new
+// sides). When the engine is told of a transient failure, a side that did
+// renew is remembered if its token changed; a side that failed keeps what
+// was known of it.
+func (d *Dual) settle(held, got [2]driver.Grant, errs [2]error, reported error, ttl time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for i, h := range held {
+		k := subKey{i, h.Key, h.Owner, h.Token}
+		switch {
+		case reported == nil || errors.Is(reported, driver.ErrNotHeld):
+			delete(d.unseen, k) // the engine has the new sides, or the lease is over
+		case errs[i] != nil:
+			// Unknown: keep what was known.
+		case got[i].Token != h.Token:
+			if d.unseen == nil {
+				d.unseen = make(map[subKey]subState)
+			}
+			d.unseen[k] = subState{g: got[i], until: now.Add(ttl)}
+		default:
+			delete(d.unseen, k)
+		}
+	}
+	if len(d.unseen) >= max(d.high, 64) {
+		for k, e := range d.unseen {
+			if !now.Before(e.until) {
+				delete(d.unseen, k)
+			}
+		}
+		d.high = 2 * len(d.unseen)
+	}
+}
+
+// forget drops what is remembered of side i's sub-grant h.
+func (d *Dual) forget(i int, h driver.Grant) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.unseen, subKey{i, h.Key, h.Owner, h.Token})
+}
+
+// finish turns the two sides' answers to a renewal of g into the dual
+// answer: ErrNotHeld from either side is ErrNotHeld; otherwise any side's
+// error is a transient error; otherwise, after a rotation (or when a side
+// was sent what an earlier failed renewal left), the sides' floors are
+// levelled as Acquire does, and the grant is g with both new sub-grants.
+// What the engine does not learn is remembered (settle).
+func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]driver.Grant, errs [2]error, req driver.RenewRequest, moved bool) (driver.Grant, error) {
+	for i := range got {
+		if errs[i] != nil {
+			continue
+		}
+		if got[i].Key == "" {
+			got[i].Key, got[i].Owner = sent[i].Key, sent[i].Owner
+		}
+		if got[i].Handle == "" {
+			got[i].Handle = sent[i].Handle
+		}
+	}
+	err := joinSides(errs[0], errs[1])
+	if err == nil && (req.Rotate || moved) {
+		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
+	}
+	d.settle(held, got, errs, err, req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return d.encode(g, got[0], got[1]), nil
+}
+
 // Renew implements driver.Backend: both sides, concurrently. ErrNotHeld
 // from either side is ErrNotHeld: a dual lease never falls back to one
-// side. A rotating renewal levels the sides' floors as Acquire does; if
-// one side rotated and the other failed transiently, the engine's retry
-// finds the rotated side "not held" and the lease is lost, which is safe.
+// side. A rotating renewal levels the sides' floors as Acquire does. If
+// one side rotated and the renewal still failed (the other side failed
+// transiently), the engine's retry with the grant it holds is sent with
+// the rotated side's new token, so the lease survives.
 func (d *Dual) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	o, n, err := d.sides(ctx, g)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	sub := [2]driver.Grant{o, n}
-	no, nn, err := onBoth(func(i int) (driver.Grant, error) { return d.side(i).Renew(ctx, sub[i], req) })
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if no.Handle == "" {
-		no.Handle = o.Handle
-	}
-	if nn.Handle == "" {
-		nn.Handle = n.Handle
-	}
-	if req.Rotate {
-		if err := d.level(ctx, g.Key, no.Token, nn.Token); err != nil {
-			return driver.Grant{}, err
-		}
-	}
-	return d.encode(g, no, nn), nil
+	held := [2]driver.Grant{o, n}
+	sent, moved := d.current(held)
+	var errs [2]error
+	no, nn, _ := onBoth(func(i int) (driver.Grant, error) {
+		r, err := d.side(i).Renew(ctx, sent[i], req)
+		errs[i] = err
+		return r, err
+	})
+	return d.finish(ctx, g, held, sent, [2]driver.Grant{no, nn}, errs, req, moved)
 }
 
 // RenewBatch implements driver.BatchRenewer: one batch per side, the two
@@ -296,43 +408,57 @@ func (d *Dual) Renew(ctx context.Context, g driver.Grant, req driver.RenewReques
 // in two round trips (PostgreSQL and Redis both batch). A side without
 // BatchRenewer renews its grants one after another. A grant is renewed
 // only if both sides renewed it; ErrNotHeld from either side is that
-// grant's ErrNotHeld.
+// grant's ErrNotHeld. A side whose whole batch fails fails each of its
+// grants transiently (the batch as a whole fails only if both sides'
+// batches do), and what the other side did is remembered as in Renew.
 func (d *Dual) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	out := make([]driver.RenewResult, len(grants))
-	var olds, news []driver.Grant
-	var idx []int // position in grants of each entry of olds/news
+	var (
+		held, sent [2][]driver.Grant
+		moved      []bool
+		idx        []int // position in grants of each entry of held/sent
+	)
 	for i, g := range grants {
 		o, n, err := d.sides(ctx, g)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		olds, news, idx = append(olds, o), append(news, n), append(idx, i)
+		h := [2]driver.Grant{o, n}
+		s, mv := d.current(h)
+		for k := range h {
+			held[k], sent[k] = append(held[k], h[k]), append(sent[k], s[k])
+		}
+		moved, idx = append(moved, mv), append(idx, i)
 	}
-	subs := [2][]driver.Grant{olds, news}
-	ro, rn, err := onBoth(func(i int) ([]driver.RenewResult, error) { return renewAll(ctx, d.side(i), subs[i], req) })
-	if err != nil {
-		return nil, err
+	var (
+		res  [2][]driver.RenewResult
+		errs [2]error
+	)
+	onBoth(func(k int) (struct{}, error) {
+		res[k], errs[k] = renewAll(ctx, d.side(k), sent[k], req)
+		if errs[k] == nil && len(res[k]) != len(sent[k]) {
+			errs[k] = fmt.Errorf("%s returned %d batch results for %d grants", nameOf(d.side(k)), len(res[k]), len(sent[k]))
+		}
+		return struct{}{}, nil
+	})
+	if errs[oldSide] != nil && errs[newSide] != nil {
+		return nil, joinSides(errs[oldSide], errs[newSide]) // neither side answered
 	}
 	for j, i := range idx {
-		if err := joinSides(ro[j].Err, rn[j].Err); err != nil {
-			out[i].Err = err
-			continue
-		}
-		no, nn := ro[j].Grant, rn[j].Grant
-		if no.Handle == "" {
-			no.Handle = olds[j].Handle
-		}
-		if nn.Handle == "" {
-			nn.Handle = news[j].Handle
-		}
-		if req.Rotate {
-			if err := d.level(ctx, grants[i].Key, no.Token, nn.Token); err != nil {
-				out[i].Err = err
-				continue
+		var (
+			got [2]driver.Grant
+			e   [2]error
+		)
+		for k := range got {
+			if errs[k] != nil {
+				e[k] = errs[k]
+			} else {
+				got[k], e[k] = res[k][j].Grant, res[k][j].Err
 			}
 		}
-		out[i].Grant = d.encode(grants[i], no, nn)
+		out[i].Grant, out[i].Err = d.finish(ctx, grants[i],
+			[2]driver.Grant{held[0][j], held[1][j]}, [2]driver.Grant{sent[0][j], sent[1][j]}, got, e, req, moved[j])
 	}
 	return out, nil
 }
@@ -364,12 +490,17 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	if err != nil {
 		return err
 	}
-	sub := [2]driver.Grant{o, n}
+	held := [2]driver.Grant{o, n}
+	sub, _ := d.current(held) // what a failed renewal may have left
 	_, _, err = onBoth(func(i int) (struct{}, error) {
 		if sub[i].Token == 0 { // looked up and not ours: nothing to release
 			return struct{}{}, driver.ErrNotHeld
 		}
-		return struct{}{}, d.side(i).Release(ctx, sub[i])
+		err := d.side(i).Release(ctx, sub[i])
+		if err == nil || errors.Is(err, driver.ErrNotHeld) {
+			d.forget(i, held[i])
+		}
+		return struct{}{}, err
 	})
 	return err
 }

@@ -34,7 +34,10 @@
 //     with Rotate it also draws a new token from the sequence.
 //   - RenewBatch is one UPDATE … FROM unnest($keys, $owners, $tokens).
 //     Concurrent calls are coalesced (group commit), so a client's N leases
-//     cost about one statement per round trip, not N.
+//     cost about one statement per round trip, not N. A call whose context
+//     ends before its statement is sent is left out of it; a token rotated
+//     for a call that had gone by the time the answer came is remembered,
+//     so that call's retry with the token it holds still finds its record.
 //   - Release marks the row free (expires_at moved back to locked_at) if
 //     key, owner and token match and it has not expired, and calls
 //     pg_notify(channel, key) in the same statement. ForceRelease does the

@@ -41,6 +41,7 @@ type Backend struct {
 	closed    atomic.Bool
 	lis       *listener // nil when NoListen
 	batches   coalescer
+	rot       rotations
 }
 
 var (
@@ -341,33 +342,34 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, err
 	}
 	var tok int64
-	err := b.renewPool.QueryRow(ctx, b.q.renew, g.Key, g.Owner, int64(g.Token), micros(req.TTL), req.Rotate).Scan(&tok)
+	cur := b.rot.current(g)
+	err := b.renewPool.QueryRow(ctx, b.q.renew, cur.Key, cur.Owner, int64(cur.Token), micros(req.TTL), req.Rotate).Scan(&tok)
 	if errors.Is(err, pgx.ErrNoRows) {
+		b.rot.forget(g)
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if err != nil {
 		return driver.Grant{}, err
 	}
+	b.rot.forget(g)
 	g.Token = driver.Token(tok)
 	return g, nil
 }
 
 // renewBatchOnce renews grants with one UPDATE … FROM unnest(…); a grant
-// missing from the result is ErrNotHeld.
+// missing from the result is ErrNotHeld. A grant whose rotation its caller
+// never saw is sent with the token its record has (see rotations).
 func (b *Backend) renewBatchOnce(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	keys := make([]string, len(grants))
 	owners := make([]string, len(grants))
 	tokens := make([]int64, len(grants))
 	for i, g := range grants {
+		g = b.rot.current(g)
 		keys[i], owners[i], tokens[i] = g.Key, g.Owner, int64(g.Token)
 	}
 	rows, err := b.renewPool.Query(ctx, b.q.renewBatch, keys, owners, tokens, micros(req.TTL), req.Rotate)
 	if err != nil {
 		return nil, err
-	}
-	type grantID struct {
-		key, owner string
-		token      int64
 	}
 	got := make(map[grantID]int64, len(grants))
 	var (
@@ -383,7 +385,7 @@ func (b *Backend) renewBatchOnce(ctx context.Context, grants []driver.Grant, req
 	}
 	out := make([]driver.RenewResult, len(grants))
 	for i, g := range grants {
-		if t, ok := got[grantID{g.Key, g.Owner, int64(g.Token)}]; ok {
+		if t, ok := got[grantID{keys[i], owners[i], tokens[i]}]; ok {
 			g.Token = driver.Token(t)
 			out[i].Grant = g
 		} else {
@@ -400,10 +402,12 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	tag, err := b.pool.Exec(ctx, b.q.release, g.Key, g.Owner, int64(g.Token), b.n.channel)
+	cur := b.rot.current(g)
+	tag, err := b.pool.Exec(ctx, b.q.release, cur.Key, cur.Owner, int64(cur.Token), b.n.channel)
 	if err != nil {
 		return err
 	}
+	b.rot.forget(g)
 	if tag.RowsAffected() == 0 {
 		return driver.ErrNotHeld
 	}
