@@ -74,3 +74,24 @@ func TestConformanceWithoutCapabilities(t *testing.T) {
 		Leases: 200,
 	})
 }
+
+// TestConformanceStockConfig runs the shared suite against a Redis in its
+// packaged configuration (FENCELOCK_TEST_REDIS_STOCK, started by
+// `scripts/testenv up redis-stock`: Debian's redis.conf, RDB snapshots and
+// no AOF), the server a third party runs. It fails under CI=true when the
+// variable is missing.
+//
+// FencingAcrossStoreRestart is not run here (no Harness.Restart): without
+// AOF an acknowledged token INCR does not survive kill -9, as the backend's
+// Describe warns, so the case would prove the configuration wrong, not the
+// backend. TestConformance runs it against the AOF-always server.
+func TestConformanceStockConfig(t *testing.T) {
+	url := withPrefix(conformance.ServerURL(t, "FENCELOCK_TEST_REDIS_STOCK"), uniquePrefix(t))
+	conformance.Run(t, conformance.Harness{
+		Open: func(ctx context.Context) (driver.Backend, error) {
+			return fencelockredis.Open(ctx, url)
+		},
+		TTL:    time.Second,
+		Leases: 200,
+	})
+}

@@ -29,10 +29,16 @@ var runID = func() string {
 // prefix unique to this run, or skips (fails on CI) without it.
 func testURL(t testing.TB) string {
 	t.Helper()
-	raw := conformance.ServerURL(t, "FENCELOCK_TEST_ZOOKEEPER")
+	return testURLFrom(t, "FENCELOCK_TEST_ZOOKEEPER")
+}
+
+// testURLFrom is testURL for the server in the environment variable env.
+func testURLFrom(t testing.TB, env string) string {
+	t.Helper()
+	raw := conformance.ServerURL(t, env)
 	u, err := url.Parse(raw)
 	if err != nil {
-		t.Fatalf("FENCELOCK_TEST_ZOOKEEPER: %v", err)
+		t.Fatalf("%s: %v", env, err)
 	}
 	q := u.Query()
 	if q.Get("session_timeout") == "" {
@@ -55,4 +61,31 @@ func TestConformance(t *testing.T) {
 	}
 	h.Restart = conformance.TestenvRestart("zookeeper")
 	conformance.Run(t, h)
+}
+
+// TestConformanceStockConfig runs the shared suite against a ZooKeeper in
+// the distribution's default configuration (FENCELOCK_TEST_ZOOKEEPER_STOCK,
+// started by `scripts/testenv up zookeeper-stock`: tickTime 2000), the
+// server a third party runs. The harness asks for 3s sessions as
+// TestConformance does; the server negotiates 4s (2 × tickTime), grants
+// report it, and the suite's waits for a crashed holder's key must follow
+// the grants. It fails under CI=true when the variable is missing.
+func TestConformanceStockConfig(t *testing.T) {
+	u := testURLFrom(t, "FENCELOCK_TEST_ZOOKEEPER_STOCK")
+	b, err := Open(t.Context(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := b.SessionTimeout()
+	b.Close()
+	if sess <= testTTL {
+		t.Fatalf("the stock server negotiated a %v session for a requested %v: want more (tickTime 2000 allows no less than 4s); is FENCELOCK_TEST_ZOOKEEPER_STOCK really a stock server?", sess, testTTL)
+	}
+	conformance.Run(t, conformance.Harness{
+		Open:    func(ctx context.Context) (driver.Backend, error) { return Open(ctx, u) },
+		TTL:     testTTL,
+		Crash:   func(b driver.Backend) { b.(*Backend).crash() },
+		Restart: conformance.TestenvRestart("zookeeper-stock"),
+		Leases:  200,
+	})
 }

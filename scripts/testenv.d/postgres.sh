@@ -60,6 +60,24 @@ _pg_as() {
 }
 
 postgres_init() {
+	_pg_init_data
+	cat >>"$TENV_DIR/data/postgresql.conf" <<CONF
+
+# ---- fencelock scripts/testenv ----
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$TENV_DIR/run'
+max_connections = 300
+logging_collector = off
+log_destination = 'stderr'
+log_line_prefix = '%m [%p] '
+CONF
+}
+
+# _pg_init_data: pick the port (saved as PG_PORT) and make the data dir with
+# initdb's own postgresql.conf (the distribution's defaults), nothing appended.
+# postgres-stock.sh uses it too.
+_pg_init_data() {
 	local port
 	port=$(tenv_free_port)
 	tenv_save PG_PORT "$port"
@@ -97,17 +115,6 @@ postgres_init() {
 			mv -T "$template.tmp.$$" "$template" 2>/dev/null || rm -rf "$template.tmp.$$"
 		fi
 	fi
-	cat >>"$TENV_DIR/data/postgresql.conf" <<CONF
-
-# ---- fencelock scripts/testenv ----
-listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$TENV_DIR/run'
-max_connections = 300
-logging_collector = off
-log_destination = 'stderr'
-log_line_prefix = '%m [%p] '
-CONF
 }
 
 postgres_start() {
