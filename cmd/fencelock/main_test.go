@@ -386,6 +386,7 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"run", "k", "--", filepath.Join(f.dir, "missing")}, exitNotFound, "no such file"},
 		{[]string{"run", "k"}, exitUsage, "missing COMMAND"},
 		{[]string{"run", "--no-wait", "--timeout", "1s", "k", "--", "true"}, exitUsage, "--no-wait"},
+		{[]string{"run", "--ttl", "0", "k", "--", "true"}, exitUsage, "--ttl must be positive"},
 		{[]string{"run", "--ttl", "3s", "--grace", "4s", "k", "--", "true"}, exitUsage, "--grace 4s is longer than the lease's danger zone leaves"},
 		{[]string{"run", "--url", "file://" + f.dir + "/locks?ttl=3s", "--grace", "801ms", "k", "--", "true"}, exitUsage, "within 800ms"},
 		{[]string{"run", "--bogus", "k", "--", "true"}, exitUsage, "bogus"},

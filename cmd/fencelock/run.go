@@ -125,6 +125,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--timeout applies to waiting; it makes no sense with --no-wait"), true
 	case rf.timeout < 0 || rf.grace < 0 || rf.ttl < 0:
 		return rf, e.usageError("run", "durations must not be negative"), true
+	case explicit["ttl"] && rf.ttl == 0:
+		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
 	rf.key = pos[0]
 	if err := driver.ValidateKey(rf.key); err != nil {
