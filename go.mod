@@ -1,5 +1,5 @@
 module github.com/fencelock/fencelock
 
-go 1.25.0
+go 1.26.0
 
 require go.uber.org/goleak v1.3.0

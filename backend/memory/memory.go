@@ -11,8 +11,11 @@
 // handles lost leases can be tested without a database.
 //
 //	store := memory.NewStore()
-//	a := fencelock.New(store.Backend(), nil) // two clients, one store
-//	b := fencelock.New(store.Backend(), nil)
+//	a, err := fencelock.New(store.Backend(), nil) // two clients, one store
+//	if err != nil { … }
+//	b, err := fencelock.New(store.Backend(), nil)
+//
+// ExampleStore runs this in full.
 //
 // Expiry is judged by the Store's clock (time.Now, so it follows fake time
 // inside a testing/synctest bubble). Tokens come from a per-key counter that

@@ -1,6 +1,6 @@
 module github.com/fencelock/fencelock/bench/zookeeper
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/fencelock/fencelock v0.0.0

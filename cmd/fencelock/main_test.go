@@ -56,9 +56,31 @@ func TestMain(m *testing.M) {
 //	interval: append "start end token" (UnixNano) to $OUT, sleeping in between
 //	trap:     write $OUT.ready, wait for SIGTERM (write $OUT "terminated", exit 42)
 //	ignore:   ignore SIGTERM, write $OUT.ready, sleep
+//	fifo-ignore, fifo-trap: open the FIFO $OUT for writing and write its
+//	          token on it (the reader's EOF is then this process's death);
+//	          ignore SIGTERM and sleep, or exit 42 on SIGTERM
 func child(mode string) int {
 	out := os.Getenv("OUT")
 	switch mode {
+	case "fifo-ignore", "fifo-trap":
+		sig := make(chan os.Signal, 1)
+		if mode == "fifo-ignore" {
+			signal.Ignore(syscall.SIGTERM)
+		} else {
+			signal.Notify(sig, syscall.SIGTERM)
+		}
+		f, err := os.OpenFile(out, os.O_WRONLY, 0)
+		if err != nil {
+			return 1
+		}
+		fmt.Fprintf(f, "%s\n", os.Getenv("FENCELOCK_TOKEN"))
+		select {
+		case <-sig:
+			return 42
+		case <-time.After(time.Minute):
+			f.Close()
+			return 2
+		}
 	case "interval":
 		start := time.Now().UnixNano()
 		time.Sleep(100 * time.Millisecond)
@@ -303,10 +325,14 @@ func TestSignalForwardedAndLockReleased(t *testing.T) {
 	}
 }
 
+// TestLeaseLossKillsChild: after a definite loss (release --force) the
+// next holder may have the lock already, so COMMAND gets SIGKILL at once,
+// with no grace period in which it could handle a SIGTERM, and fencelock
+// exits 79.
 func TestLeaseLossKillsChild(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(f.dir, "trap")
-	h, _ := f.holder("lost", out, "--ttl", "600ms", "--grace", "5s")
+	h, _ := f.holder("lost", out, "--ttl", "600ms")
 	stdout, stderr, code := f.run("release", "--force", "lost")
 	if code != 0 || !strings.Contains(stdout, "removed the lock") {
 		t.Fatalf("release --force: exit %d\n%s%s", code, stdout, stderr)
@@ -314,8 +340,8 @@ func TestLeaseLossKillsChild(t *testing.T) {
 	if code := waitExit(t, h, 30*time.Second); code != exitLeaseLost {
 		t.Fatalf("fencelock exit %d after its lease was taken; want %d", code, exitLeaseLost)
 	}
-	if got := waitFile(t, out, time.Second); got != "terminated" {
-		t.Fatalf("child's marker = %q; want %q (the child was not sent SIGTERM)", got, "terminated")
+	if got, err := os.ReadFile(out); err == nil {
+		t.Fatalf("child's marker = %q: it was given time to handle SIGTERM after the loss; want SIGKILL at once", got)
 	}
 }
 
@@ -360,6 +386,9 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"run", "k", "--", filepath.Join(f.dir, "missing")}, exitNotFound, "no such file"},
 		{[]string{"run", "k"}, exitUsage, "missing COMMAND"},
 		{[]string{"run", "--no-wait", "--timeout", "1s", "k", "--", "true"}, exitUsage, "--no-wait"},
+		{[]string{"run", "--ttl", "0", "k", "--", "true"}, exitUsage, "--ttl must be positive"},
+		{[]string{"run", "--ttl", "3s", "--grace", "4s", "k", "--", "true"}, exitUsage, "--grace 4s is longer than the lease's danger zone leaves"},
+		{[]string{"run", "--url", "file://" + f.dir + "/locks?ttl=3s", "--grace", "801ms", "k", "--", "true"}, exitUsage, "within 800ms"},
 		{[]string{"run", "--bogus", "k", "--", "true"}, exitUsage, "bogus"},
 		{[]string{"run", "", "--", "true"}, exitUsage, "invalid key"},
 		{[]string{"release", "k"}, exitUsage, "--force"},
@@ -469,7 +498,7 @@ func TestReleasedWhenCommandCannotStart(t *testing.T) {
 }
 
 // TestLeaseLossEscalatesToSIGKILL: a command that ignores SIGTERM is killed
-// after --grace, and its children (its process group) with it.
+// after a lost lease, and its children (its process group) with it.
 func TestLeaseLossEscalatesToSIGKILL(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(f.dir, "ignore")
@@ -477,7 +506,7 @@ func TestLeaseLossEscalatesToSIGKILL(t *testing.T) {
 	// sh starts a grandchild (sleep) and then runs the test binary, which
 	// ignores SIGTERM.
 	script := fmt.Sprintf("sleep 120 & echo $! > %s; exec %s", pidFile, self(t))
-	cmd := f.cmd("ignore", out, "run", "--ttl", "600ms", "--grace", "300ms", "stubborn", "--", "sh", "-c", script)
+	cmd := f.cmd("ignore", out, "run", "--ttl", "600ms", "stubborn", "--", "sh", "-c", script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +576,7 @@ func TestRunSummary(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	out := filepath.Join(f.dir, "trap")
-	h := f.cmd("trap", out, "run", "--ttl", "600ms", "--grace", "5s", "--summary", "sum-lost", "--", self(t))
+	h := f.cmd("trap", out, "run", "--ttl", "600ms", "--summary", "sum-lost", "--", self(t))
 	var e bytes.Buffer
 	h.Stderr = &e
 	if err := h.Start(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,8 +35,13 @@ COMMAND gets these environment variables:
   FENCELOCK_OWNER   the holder's name, as 'fencelock status' shows it
 
 If the lease is lost while COMMAND runs (the store no longer has it, or it
-could not be renewed in time), COMMAND gets SIGTERM, then SIGKILL after
---grace, and fencelock exits with status 79. Signals sent to fencelock
+could not be renewed in time), or is about to be (renewals have been failing
+and less than one renewal interval of its local validity is left: the danger
+zone), COMMAND is stopped, so that it is dead before anyone else can hold the
+lock: SIGTERM when the danger zone begins, SIGKILL --grace later but always
+before the lease's local validity ends, and fencelock exits with status 79.
+After a loss another holder may have the lock already (release --force, or a
+fencelock frozen past the TTL): COMMAND gets SIGKILL at once. Signals sent to fencelock
 (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to COMMAND. The lock is
 released on every exit path. COMMAND runs in its own process group (so a lost
 lease stops its children too), except when fencelock's stdin is a terminal:
@@ -49,8 +55,8 @@ Exit status:
   69      the backend cannot be opened or reached, or failed
   75      the lock was not acquired: held by someone else (--no-wait), or
           --timeout passed
-  79      the lease was lost while COMMAND ran; COMMAND was terminated (or had
-          already finished, but not exclusively)
+  79      the lease was lost, or in its danger zone, while COMMAND ran;
+          COMMAND was stopped (or had already finished, but not exclusively)
   126     COMMAND is not executable
   127     COMMAND was not found
 `
@@ -68,40 +74,80 @@ const runExamples = `Examples:
   # Pass the fencing token on to the resource:
   fencelock run accounts/1 -- sh -c 'psql -v ON_ERROR_STOP=1 -v token="$FENCELOCK_TOKEN" -v owner="$FENCELOCK_OWNER" -f write.sql'  # write.sql: docs/fencing.md`
 
+// runFlags are the parsed and checked arguments of `fencelock run`.
+type runFlags struct {
+	cf       connFlags
+	key      string
+	argv     []string
+	ttl      time.Duration
+	noWait   bool
+	timeout  time.Duration
+	grace    time.Duration
+	graceSet bool // --grace was given; otherwise it is the most the danger zone allows
+	summary  bool
+}
+
 func cmdRun(e *env, args []string) int {
-	fset := e.flagSet("run", runUsage, runExamples)
-	var cf connFlags
-	addConnFlags(fset, &cf)
-	ttl := fset.Duration("ttl", 0, "lease time to live `D`: how long the lock outlives a crashed fencelock\n(default 15s, or the URL's ttl parameter)")
-	fset.Bool("wait", true, "wait while someone else holds KEY (the default)")
-	noWait := fset.Bool("no-wait", false, "do not wait: exit 75 at once if KEY is held")
-	timeout := fset.Duration("timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
-	grace := fset.Duration("grace", 10*time.Second, "after a lost lease, wait `D` between SIGTERM and SIGKILL")
-	summary := fset.Bool("summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
-	pos, argv, exit, stop := e.parse(fset, args, 1)
+	rf, exit, stop := e.parseRun(args)
 	if stop {
 		return exit
 	}
+	return e.run(rf)
+}
+
+// parseRun parses run's arguments; stop is true (with the exit status)
+// when the command must not go on: help was shown, or a usage error.
+func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
+	fset := e.flagSet("run", runUsage, runExamples)
+	addConnFlags(fset, &rf.cf)
+	fset.DurationVar(&rf.ttl, "ttl", 0, "lease time to live `D`: how long the lock outlives a crashed fencelock\n(default 15s, or the URL's ttl parameter)")
+	fset.Bool("wait", true, "wait while someone else holds KEY (the default)")
+	fset.BoolVar(&rf.noWait, "no-wait", false, "do not wait: exit 75 at once if KEY is held")
+	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
+	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
+	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
+	pos, argv, exit, stop := e.parse(fset, args, 1)
+	if stop {
+		return rf, exit, true
+	}
 	explicit := map[string]bool{}
 	fset.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	rf.graceSet = explicit["grace"]
+	rf.argv = argv
 	switch {
 	case len(pos) == 0:
-		return e.usageError("run", "missing KEY and COMMAND")
+		return rf, e.usageError("run", "missing KEY and COMMAND"), true
 	case len(argv) == 0:
-		return e.usageError("run", "missing COMMAND (fencelock run KEY -- COMMAND [ARG...])")
-	case explicit["wait"] && *noWait:
-		return e.usageError("run", "--wait and --no-wait are exclusive")
-	case *noWait && explicit["timeout"]:
-		return e.usageError("run", "--timeout applies to waiting; it makes no sense with --no-wait")
-	case *timeout < 0 || *grace < 0 || *ttl < 0:
-		return e.usageError("run", "durations must not be negative")
+		return rf, e.usageError("run", "missing COMMAND (fencelock run KEY -- COMMAND [ARG...])"), true
+	case explicit["wait"] && rf.noWait:
+		return rf, e.usageError("run", "--wait and --no-wait are exclusive"), true
+	case rf.noWait && explicit["timeout"]:
+		return rf, e.usageError("run", "--timeout applies to waiting; it makes no sense with --no-wait"), true
+	case rf.timeout < 0 || rf.grace < 0 || rf.ttl < 0:
+		return rf, e.usageError("run", "durations must not be negative"), true
+	case explicit["ttl"] && rf.ttl == 0:
+		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
-	key := pos[0]
-	if err := driver.ValidateKey(key); err != nil {
-		return e.usageError("run", "%v", err)
+	rf.key = pos[0]
+	if err := driver.ValidateKey(rf.key); err != nil {
+		return rf, e.usageError("run", "%v", err), true
 	}
-	u := e.parsedURL(&cf)
+	return rf, 0, false
+}
 
+// killAllowance is how long before the end of a lease's local validity
+// COMMAND is sent SIGKILL at the latest: time for the kernel to deliver it
+// and for fencelock to reap COMMAND, with room for a late timer. It is a
+// fifth of the renewal interval, so --grace can be at most the other four
+// fifths of the danger zone.
+func killAllowance(o fencelock.Options) time.Duration { return o.RenewInterval / 5 }
+
+// maxGrace is the longest --grace the danger zone leaves room for.
+func maxGrace(o fencelock.Options) time.Duration { return o.RenewInterval - killAllowance(o) }
+
+// run runs `fencelock run` with checked flags and returns its exit status.
+func (e *env) run(rf runFlags) int {
+	u := e.parsedURL(&rf.cf)
 	// Signals: from here on, fencelock handles them. Before COMMAND
 	// starts, a terminating signal abandons the wait.
 	sigs := make(chan os.Signal, 8)
@@ -109,13 +155,96 @@ func cmdRun(e *env, args []string) int {
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	stopWatcher := watchSignals(sigs, cancel)
+	defer stopWatcher()
+	// interrupted reports the signal that abandoned the wait, if any.
+	interrupted := func() (int, bool) {
+		var se *signalError
+		if errors.As(context.Cause(ctx), &se) {
+			return 128 + signalNumber(se.sig), true
+		}
+		return 0, false
+	}
+	if u != nil && strings.EqualFold(u.Scheme, "mem") {
+		fmt.Fprintf(e.stderr, "fencelock run: warning: mem:// locks live inside this fencelock process only: they exclude no other process\n")
+	}
+	opts, danger, sum := runOptions(&rf, u)
+	if sum != nil {
+		// Registered before the client's closing defer, so it runs after
+		// it and sees the release.
+		defer sum.print(e.stderr, func(s string) string { return scrub(s, u) })
+	}
+	c, err := e.open(ctx, &rf.cf, opts, rf.key)
+	if err != nil {
+		if code, ok := interrupted(); ok {
+			return code
+		}
+		return e.fail("run", err, u)
+	}
+	o := c.Options()
+	// However the run ends, fencelock waits on the store no longer than
+	// needed: see closeClient.
+	closeWait := o.Margin
+	defer func() { closeClient(c, closeWait) }()
+	switch {
+	case !rf.graceSet:
+		rf.grace = maxGrace(o)
+	case rf.grace > maxGrace(o):
+		return e.usageError("run", "--grace %v is longer than the lease's danger zone leaves: with a %v TTL, renewed every %v, COMMAND must be dead within %v of the danger zone's start (the renewal interval less %v to kill it); use a shorter --grace or a longer --ttl",
+			rf.grace, o.TTL, o.RenewInterval, maxGrace(o), killAllowance(o))
+	}
+
+	l, code, ok := e.acquireForRun(ctx, c, &rf, u, interrupted)
+	if !ok {
+		return code
+	}
+	// From now on signals are COMMAND's: stop the watcher first, so that
+	// it eats none of them, and honour one that arrived meanwhile.
+	stopWatcher()
+	if code, ok := interrupted(); ok {
+		if err := releaseWithin(l, o.ReleaseTimeout); errors.Is(err, errNoAnswer) {
+			closeWait = 0
+		}
+		return code
+	}
+	code, silent := e.runChild(l, rf.argv, sigs, danger, rf.grace, killAllowance(o), o.ReleaseTimeout)
+	if silent {
+		closeWait = 0
+	}
+	return code
+}
+
+// runOptions returns the engine options for run, the channel that hears
+// of the lease's danger zone (renewals have been failing and less than one
+// renewal interval of local validity is left), and the --summary observer
+// (nil without --summary).
+func runOptions(rf *runFlags, u *url.URL) (*fencelock.Options, <-chan struct{}, *runSummary) {
+	danger := make(chan struct{}, 1)
+	opts := &fencelock.Options{TTL: rf.ttl, OnDanger: func(*fencelock.Lease, time.Duration) {
+		select {
+		case danger <- struct{}{}:
+		default:
+		}
+	}}
+	var sum *runSummary
+	if rf.summary {
+		sum = newRunSummary(rf.key)
+		opts.Observer = sum
+	}
+	if u != nil && strings.EqualFold(u.Scheme, "file") {
+		// Polling the file backend costs a local file read: poll often
+		// for a prompt hand-over where inotify (Linux) is unavailable.
+		opts.MaxBackoff = 100 * time.Millisecond
+	}
+	return opts, danger, sum
+}
+
+// watchSignals cancels ctx (through cancel) with a *signalError when a
+// terminating signal arrives on sigs. The returned function stops watching
+// and waits until the watcher has stopped; it may be called more than once.
+func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc) (stop func()) {
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
-	stopWatcher := sync.OnceFunc(func() {
-		close(stopWatch)
-		<-watchDone
-	})
-	defer stopWatcher()
 	go func() {
 		defer close(watchDone)
 		for {
@@ -130,164 +259,270 @@ func cmdRun(e *env, args []string) int {
 			}
 		}
 	}()
-	// interrupted reports the signal that abandoned the wait, if any.
-	interrupted := func() (int, bool) {
-		var se *signalError
-		if errors.As(context.Cause(ctx), &se) {
-			return 128 + signalNumber(se.sig), true
-		}
-		return 0, false
-	}
-	if u != nil && strings.EqualFold(u.Scheme, "mem") {
-		fmt.Fprintf(e.stderr, "fencelock run: warning: mem:// locks live inside this fencelock process only: they exclude no other process\n")
-	}
-	opts := &fencelock.Options{TTL: *ttl}
-	if *summary {
-		sum := newRunSummary(key)
-		opts.Observer = sum
-		// Registered before c.Close's defer, so it runs after it and sees
-		// the release.
-		defer sum.print(e.stderr, func(s string) string { return scrub(s, u) })
-	}
-	if u != nil && strings.EqualFold(u.Scheme, "file") {
-		// Polling the file backend costs a local file read: poll often
-		// for a prompt hand-over where inotify (Linux) is unavailable.
-		opts.MaxBackoff = 100 * time.Millisecond
-	}
-	c, err := e.open(ctx, &cf, opts, key)
-	if err != nil {
-		if code, ok := interrupted(); ok {
-			return code
-		}
-		return e.fail("run", err, u)
-	}
-	defer c.Close()
+	return sync.OnceFunc(func() {
+		close(stopWatch)
+		<-watchDone
+	})
+}
 
-	// Acquire.
-	var l *fencelock.Lease
-	if *noWait {
-		l, err = c.TryAcquire(ctx, key)
+// acquireForRun acquires rf.key for run. When it fails, ok is false and
+// code is the exit status (its message printed).
+func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
+	var err error
+	if rf.noWait {
+		l, err = c.TryAcquire(ctx, rf.key)
 	} else {
 		actx, acancel := ctx, context.CancelFunc(func() {})
-		if *timeout > 0 {
-			actx, acancel = context.WithTimeout(ctx, *timeout)
+		if rf.timeout > 0 {
+			actx, acancel = context.WithTimeout(ctx, rf.timeout)
 		}
-		l, err = c.Acquire(actx, key)
+		l, err = c.Acquire(actx, rf.key)
+		acancel()
 		if err != nil && ctx.Err() == nil && actx.Err() != nil {
-			acancel()
 			holder := ""
-			ictx, icancel := context.WithTimeout(context.Background(), cf.connectTimeout)
-			if info, ierr := c.Inspect(ictx, key); ierr == nil && info.Locked() {
+			ictx, icancel := context.WithTimeout(context.Background(), rf.cf.connectTimeout)
+			if info, ierr := c.Inspect(ictx, rf.key); ierr == nil && info.Locked() {
 				holder = fmt.Sprintf("; held by %s (token %d, %v left)", strconv.Quote(info.Owner), info.Token, info.Remaining.Round(time.Millisecond))
 			}
 			icancel()
-			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for %s after %v (--timeout)%s\n", strconv.Quote(key), *timeout, holder)
-			return exitNotAcquired
+			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for %s after %v (--timeout)%s\n", strconv.Quote(rf.key), rf.timeout, holder)
+			return nil, exitNotAcquired, false
 		}
-		acancel()
 	}
-	if err != nil {
-		if code, ok := interrupted(); ok {
-			return code
-		}
-		switch {
-		case errors.Is(err, fencelock.ErrNotAcquired):
-			fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
-			return exitNotAcquired
-		}
-		return e.fail("run", err, u)
+	if err == nil {
+		return l, 0, true
 	}
-	// From now on signals are COMMAND's: stop the watcher first, so that
-	// it eats none of them, and honour one that arrived meanwhile.
-	stopWatcher()
 	if code, ok := interrupted(); ok {
-		rctx, rcancel := context.WithTimeout(context.Background(), c.Options().ReleaseTimeout)
-		l.Release(rctx)
-		rcancel()
-		return code
+		return nil, code, false
 	}
-	return e.runChild(c, l, argv, sigs, *grace)
+	if errors.Is(err, fencelock.ErrNotAcquired) {
+		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
+		return nil, exitNotAcquired, false
+	}
+	return nil, e.fail("run", err, u), false
 }
 
 type signalError struct{ sig os.Signal }
 
 func (e *signalError) Error() string { return "interrupted by " + e.sig.String() }
 
-// runChild runs argv while l is held and returns fencelock's exit status.
-func (e *env) runChild(c *fencelock.Client, l *fencelock.Lease, argv []string, sigs chan os.Signal, grace time.Duration) int {
-	releaseCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), c.Options().ReleaseTimeout)
+// errNoAnswer is releaseWithin's error when the store did not answer in
+// time.
+var errNoAnswer = errors.New("no answer from the store within the lease's local validity")
+
+// releaseWithin releases l, waiting on the store at most d and never past
+// the lease's local validity: once that has ended, the store frees the key
+// by itself within the lease's margin, and a release can gain nothing the
+// command should wait for. It does not rely on the backend's client library
+// to honour the context's deadline (go-redis, by default, does not): a
+// release still running at the deadline goes on in the background.
+func releaseWithin(l *fencelock.Lease, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(d, l.Remaining()))
+	errc := make(chan error, 1)
+	go func() {
+		defer cancel()
+		errc <- l.Release(ctx)
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-errc:
+			return err
+		default:
+			return fmt.Errorf("%w: %w", errNoAnswer, ctx.Err())
+		}
 	}
+}
+
+// closeClient closes c, waiting at most wait for it: the client's Margin,
+// or nothing once the store has failed to answer the release. By the time
+// it is called the lease has been released (each store call bounded by its
+// local validity) or lost; what Close may still wait for is the engine's
+// best-effort release of a lost lease (up to ReleaseTimeout) and a renewal
+// in flight to an unreachable store. Neither is worth delaying the exit
+// status for: the store frees a lost lease's key by itself within Margin of
+// its local validity's end. A Close that takes longer goes on in the
+// background until the process exits.
+func closeClient(c *fencelock.Client, wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Close()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// runningCmd is COMMAND, running under the lease: the process, and how
+// fencelock stops it when the lease is in danger or lost.
+type runningCmd struct {
+	e         *env
+	cmd       *exec.Cmd
+	l         *fencelock.Lease
+	group     bool          // COMMAND has a process group of its own
+	grace     time.Duration // between SIGTERM and SIGKILL
+	allowance time.Duration // SIGKILL at least this long before local validity ends
+	done      chan struct{} // closed when COMMAND has been reaped
+
+	stopping  bool          // SIGTERM sent (or SIGKILL at once)
+	killed    bool          // SIGKILL sent
+	kill      *time.Timer   // fires killAfter after SIGTERM
+	killAfter time.Duration // min(grace, what the lease's local validity leaves)
+}
+
+// runChild runs argv while l is held and returns fencelock's exit status,
+// and whether the store failed to answer the release (silent). danger
+// receives the lease's entry into its danger zone.
+func (e *env) runChild(l *fencelock.Lease, argv []string, sigs <-chan os.Signal, danger <-chan struct{}, grace, allowance, releaseTimeout time.Duration) (code int, silent bool) {
+	ch, err := e.startChild(l, argv, grace, allowance)
+	if err != nil {
+		rerr := releaseWithin(l, releaseTimeout)
+		fmt.Fprintf(e.stderr, "fencelock run: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound, errors.Is(rerr, errNoAnswer)
+		}
+		return exitCannotExec, errors.Is(rerr, errNoAnswer)
+	}
+	ch.supervise(sigs, danger)
+	return ch.finish(releaseTimeout)
+}
+
+// startChild starts argv with the lease's key, token and owner in its
+// environment.
+func (e *env) startChild(l *fencelock.Lease, argv []string, grace, allowance time.Duration) (*runningCmd, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(),
 		"FENCELOCK_KEY="+l.Key(),
 		"FENCELOCK_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
 		"FENCELOCK_OWNER="+l.Owner())
-	group := !stdinIsTerminal()
-	setProcAttr(cmd, group)
+	ch := &runningCmd{e: e, cmd: cmd, l: l, group: !stdinIsTerminal(), grace: grace, allowance: allowance, done: make(chan struct{})}
+	setProcAttr(cmd, ch.group)
 	if err := cmd.Start(); err != nil {
-		rctx, rcancel := releaseCtx()
-		l.Release(rctx)
-		rcancel()
-		fmt.Fprintf(e.stderr, "fencelock run: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
+		return nil, err
 	}
-	done := make(chan struct{})
 	go func() {
 		cmd.Wait()
-		close(done)
+		close(ch.done)
 	}()
-	var (
-		lostErr error
-		kill    <-chan time.Time
-		leaseCh = l.Done()
-	)
-wait:
+	return ch, nil
+}
+
+// supervise forwards signals to COMMAND and stops it when the lease enters
+// its danger zone or is lost, until COMMAND has exited and been reaped.
+func (ch *runningCmd) supervise(sigs <-chan os.Signal, danger <-chan struct{}) {
+	leaseCh := ch.l.Done()
+	var kill <-chan time.Time
+	defer func() {
+		if ch.kill != nil {
+			ch.kill.Stop()
+		}
+	}()
 	for {
 		select {
-		case <-done:
-			break wait
+		case <-ch.done:
+			return
 		case s := <-sigs:
-			if group || !fromTerminal(s) {
-				signalChild(cmd.Process, s, group)
+			if ch.group || !fromTerminal(s) {
+				signalChild(ch.cmd.Process, s, ch.group)
+			}
+		case <-danger:
+			danger = nil
+			ch.stop(fmt.Sprintf("the lease on %s is in its danger zone: renewals have been failing, and it will be lost in %v unless one succeeds",
+				strconv.Quote(ch.l.Key()), ch.l.Remaining().Round(time.Millisecond)))
+			if ch.kill != nil {
+				kill = ch.kill.C
 			}
 		case <-leaseCh:
 			leaseCh = nil
-			lostErr = l.Err()
-			fmt.Fprintf(e.stderr, "fencelock run: %v\nfencelock run: stopping the command: SIGTERM now, SIGKILL in %v\n", lostErr, grace)
-			signalChild(cmd.Process, sigTERM, group)
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			kill = t.C
+			err := ch.l.Err()
+			if err == nil {
+				continue // released: only after COMMAND exited
+			}
+			fmt.Fprintf(ch.e.stderr, "fencelock run: %v\n", err)
+			// Another holder may have the lock already: no more grace.
+			ch.stopping = true
+			ch.killNow("the lease is lost, another holder may have the lock already")
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(e.stderr, "fencelock run: the command did not stop within %v (--grace): SIGKILL\n", grace)
-			signalChild(cmd.Process, sigKILL, group)
+			select {
+			case <-ch.done:
+				return // it did stop, just now
+			default:
+			}
+			ch.killNow(fmt.Sprintf("the command did not stop within %v of SIGTERM", ch.killAfter.Round(time.Millisecond)))
 		}
 	}
-	if lostErr == nil {
-		if err := l.Err(); err != nil {
-			lostErr = err // lost at the very end
-		}
+}
+
+// stop sends COMMAND SIGTERM, once, and arms its SIGKILL: after the grace
+// period, but at least the allowance before the lease's local validity
+// ends (at once if that is already too late). why is printed.
+func (ch *runningCmd) stop(why string) {
+	if ch.stopping {
+		return
 	}
-	if lostErr != nil {
-		return exitLeaseLost
+	ch.stopping = true
+	d := max(0, min(ch.grace, ch.l.Remaining()-ch.allowance))
+	fmt.Fprintf(ch.e.stderr, "fencelock run: %s\nfencelock run: stopping the command: SIGTERM now, SIGKILL in %v\n", why, d.Round(time.Millisecond))
+	signalChild(ch.cmd.Process, sigTERM, ch.group)
+	if d == 0 {
+		ch.killNow("")
+		return
 	}
-	rctx, rcancel := releaseCtx()
-	err := l.Release(rctx)
-	rcancel()
+	ch.killAfter = d
+	ch.kill = time.NewTimer(d)
+}
+
+// killNow sends COMMAND (its process group) SIGKILL, once. why, if not
+// empty, is printed.
+func (ch *runningCmd) killNow(why string) {
+	if ch.killed {
+		return
+	}
+	ch.killed = true
+	if ch.kill != nil {
+		ch.kill.Stop()
+	}
+	if why != "" {
+		fmt.Fprintf(ch.e.stderr, "fencelock run: %s: SIGKILL now\n", why)
+	}
+	signalChild(ch.cmd.Process, sigKILL, ch.group)
+}
+
+// finish releases the lease after COMMAND has exited and returns
+// fencelock's exit status. A lost lease is not released (there is nothing
+// of ours left in the store; the engine has already tried to free the key
+// if the store might still have it).
+func (ch *runningCmd) finish(releaseTimeout time.Duration) (code int, silent bool) {
+	l := ch.l
+	if l.Err() != nil {
+		return exitLeaseLost, false
+	}
+	remaining := l.Remaining()
+	err := releaseWithin(l, releaseTimeout)
+	silent = errors.Is(err, errNoAnswer)
 	switch {
 	case errors.Is(err, fencelock.ErrNotHeld):
-		fmt.Fprintf(e.stderr, "fencelock run: when the command finished, the lock on %s was no longer held (token %d): the command may not have run exclusively\n", strconv.Quote(l.Key()), l.Token())
-		return exitLeaseLost
+		fmt.Fprintf(ch.e.stderr, "fencelock run: when the command finished, the lock on %s was no longer held (token %d): the command may not have run exclusively\n", strconv.Quote(l.Key()), l.Token())
+		return exitLeaseLost, silent
 	case err != nil:
-		fmt.Fprintf(e.stderr, "fencelock run: warning: release failed (the lock expires with its TTL): %v\n", err)
+		fmt.Fprintf(ch.e.stderr, "fencelock run: warning: release failed (the lock expires with its TTL): %v\n", err)
 	}
-	return exitStatus(cmd.ProcessState)
+	switch {
+	case ch.stopping:
+		return exitLeaseLost, silent
+	case remaining == 0:
+		fmt.Fprintf(ch.e.stderr, "fencelock run: the lease on %s ran out of local validity as the command finished: it may not have run exclusively\n", strconv.Quote(l.Key()))
+		return exitLeaseLost, silent
+	}
+	return exitStatus(ch.cmd.ProcessState), silent
 }
 
 func exitStatus(ps *os.ProcessState) int {

@@ -1,6 +1,6 @@
 module github.com/fencelock/fencelock/tools/ferretdb-test-server
 
-go 1.25.0
+go 1.26.0
 
 require github.com/FerretDB/FerretDB v1.24.0
 

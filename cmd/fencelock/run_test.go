@@ -1,0 +1,297 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/conformance"
+)
+
+// blackholeProxy forwards TCP connections to a store until it goes dark;
+// then it forwards nothing in either direction and closes nothing, as a
+// network partition would, while the store itself stays up for everyone
+// else.
+type blackholeProxy struct {
+	ln     net.Listener
+	target string
+	dark   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *blackholeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &blackholeProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *blackholeProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *blackholeProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+func (p *blackholeProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.dark.Load() {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !p.dark.Load() {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+func (p *blackholeProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// childWatch follows a command run in a fifo-* child mode through its FIFO:
+// ready is closed once it runs under the lock, and dead then receives the
+// time the kernel closed its end, that is, the time it died.
+type childWatch struct {
+	ready chan struct{}
+	dead  chan time.Time
+}
+
+func watchChild(t *testing.T, fifo string) *childWatch {
+	t.Helper()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &childWatch{ready: make(chan struct{}), dead: make(chan time.Time, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f, err := os.Open(fifo) // blocks until the child opens its end
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		r := bufio.NewReader(f)
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+		close(w.ready)
+		io.Copy(io.Discard, r)
+		w.dead <- time.Now()
+	}()
+	t.Cleanup(func() {
+		// Unblock the open if the child never came.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		<-done
+	})
+	return w
+}
+
+// resolvedOptions returns the engine's options for a TTL, defaults filled
+// in: the quantities the command's timing follows from.
+func resolvedOptions(t *testing.T, ttl time.Duration) fencelock.Options {
+	t.Helper()
+	c, err := fencelock.New(memory.New(), &fencelock.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.Options()
+}
+
+// partitionRun is what one run of `fencelock run` cut off from its store
+// went through, timed by the test's clock.
+type partitionRun struct {
+	cutOff  time.Time // the proxy went dark
+	death   time.Time // COMMAND's end of the FIFO closed
+	granted time.Time // the next holder's Acquire returned
+	exited  time.Time // fencelock exited
+	code    int
+	stderr  string
+}
+
+// runPartitioned starts `fencelock run --ttl TTL` through a proxy to the
+// store at rawURL with COMMAND in the given fifo-* mode, starts a second
+// client waiting for the key on a direct connection, cuts the proxy off,
+// and records when COMMAND died, when the waiter got the lock and when
+// fencelock exited.
+func runPartitioned(t *testing.T, rawURL, mode string, ttl time.Duration) partitionRun {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, u.Host)
+	via := *u
+	via.Host = p.addr()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	key := "fencelock-cli-test-" + hex.EncodeToString(rnd[:]) + "/partition"
+
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "child")
+	w := watchChild(t, fifo)
+	cmd := exec.Command(fencelockBin, "run", "--url", via.String(), "--ttl", ttl.String(), key, "--", self(t))
+	cmd.Env = append(os.Environ(), "FENCELOCK_TEST_CHILD="+mode, "OUT="+fifo)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan time.Time, 1)
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		exited <- time.Now()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	select {
+	case <-w.ready:
+	case at := <-exited:
+		t.Fatalf("fencelock exited at %v before its command ran: %v\n%s", at, waitErr, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the command did not start within 60s\n%s", stderr.String())
+	}
+
+	// The next holder waits on a direct connection.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*ttl)
+	defer cancel()
+	next, err := fencelock.Open(ctx, rawURL, &fencelock.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	granted := make(chan time.Time, 1)
+	go func() {
+		l, err := next.Acquire(ctx, key)
+		if err != nil {
+			t.Errorf("the next holder: %v", err)
+			granted <- time.Time{}
+			return
+		}
+		granted <- time.Now()
+		l.Release(context.Background())
+	}()
+
+	var r partitionRun
+	r.cutOff = time.Now()
+	p.dark.Store(true)
+	deadline := time.After(20 * ttl)
+	for r.death.IsZero() || r.granted.IsZero() || r.exited.IsZero() {
+		select {
+		case r.death = <-w.dead:
+		case r.granted = <-granted:
+			if r.granted.IsZero() {
+				t.FailNow()
+			}
+		case r.exited = <-exited:
+			r.code = exitCode(t, waitErr)
+		case <-deadline:
+			t.Fatalf("after %v: command dead %v, next holder granted %v, fencelock exited %v\n%s",
+				20*ttl, !r.death.IsZero(), !r.granted.IsZero(), !r.exited.IsZero(), stderr.String())
+		}
+	}
+	r.stderr = stderr.String()
+	t.Logf("after the cut-off: command dead at +%v, next holder granted at +%v, fencelock exited at +%v (status %d)",
+		r.death.Sub(r.cutOff).Round(time.Millisecond), r.granted.Sub(r.cutOff).Round(time.Millisecond),
+		r.exited.Sub(r.cutOff).Round(time.Millisecond), r.code)
+	return r
+}
+
+// TestCommandDeadBeforeNextHolder: a COMMAND that ignores SIGTERM, run by
+// a fencelock cut off from its store (a real store, a real process
+// boundary), is dead before another client is granted the lock, on every
+// run: SIGTERM when the lease enters its danger zone, SIGKILL before its
+// local validity ends, which is before the store frees the key.
+func TestCommandDeadBeforeNextHolder(t *testing.T) {
+	rawURL := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
+	const ttl = 3 * time.Second
+	for i := range 3 {
+		r := runPartitioned(t, rawURL, "fifo-ignore", ttl)
+		if gap := r.granted.Sub(r.death); gap <= 0 {
+			t.Errorf("run %d: the next holder got the lock %v before the old command died\n%s", i, -gap, r.stderr)
+		}
+		if r.code != exitLeaseLost {
+			t.Errorf("run %d: fencelock exit %d; want %d\n%s", i, r.code, exitLeaseLost, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "danger zone") || !strings.Contains(r.stderr, "SIGKILL") {
+			t.Errorf("run %d: stderr does not tell of the danger zone and the SIGKILL:\n%s", i, r.stderr)
+		}
+	}
+}
+
+// TestExitPromptOnceCommandEndsUnreachable: when COMMAND ends (here at the
+// danger zone's SIGTERM) while the store is unreachable, fencelock waits
+// on the store no longer than the lease's remaining local validity (at
+// most one RenewInterval in the danger zone) plus Margin to close, not
+// ReleaseTimeout or a client library's own timeouts.
+func TestExitPromptOnceCommandEndsUnreachable(t *testing.T) {
+	rawURL := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
+	const ttl = 3 * time.Second
+	o := resolvedOptions(t, ttl)
+	r := runPartitioned(t, rawURL, "fifo-trap", ttl)
+	bound := o.RenewInterval + 2*o.Margin
+	if d := r.exited.Sub(r.death); d > bound {
+		t.Errorf("fencelock exited %v after its command; want at most RenewInterval + 2×Margin = %v\n%s", d, bound, r.stderr)
+	}
+	if r.code != exitLeaseLost {
+		t.Errorf("fencelock exit %d; want %d\n%s", r.code, exitLeaseLost, r.stderr)
+	}
+}
