@@ -129,7 +129,8 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 // "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
 // and returns a Client on it. Engine options may be given in the URL's
 // query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
-// of opts wins over the URL. Passwords in the URL never appear in errors.
+// of opts wins over the URL. No credential from the URL appears in errors
+// (see driver.RedactURL).
 func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	b, uo, err := OpenBackend(ctx, rawURL)
 	if err != nil {
