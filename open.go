@@ -17,8 +17,12 @@ import (
 // OpenFunc opens a backend from a URL whose scheme it was registered for.
 // The engine's own parameters (ttl, renew_interval, margin, rotate_every,
 // owner) have already been removed from u's query; the OpenFunc must reject
-// any parameter it does not know (driver.Params does this) and must not
-// put credentials from u into error messages (use u.Redacted()).
+// any parameter it does not know (driver.Params does this), should report
+// a URL it cannot use with an *InvalidOptionError (driver.InvalidURL), and
+// must not put credentials from u into error messages: show URLs with
+// driver.RedactURL and wrap client libraries' errors with
+// driver.RedactError. (OpenBackend also scrubs what an OpenFunc returns,
+// as a last line of defence.)
 type OpenFunc func(ctx context.Context, u *url.URL) (Backend, error)
 
 var (
@@ -62,7 +66,7 @@ func init() {
 			return nil, err
 		}
 		if u.Path != "" && u.Path != "/" {
-			return nil, &InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "mem URLs are mem://NAME with no path"}
+			return nil, driver.InvalidURL(u.String(), "mem URLs are mem://NAME with no path")
 		}
 		name := u.Host
 		if name == "" {
@@ -78,7 +82,10 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse errors quote the URL, password included.
-		return nil, nil, &InvalidOptionError{Option: "URL", Value: redactRaw(rawURL), Reason: "cannot be parsed"}
+		return nil, nil, driver.InvalidURL(rawURL, "cannot be parsed")
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, nil, err
 	}
 	scheme := strings.ToLower(u.Scheme)
 	registryMu.RLock()
@@ -86,7 +93,7 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	registryMu.RUnlock()
 	if !ok {
 		return nil, nil, fmt.Errorf("%w %q in %s (forgotten import?); known schemes: %s",
-			ErrUnknownScheme, u.Scheme, u.Redacted(), strings.Join(Schemes(), ", "))
+			ErrUnknownScheme, u.Scheme, driver.RedactURL(rawURL), strings.Join(Schemes(), ", "))
 	}
 	q := u.Query()
 	o := &Options{}
@@ -109,6 +116,10 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	u2.RawQuery = q.Encode()
 	b, err := open(ctx, &u2)
 	if err != nil {
+		// A backend's own error should already be redacted; make sure.
+		if msg := err.Error(); driver.RedactText(msg, rawURL) != msg {
+			err = driver.RedactError(err, rawURL)
+		}
 		return nil, nil, err
 	}
 	return b, o, nil
@@ -118,7 +129,8 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 // "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
 // and returns a Client on it. Engine options may be given in the URL's
 // query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
-// of opts wins over the URL. Passwords in the URL never appear in errors.
+// of opts wins over the URL. No credential from the URL appears in errors
+// (see driver.RedactURL).
 func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	b, uo, err := OpenBackend(ctx, rawURL)
 	if err != nil {
@@ -150,18 +162,4 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// redactRaw hides a password in a URL that url.Parse rejected.
-func redactRaw(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	sep := strings.Index(raw, "://")
-	if at < 0 || sep < 0 || at < sep {
-		return raw
-	}
-	userinfo := raw[sep+3 : at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return raw[:sep+3] + userinfo[:i] + ":xxxxx" + raw[at:]
-	}
-	return raw
 }

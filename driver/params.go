@@ -35,7 +35,11 @@ func (p *Params) take(name string) (string, bool) {
 	}
 	delete(p.vals, name)
 	if len(vs) > 1 && p.err == nil {
-		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strings.Join(vs, ","), Reason: "given more than once"}
+		shown := strings.Join(vs, ",")
+		if IsSecretParam(name) {
+			shown = Redacted
+		}
+		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: shown, Reason: "given more than once"}
 	}
 	return vs[len(vs)-1], true
 }
@@ -56,7 +60,7 @@ func (p *Params) Duration(name string, def time.Duration) time.Duration {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil && p.err == nil {
-		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(v), Reason: "not a duration (e.g. 1500ms, 15s)"}
+		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: showValue(name, v), Reason: "not a duration (e.g. 1500ms, 15s)"}
 	}
 	return d
 }
@@ -69,7 +73,7 @@ func (p *Params) Int(name string, def int) int {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil && p.err == nil {
-		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(v), Reason: "not an integer"}
+		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: showValue(name, v), Reason: "not an integer"}
 	}
 	return n
 }
@@ -82,7 +86,7 @@ func (p *Params) Bool(name string, def bool) bool {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil && p.err == nil {
-		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(v), Reason: "not a boolean"}
+		p.err = &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: showValue(name, v), Reason: "not a boolean"}
 	}
 	return b
 }
@@ -112,9 +116,18 @@ func (p *Params) Err() error {
 	sort.Strings(unknown)
 	known := append([]string(nil), p.known...)
 	sort.Strings(known)
-	return &InvalidOptionError{
-		Option: "URL parameter",
-		Value:  strconv.Quote(unknown[0]),
-		Reason: "unknown; known parameters: " + strings.Join(known, ", "),
+	reason := "unknown; known parameters: " + strings.Join(known, ", ")
+	if len(known) == 0 {
+		reason = "unknown: this URL takes no parameters of its own"
 	}
+	return &InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(unknown[0]), Reason: reason}
+}
+
+// showValue is how an error shows a parameter's value: quoted, or
+// Redacted for a parameter that may carry a credential.
+func showValue(name, v string) string {
+	if IsSecretParam(name) {
+		return Redacted
+	}
+	return strconv.Quote(v)
 }

@@ -15,7 +15,8 @@ func init() {
 
 // DualURL returns the URL that opens a Dual of the backends at oldURL and
 // newURL with fencelock.Open: dual://?old=…&new=… with both URLs
-// query-escaped. Engine parameters (ttl, owner, …) go on the dual URL, not
+// query-escaped. The result carries the inner URLs' credentials: show it
+// with driver.RedactURL, which redacts nested URLs too. Engine parameters (ttl, owner, …) go on the dual URL, not
 // on the inner ones.
 func DualURL(oldURL, newURL string) string {
 	return "dual://?old=" + url.QueryEscape(oldURL) + "&new=" + url.QueryEscape(newURL)
@@ -27,7 +28,7 @@ var engineParams = []string{"ttl", "renew_interval", "margin", "rotate_every", "
 
 func openDual(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if (u.Host != "" && u.Host != "/") || (u.Path != "" && u.Path != "/") || u.Opaque != "" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "dual URLs are dual://?old=URL&new=URL, with no host or path"}
+		return nil, driver.InvalidURL(u.String(), "dual URLs are dual://?old=URL&new=URL, with no host or path")
 	}
 	p := driver.NewParams(u)
 	oldURL := p.String("old", "")
@@ -63,15 +64,15 @@ func checkInner(name, raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &driver.InvalidOptionError{Option: opt, Value: "(unparseable)", Reason: "not a URL"}
+		return &driver.InvalidOptionError{Option: opt, Value: driver.RedactURL(raw), Reason: "not a URL"}
 	}
 	if strings.EqualFold(u.Scheme, "dual") {
-		return &driver.InvalidOptionError{Option: opt, Value: u.Redacted(), Reason: "a dual backend cannot nest another"}
+		return &driver.InvalidOptionError{Option: opt, Value: driver.RedactURL(raw), Reason: "a dual backend cannot nest another"}
 	}
 	q := u.Query()
 	for _, e := range engineParams {
 		if q.Has(e) {
-			return &driver.InvalidOptionError{Option: opt, Value: u.Redacted(), Reason: "engine parameter " + e + " belongs on the dual URL, where the engine reads it"}
+			return &driver.InvalidOptionError{Option: opt, Value: driver.RedactURL(raw), Reason: "engine parameter " + e + " belongs on the dual URL, where the engine reads it"}
 		}
 	}
 	return nil

@@ -115,18 +115,20 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 //   - ca_file, cert_file, key_file, server_name: TLS settings, etcds only
 //     (default: the system roots, no client certificate, the host name).
 //
-// Unknown parameters are rejected. Passwords never appear in errors.
+// Unknown parameters are rejected. No credential from the URL (the
+// password, key_file) appears in errors: see driver.RedactURL.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: "(unparsable)", Reason: "not a URL"}
+		return nil, driver.InvalidURL(rawURL, "not a URL")
 	}
 	return openParsed(ctx, u)
 }
 
 func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
+	raw := u.String()
 	bad := func(reason string) error {
-		return &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: reason}
+		return driver.InvalidURL(raw, reason)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "etcd" && scheme != "etcds" {
@@ -199,7 +201,7 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 		if caFile != "" {
 			pem, err := os.ReadFile(caFile)
 			if err != nil {
-				return nil, bad("ca_file: " + err.Error())
+				return nil, bad("ca_file: " + driver.RedactText(err.Error(), raw))
 			}
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(pem) {
@@ -209,7 +211,7 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 		if certFile != "" {
 			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
-				return nil, bad("cert_file/key_file: " + err.Error())
+				return nil, bad("cert_file/key_file: " + driver.RedactText(err.Error(), raw))
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}
@@ -217,7 +219,7 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd: connect to %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcd: connect to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
 	// clientv3 dials lazily: check that the cluster answers, so a wrong
 	// address fails here rather than on the first lock.
@@ -229,12 +231,12 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("etcd: %s did not answer: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcd: %s did not answer: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
 	b, err := New(ctx, cli, &opts)
 	if err != nil {
 		cli.Close()
-		return nil, err
+		return nil, driver.RedactError(err, raw)
 	}
 	b.own = true
 	return b, nil

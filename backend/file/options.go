@@ -68,20 +68,20 @@ func DefaultDir() string {
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: strconv.Quote(rawURL), Reason: "cannot be parsed"}
+		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
 	return openURL(u)
 }
 
 func openURL(u *url.URL) (*Backend, error) {
 	if u.Scheme != "file" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "scheme must be file"}
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "scheme must be file"}
 	}
 	if u.Host != "" && u.Host != "localhost" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "the file backend is local to one machine: the host must be empty or localhost (file:///path/to/dir)"}
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "the file backend is local to one machine: the host must be empty or localhost (file:///path/to/dir)"}
 	}
 	if u.User != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "file URLs take no user or password"}
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "file URLs take no user or password"}
 	}
 	p := driver.NewParams(u)
 	sync := p.Bool("sync", true)

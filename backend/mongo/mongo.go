@@ -161,7 +161,7 @@ func (b *Backend) detectWarnings() []string {
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: redactRaw(rawURL), Reason: "cannot be parsed"}
+		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
 	return open(ctx, u)
 }
@@ -176,9 +176,13 @@ func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
 // driver's connection-string parser, which rejects the ones it does not
 // know.
 func open(ctx context.Context, u *url.URL) (*Backend, error) {
+	raw := u.String()
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "mongodb" && scheme != "mongodb+srv" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "scheme must be mongodb or mongodb+srv"}
+		return nil, driver.InvalidURL(raw, "scheme must be mongodb or mongodb+srv")
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, err
 	}
 	p := driver.NewParams(u)
 	var o Options
@@ -210,7 +214,7 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 	du.RawQuery = rest.Encode()
 	copts := options.Client().ApplyURI(du.String())
 	if err := copts.Validate(); err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: redactErr(err, u)}
+		return nil, driver.InvalidURL(raw, driver.RedactText(err.Error(), raw))
 	}
 	// Concerns given in the URL are the user's choice; otherwise the
 	// backend's safe defaults apply.
@@ -230,14 +234,14 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 	}
 	client, err := mongo.Connect(copts)
 	if err != nil {
-		return nil, fmt.Errorf("mongo: connecting to %s: %s", u.Redacted(), redactErr(err, u))
+		return nil, fmt.Errorf("mongo: connecting to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
 	b, err := newBackend(ctx, client, true, &o)
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = client.Disconnect(dctx)
-		return nil, err
+		return nil, driver.RedactError(err, raw)
 	}
 	return b, nil
 }
@@ -259,32 +263,6 @@ func init() {
 		waitqueuetimeoutms gssapiservicename`) {
 		driverParams[n] = true
 	}
-}
-
-// redactErr returns err's text with u's password removed.
-func redactErr(err error, u *url.URL) string {
-	s := err.Error()
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
-			s = strings.ReplaceAll(s, url.QueryEscape(pw), "xxxxx")
-			s = strings.ReplaceAll(s, url.PathEscape(pw), "xxxxx")
-		}
-	}
-	return s
-}
-
-// redactRaw hides a password in a URL that url.Parse rejected.
-func redactRaw(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	sep := strings.Index(raw, "://")
-	if at < 0 || sep < 0 || at < sep {
-		return raw
-	}
-	if i := strings.Index(raw[sep+3:at], ":"); i >= 0 {
-		return raw[:sep+3+i] + ":xxxxx" + raw[at:]
-	}
-	return raw
 }
 
 // Client returns the underlying client.

@@ -100,11 +100,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, erro
 //
 // A parameter that neither fencelock nor pgx knows is rejected (pgx sends
 // unknown ones to the server as settings, which refuses unknown names).
-// Passwords never appear in errors.
+// No credential from the URL (password, password= or sslpassword=
+// parameters, listen_url's) appears in errors: see driver.RedactURL.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: "(unparseable, not shown)", Reason: "cannot be parsed"}
+		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
 	return open(ctx, u)
 }
@@ -118,9 +119,13 @@ func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
 }
 
 func open(ctx context.Context, u *url.URL) (*Backend, error) {
+	raw := u.String()
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "postgres" && scheme != "postgresql" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "scheme must be postgres or postgresql"}
+		return nil, driver.InvalidURL(raw, "scheme must be postgres or postgresql")
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, err
 	}
 	p := driver.NewParams(u)
 	o := Options{
@@ -146,26 +151,25 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 	u2 := *u
 	u2.Scheme = "postgres"
 	u2.RawQuery = rest.Encode()
-	redacted := u.Redacted()
+	redacted := driver.RedactURL(raw)
 	cfg, err := pgxpool.ParseConfig(u2.String())
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by pgx: " + scrub(err.Error(), u)}
+		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by pgx: " + driver.RedactText(err.Error(), raw)}
 	}
 	cfg.ConnConfig.BuildContextWatcherHandler = CancelRequestHandler
 	if listenURL != "" {
-		lu, err := url.Parse(listenURL)
-		if err != nil {
-			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: "(not shown)", Reason: "cannot be parsed"}
+		if _, err := url.Parse(listenURL); err != nil {
+			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: driver.RedactURL(listenURL), Reason: "cannot be parsed"}
 		}
 		lc, err := pgx.ParseConfig(listenURL)
 		if err != nil {
-			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: lu.Redacted(), Reason: "rejected by pgx: " + scrub(err.Error(), lu)}
+			return nil, &driver.InvalidOptionError{Option: "URL parameter \"listen_url\"", Value: driver.RedactURL(listenURL), Reason: "rejected by pgx: " + driver.RedactText(err.Error(), listenURL)}
 		}
 		o.ListenConfig = lc
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %s: %s", redacted, scrub(err.Error(), u))
+		return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
 	}
 	owned := []*pgxpool.Pool{pool}
 	if renewConns > 0 {
@@ -181,7 +185,7 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 		rp, err := pgxpool.NewWithConfig(ctx, rc)
 		if err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("postgres: %s: %s", redacted, scrub(err.Error(), u))
+			return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
 		}
 		o.RenewPool = rp
 		owned = append(owned, rp)
@@ -193,9 +197,9 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42704" && strings.Contains(pe.Message, "configuration parameter") {
-			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: redacted, Reason: "unknown to fencelock, pgx and the server: " + pe.Message}
+			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: redacted, Reason: "unknown to fencelock, pgx and the server: " + driver.RedactText(pe.Message, raw)}
 		}
-		return nil, fmt.Errorf("postgres: %s: %w", redacted, err)
+		return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
 	}
 	b.ownPools = owned
 	return b, nil
@@ -212,17 +216,6 @@ func open(ctx context.Context, u *url.URL) (*Backend, error) {
 // clean-up had looked for it (the record then lives until its TTL).
 func CancelRequestHandler(pc *pgconn.PgConn) ctxwatch.Handler {
 	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 2 * time.Second}
-}
-
-// scrub removes u's password from a message, in case a library quoted it.
-func scrub(msg string, u *url.URL) string {
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
-		}
-	}
-	return msg
 }
 
 // setup creates or checks the table and reads the server settings that

@@ -36,11 +36,13 @@ func init() {
 // Sentinels; the URL's user and password are the primary's). Every other
 // parameter goes to go-redis's URL parser (dial_timeout, read_timeout,
 // pool_size, protocol, client_name, skip_verify, ...), which rejects the
-// ones it does not know. Passwords never appear in errors.
+// ones it does not know. No credential from the URL appears in errors
+// (see driver.RedactURL); a URL that cannot be used, a bad port included,
+// is an *InvalidOptionError.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: redactRaw(rawURL), Reason: "cannot be parsed"}
+		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
 	return OpenURL(ctx, u)
 }
@@ -54,13 +56,13 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	b, err := newBackend(ctx, client, true, opts)
 	if err != nil {
 		_ = client.Close()
-		return nil, err
+		return nil, driver.RedactError(err, u.String())
 	}
 	return b, nil
 }
 
 func badURL(u *url.URL, reason string) error {
-	return &driver.InvalidOptionError{Option: "URL", Value: redactURL(u), Reason: reason}
+	return driver.InvalidURL(u.String(), reason)
 }
 
 // clientFromURL builds the go-redis client a URL names, without
@@ -70,6 +72,9 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 	base, kind, _ := strings.Cut(scheme, "+")
 	if base != "redis" && base != "rediss" || (kind != "" && kind != "sentinel" && kind != "cluster") {
 		return nil, nil, badURL(u, "scheme must be one of "+strings.Join(Schemes, ", "))
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, nil, err
 	}
 	p := driver.NewParams(u)
 	opts := &Options{
@@ -97,9 +102,9 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		}
 	}
 	goErr := func(err error) error {
-		// go-redis names the parameter or value at fault, never a
-		// password (userinfo is not echoed).
-		return badURL(u, strings.TrimPrefix(err.Error(), "redis: "))
+		// go-redis names the parameter or value at fault; it is
+		// redacted all the same, in case a value was a secret.
+		return badURL(u, driver.RedactText(strings.TrimPrefix(err.Error(), "redis: "), u.String()))
 	}
 	hosts := strings.Split(u.Host, ",")
 	for _, h := range hosts {
@@ -164,49 +169,4 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		}
 		return goredis.NewClusterClient(o), opts, nil
 	}
-}
-
-// redactURL is u.Redacted() that also hides password query parameters.
-func redactURL(u *url.URL) string {
-	if u == nil {
-		return ""
-	}
-	q := u.Query()
-	changed := false
-	for k := range q {
-		if strings.Contains(strings.ToLower(k), "password") {
-			q.Set(k, "xxxxx")
-			changed = true
-		}
-	}
-	if changed {
-		u2 := *u
-		u2.RawQuery = q.Encode()
-		return u2.Redacted()
-	}
-	return u.Redacted()
-}
-
-// redactRaw hides the password of a URL that url.Parse rejected.
-func redactRaw(raw string) string {
-	sep := strings.Index(raw, "://")
-	if sep < 0 {
-		return "(unparsable URL)"
-	}
-	rest := raw[sep+3:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
-		user := rest[:at]
-		if i := strings.Index(user, ":"); i >= 0 {
-			user = user[:i] + ":xxxxx"
-		}
-		rest = user + rest[at:]
-	}
-	if i := strings.Index(rest, "?"); i >= 0 {
-		rest = rest[:i] + "?…"
-	}
-	return raw[:sep+3] + rest
 }

@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,56 @@ func TestOpenRedactsAndRegisters(t *testing.T) {
 	_, err = Open(ctx, "redis://u:secret@[::1/0")
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("Open of a malformed URL = %v", err)
+	}
+}
+
+// recordHandler is a slog.Handler that keeps every record.
+type recordHandler struct{ n *int }
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error { *h.n++; return nil }
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordHandler) WithGroup(string) slog.Handler                 { return h }
+
+// TestSilentByDefault: a Backend opened without a Logger logs nothing,
+// not even through slog.Default, while its warnings stay in Describe.
+func TestSilentByDefault(t *testing.T) {
+	raw := os.Getenv("FENCELOCK_TEST_REDIS")
+	if raw == "" {
+		t.Skip("FENCELOCK_TEST_REDIS not set")
+	}
+	n := 0
+	prev := slog.Default()
+	slog.SetDefault(slog.New(recordHandler{&n}))
+	defer slog.SetDefault(prev)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, _ := url.Parse(raw)
+	q := u.Query()
+	q.Set("skip_checks", "true") // always one warning
+	u.RawQuery = q.Encode()
+	b, err := Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if len(b.Describe().Warnings) == 0 {
+		t.Fatal("skip_checks gave no warning in Describe")
+	}
+	if n != 0 {
+		t.Fatalf("%d log records through slog.Default without a Logger option", n)
+	}
+}
+
+// TestBadPortIsInvalidOption: a port out of range is a bad URL
+// (ErrInvalidOption), as on every backend, not a failure to connect.
+func TestBadPortIsInvalidOption(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, raw := range []string{"redis://:99999", "redis://h:0/0", "redis+sentinel://h:1,h:70000/m", "redis+cluster://h:99999"} {
+		_, err := Open(ctx, raw)
+		if !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidOption", raw, err)
+		}
 	}
 }

@@ -57,7 +57,8 @@ type Options struct {
 	Prefix string
 
 	// Logger receives the warnings found by the start-up check of the
-	// server's settings (see Describe). Default slog.Default().
+	// server's settings (see Describe). Default: none (a discarding
+	// logger), like the engine's; the warnings are in Describe either way.
 	Logger *slog.Logger
 
 	// SkipChecks turns off the start-up check of the server's settings
@@ -127,7 +128,7 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, owned bool,
 		o.Prefix = DefaultPrefix
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis: ping: %w", err)

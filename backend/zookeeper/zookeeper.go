@@ -240,15 +240,19 @@ func newBackend(conn *zk.Conn, o Options) *Backend {
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: "zk URL", Reason: "cannot be parsed"}
+		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
 	return OpenURL(ctx, u)
 }
 
 // OpenURL is Open for a parsed URL (scheme "zk").
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
+	raw := u.String()
 	if !strings.EqualFold(u.Scheme, "zk") {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "scheme must be zk"}
+		return nil, driver.InvalidURL(raw, "scheme must be zk")
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, err
 	}
 	p := driver.NewParams(u)
 	sessTO := p.Duration("session_timeout", DefaultSessionTimeout)
@@ -258,7 +262,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		return nil, err
 	}
 	if u.User != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "credentials in zk URLs are not supported; pass an authenticated *zk.Conn to New"}
+		return nil, driver.InvalidURL(raw, "credentials in zk URLs are not supported; pass an authenticated *zk.Conn to New")
 	}
 	if sessTO < 10*time.Millisecond || sessTO > 24*time.Hour {
 		return nil, &driver.InvalidOptionError{Option: "URL parameter \"session_timeout\"", Value: sessTO.String(), Reason: "must be between 10ms and 24h (the server clamps it to 2..20 × tickTime by default)"}
@@ -267,12 +271,12 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		return nil, &driver.InvalidOptionError{Option: "URL parameter \"connect_timeout\"", Value: connTO.String(), Reason: "must be positive"}
 	}
 	if u.Host == "" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "no servers: want zk://host:port[,host:port...]/chroot"}
+		return nil, driver.InvalidURL(raw, "no servers: want zk://host:port[,host:port...]/chroot")
 	}
 	var servers []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, &driver.InvalidOptionError{Option: "URL", Value: u.Redacted(), Reason: "empty server in host list"}
+			return nil, driver.InvalidURL(raw, "empty server in host list")
 		}
 		servers = append(servers, h)
 	}
@@ -284,7 +288,11 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dial(ctx, servers, sessTO, connTO, o)
+	b, err := dial(ctx, servers, sessTO, connTO, o)
+	if err != nil {
+		return nil, driver.RedactError(err, raw)
+	}
+	return b, nil
 }
 
 func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o Options) (*Backend, error) {

@@ -264,3 +264,100 @@ func cmdVersion(e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "fencelock %s%s (%s, %s/%s)\nbackends: %s\n", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(fencelock.Schemes(), ", "))
 	return exitOK
 }
+
+const doctorUsage = `
+Usage: fencelock doctor [flags]
+
+Open the backend, check that it answers, and print what it guarantees (its
+own description: fencing, clock, liveness, token scope, failover, loss
+detection) and the warnings about its configuration that weaken exclusion
+or fencing (Redis without appendfsync always, PostgreSQL with fsync off, a
+standalone MongoDB, ...). The URL is shown redacted. Other commands show
+these warnings only with --verbose.
+
+Exit status: 0 no warnings, 1 warnings, 64 usage error, 69 the backend
+cannot be reached.
+`
+
+const doctorExamples = `Examples:
+  fencelock doctor --url redis://localhost:6379
+  fencelock doctor --json --url postgres://db/app | jq -r '.warnings[]'`
+
+// doctorJSON is the --json output of doctor.
+type doctorJSON struct {
+	URL           string   `json:"url"`
+	Backend       string   `json:"backend"`
+	Fencing       string   `json:"fencing"`
+	Clock         string   `json:"clock"`
+	Liveness      string   `json:"liveness"`
+	Scope         string   `json:"scope"`
+	FailoverSafe  bool     `json:"failover_safe"`
+	Failover      string   `json:"failover"`
+	LossDetection string   `json:"loss_detection"`
+	Warnings      []string `json:"warnings"`
+}
+
+func cmdDoctor(e *env, args []string) int {
+	fset := e.flagSet("doctor", doctorUsage, doctorExamples)
+	var cf connFlags
+	addConnFlags(fset, &cf)
+	asJSON := fset.Bool("json", false, "print JSON: {\"url\",\"backend\",\"fencing\",...,\"warnings\"}")
+	pos, rest, exit, stop := e.parse(fset, args, 0)
+	if stop {
+		return exit
+	}
+	if len(pos) != 0 || len(rest) != 0 {
+		return e.usageError("doctor", "takes no arguments")
+	}
+	raw, _ := e.rawURL(&cf)
+	if cf.verbose {
+		// Client libraries' messages only: doctor prints the warnings
+		// itself, once.
+		setLibraryVerbose(true, raw, e.stderr)
+		cf.verbose = false
+	}
+	c, err := e.open(context.Background(), &cf, nil, "fencelock")
+	if err != nil {
+		return e.fail("doctor", err, e.parsedURL(&cf))
+	}
+	defer c.Close()
+	red := func(s string) string { return driver.RedactText(s, raw) }
+	d := c.Describe()
+	out := doctorJSON{
+		URL: driver.RedactURL(raw), Backend: red(d.Name), Fencing: red(d.Fencing), Clock: red(d.Clock),
+		Liveness: red(d.Liveness), Scope: d.Scope, FailoverSafe: d.FailoverSafe, Failover: red(d.Failover),
+		LossDetection: red(d.LossDetection), Warnings: []string{},
+	}
+	for _, w := range d.Warnings {
+		out.Warnings = append(out.Warnings, red(w))
+	}
+	if *asJSON {
+		writeJSON(e.stdout, out)
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "url:\t%s\n", out.URL)
+		fmt.Fprintf(tw, "backend:\t%s\n", out.Backend)
+		fmt.Fprintf(tw, "fencing:\t%s\n", out.Fencing)
+		fmt.Fprintf(tw, "clock:\t%s\n", out.Clock)
+		fmt.Fprintf(tw, "liveness:\t%s\n", out.Liveness)
+		fmt.Fprintf(tw, "token scope:\t%s\n", out.Scope)
+		fmt.Fprintf(tw, "failover safe:\t%v\n", out.FailoverSafe)
+		if out.Failover != "" {
+			fmt.Fprintf(tw, "failover:\t%s\n", out.Failover)
+		}
+		fmt.Fprintf(tw, "loss detection:\t%s\n", out.LossDetection)
+		tw.Flush()
+		if len(out.Warnings) == 0 {
+			fmt.Fprintln(e.stdout, "warnings: none detected")
+		} else {
+			fmt.Fprintf(e.stdout, "warnings (%d):\n", len(out.Warnings))
+			for _, w := range out.Warnings {
+				fmt.Fprintf(e.stdout, "  - %s\n", w)
+			}
+		}
+	}
+	if len(out.Warnings) > 0 {
+		return exitWarnings
+	}
+	return exitOK
+}

@@ -6,7 +6,8 @@
 //	fencelock list [flags] [PREFIX]
 //	fencelock release --force [flags] KEY
 //	fencelock migrate tokens --from URL --to URL [PREFIX]
-//	fencelock migrate dual-url OLD-URL NEW-URL
+//	fencelock migrate dual-url [--show-secrets] OLD-URL NEW-URL
+//	fencelock doctor [flags]
 //	fencelock demo
 //	fencelock version
 //
@@ -30,6 +31,7 @@ import (
 const (
 	exitOK          = 0
 	exitFree        = 1  // status: the key is not locked
+	exitWarnings    = 1  // doctor: the backend has configuration warnings
 	exitUsage       = 64 // EX_USAGE: bad flags or arguments
 	exitUnavailable = 69 // EX_UNAVAILABLE: backend cannot be opened or reached, or failed
 	exitSoftware    = 70 // EX_SOFTWARE: internal error
@@ -62,6 +64,7 @@ func init() {
 		{"list", "list held locks (optionally under a prefix)", cmdList},
 		{"release", "remove a lock whoever holds it (admin, needs --force)", cmdRelease},
 		{"migrate", "move locks between backends: copy token floors, build a dual URL", cmdMigrate},
+		{"doctor", "check a backend: what it guarantees and its configuration warnings", cmdDoctor},
 		{"demo", "show fencing at work, in-process, on the memory backend", cmdDemo},
 		{"version", "print the version and the linked backends", cmdVersion},
 		{"help", "show help for a command", cmdHelp},

@@ -28,7 +28,11 @@ from new to old before rolling back from phase 2 to phase 1
 (docs/migration.md).
 
 dual-url: print the URL of the dual backend that holds every lock on OLD
-and on NEW (phase 2 of a migration), for FENCELOCK_URL or --url.
+and on NEW (phase 2 of a migration), for FENCELOCK_URL or --url. If OLD or
+NEW carries a credential (a password, a password= parameter, ...), the
+URL is printed only with --show-secrets; without it, the command shows the
+URL redacted on stderr and exits 64, so that no secret is printed by
+accident.
 
 Exit status: 0 done, 64 usage error, 69 a backend cannot be reached or has
 no token floor.
@@ -37,7 +41,8 @@ no token floor.
 const migrateExamples = `Examples:
   fencelock migrate tokens --dry-run --from redis://cache:6379 --to postgres://db/app
   fencelock migrate tokens --from redis://cache:6379 --to postgres://db/app
-  export FENCELOCK_URL=$(fencelock migrate dual-url redis://cache:6379 postgres://db/app)`
+  export FENCELOCK_URL=$(fencelock migrate dual-url redis://cache:6379 postgres://db/app)
+  export FENCELOCK_URL=$(fencelock migrate dual-url --show-secrets redis://:PW@cache:6379 postgres://db/app)`
 
 func cmdMigrate(e *env, args []string) int {
 	fset := e.flagSet("migrate", migrateUsage, migrateExamples)
@@ -48,6 +53,7 @@ func cmdMigrate(e *env, args []string) int {
 	fset.BoolVar(&from.verbose, "verbose", false, "log the lock engine's warnings and events to stderr")
 	dry := fset.Bool("dry-run", false, "tokens: show the high-water marks and what would be raised; change nothing")
 	asJSON := fset.Bool("json", false, "tokens: print the result as JSON")
+	showSecrets := fset.Bool("show-secrets", false, "dual-url: print the URL even if it carries credentials")
 	pos, rest, exit, stop := e.parse(fset, args, 0)
 	if stop {
 		return exit
@@ -62,10 +68,15 @@ func cmdMigrate(e *env, args []string) int {
 		}
 		for _, u := range pos[1:] {
 			if _, err := url.Parse(u); err != nil {
-				return e.usageError("migrate", "dual-url: %q is not a URL", u)
+				return e.usageError("migrate", "dual-url: %s is not a URL", driver.RedactURL(u))
 			}
 		}
-		fmt.Fprintln(e.stdout, migrate.DualURL(pos[1], pos[2]))
+		d := migrate.DualURL(pos[1], pos[2])
+		if red := driver.RedactURL(d); red != d && !*showSecrets {
+			return e.usageError("migrate", "dual-url: OLD-URL or NEW-URL carries a credential, so the dual URL is not printed: %s\n"+
+				"Pass --show-secrets to print it with its credentials (e.g. export FENCELOCK_URL=$(fencelock migrate dual-url --show-secrets ...))", red)
+		}
+		fmt.Fprintln(e.stdout, d)
 		return exitOK
 	case "tokens":
 	default:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // defaultURL is the backend used without --url or FENCELOCK_URL: the
@@ -29,7 +30,7 @@ type connFlags struct {
 func addConnFlags(fs *flag.FlagSet, cf *connFlags) {
 	fs.StringVar(&cf.url, "url", "", "backend `URL`, e.g. postgres://host/db, redis://host:6379, etcd://host:2379,\nzk://host:2181, mongodb://host/db, file:///dir (default $FENCELOCK_URL, else "+defaultURL+")")
 	fs.DurationVar(&cf.connectTimeout, "connect-timeout", 10*time.Second, "give up if the backend cannot be reached within `D`")
-	fs.BoolVar(&cf.verbose, "verbose", false, "log the lock engine's warnings and events to stderr")
+	fs.BoolVar(&cf.verbose, "verbose", false, "log the lock engine's events, the client libraries' messages and the backend's\nconfiguration warnings to stderr")
 }
 
 // backendError is a failure to open or reach a backend.
@@ -61,7 +62,10 @@ func (e *env) rawURL(cf *connFlags) (string, string) {
 // open opens a client on the chosen backend and checks, within the connect
 // timeout, that the store answers (Inspect of probeKey), so that a wrong
 // address fails fast with the address and the timeout named instead of
-// waiting forever. Errors never contain the URL's password.
+// waiting forever. Errors never contain a credential from the URL
+// (driver.RedactText). With --verbose, the backend's configuration
+// warnings (Describe) are printed once, to stderr; without it, nothing is
+// logged.
 func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, probeKey string) (*fencelock.Client, error) {
 	raw, from := e.rawURL(cf)
 	u, perr := url.Parse(raw)
@@ -69,7 +73,7 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 		opts = &fencelock.Options{}
 	}
 	if cf.verbose {
-		setLibraryVerbose(true)
+		setLibraryVerbose(true, raw, e.stderr)
 		level := slog.LevelDebug
 		opts.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	}
@@ -105,9 +109,15 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	}
 	c, err := r.c, r.err
 	if err == nil {
+		if cf.verbose {
+			d := c.Describe()
+			for _, w := range d.Warnings {
+				fmt.Fprintf(e.stderr, "fencelock: warning: %s backend: %s\n", d.Name, driver.RedactText(w, raw))
+			}
+		}
 		return c, nil
 	}
-	msg := scrub(err.Error(), u)
+	msg := driver.RedactText(err.Error(), raw)
 	var ioe *fencelock.InvalidOptionError
 	switch {
 	case perr != nil:
@@ -119,9 +129,9 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	}
-	where := u.Host
+	where := driver.RedactText(u.Host, raw)
 	if where == "" {
-		where = u.Redacted()
+		where = driver.RedactURL(raw)
 	}
 	if octx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return nil, &backendError{msg: fmt.Sprintf("cannot reach the %s backend at %s within %v (--connect-timeout): %s", u.Scheme, where, cf.connectTimeout, msg)}
@@ -129,19 +139,13 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	return nil, &backendError{msg: fmt.Sprintf("cannot use the %s backend at %s: %s", u.Scheme, where, msg)}
 }
 
-// scrub removes the URL's password from a message, in case a client
-// library quoted it.
+// scrub removes every credential of the URL u from a message, in case a
+// client library quoted it (driver.RedactText).
 func scrub(msg string, u *url.URL) string {
-	if u == nil || u.User == nil {
+	if u == nil {
 		return msg
 	}
-	if p, ok := u.User.Password(); ok && p != "" {
-		msg = strings.ReplaceAll(msg, p, "xxxxx")
-		if esc := url.QueryEscape(p); esc != p {
-			msg = strings.ReplaceAll(msg, esc, "xxxxx")
-		}
-	}
-	return msg
+	return driver.RedactText(msg, u.String())
 }
 
 // fail prints err for the command and returns its exit status.
