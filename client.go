@@ -462,6 +462,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	stop()
 	cancel(nil)
 	if lost := l.Err(); lost != nil {
+		<-l.Done() // closed right after the loss is reported
 		return errors.Join(ferr, lost)
 	}
 	rerr := release()

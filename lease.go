@@ -350,6 +350,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	case lost:
 		err := l.err
 		l.mu.Unlock()
+		<-l.done // closed right after the loss is reported
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	case released:
 		pending, g, unsure, failed, cause := l.releasePending, l.grant, l.unsure, l.releaseFailed, l.endCause

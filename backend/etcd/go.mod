@@ -10,9 +10,12 @@ require (
 	go.uber.org/zap v1.27.0
 )
 
+require pgregory.net/rapid v1.3.0 // indirect
+
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
@@ -28,3 +31,5 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../..
+
+replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

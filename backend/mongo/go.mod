@@ -19,3 +19,5 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../..
+
+replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

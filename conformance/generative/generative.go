@@ -52,7 +52,7 @@
 //		generative.Run(t, harness, nil)
 //	}
 //
-// Run stops starting programs after Options.Budget (default 45s, or the
+// Run stops starting programs after Options.Budget (default 60s, or the
 // environment variable FENCELOCK_GEN_BUDGET, e.g. "30m" for a soak), and
 // at rapid's -rapid.checks (default 100; RAPID_CHECKS). -rapid.seed
 // replays a program.
@@ -82,7 +82,7 @@ import (
 // Options tunes the generative mode. A nil *Options means defaults.
 type Options struct {
 	// Budget is how long Run keeps starting new programs (a program under
-	// way finishes). Default: FENCELOCK_GEN_BUDGET, else 45s.
+	// way finishes). Default: FENCELOCK_GEN_BUDGET, else 60s.
 	Budget time.Duration
 
 	// SyncTest runs each program inside a testing/synctest bubble, where
@@ -105,6 +105,11 @@ type Options struct {
 
 	// NoFaults turns off the fault-injecting driver.
 	NoFaults bool
+
+	// Parallel is how many programs run at once, each in its own
+	// subtest with its own seeds. Default 4, or 1 with SyncTest (whose
+	// programs use the CPU, not the clock).
+	Parallel int
 }
 
 func (o *Options) resolve() Options {
@@ -113,7 +118,7 @@ func (o *Options) resolve() Options {
 		r = *o
 	}
 	if r.Budget == 0 {
-		r.Budget = 45 * time.Second
+		r.Budget = 60 * time.Second
 		if v := os.Getenv("FENCELOCK_GEN_BUDGET"); v != "" {
 			if d, err := time.ParseDuration(v); err == nil && d > 0 {
 				r.Budget = d
@@ -126,6 +131,12 @@ func (o *Options) resolve() Options {
 	}
 	if r.Keys <= 0 {
 		r.Keys = 2
+	}
+	if r.Parallel <= 0 {
+		r.Parallel = 4
+		if r.SyncTest {
+			r.Parallel = 1
+		}
 	}
 	return r
 }
@@ -203,8 +214,23 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	// (an in-process backend runs thousands), run more, each with a
 	// fresh seed — unless a seed or fail file was given to replay one.
 	replay := flagSet("rapid.seed") || flagSet("rapid.failfile")
-	for round := 0; round == 0 || !replay && !t.Failed() && time.Since(begin) < o.Budget; round++ {
-		rapid.Check(t, prop)
+	stream := func(t *testing.T) {
+		for round := 0; round == 0 || !replay && !failed.Load() && time.Since(begin) < o.Budget; round++ {
+			rapid.Check(t, prop)
+		}
+	}
+	if replay || o.Parallel == 1 {
+		stream(t)
+	} else {
+		// Streams of programs side by side: a program against a real
+		// server spends most of its time waiting on TTLs, and each
+		// stream has its own seeds and keys. Each is a subtest, so a
+		// failure names its stream and rapid's replay instructions.
+		var wg sync.WaitGroup
+		for i := range o.Parallel {
+			wg.Go(func() { t.Run(fmt.Sprintf("stream%d", i), stream) })
+		}
+		wg.Wait()
 	}
 	t.Logf("generative: %d programs, %d leases, %d fenced writes, %d injected faults, %d forced releases in %v",
 		stats.Programs, stats.Leases, stats.Writes, stats.Faults, stats.Forced, time.Since(begin).Round(time.Millisecond))
@@ -293,8 +319,13 @@ func (p program) String() string {
 }
 
 func genProgram(t *rapid.T, o *Options) program {
+	// One key two times in three: contention is where interleavings hide.
+	keys := 1
+	if o.Keys > 1 && rapid.IntRange(0, 2).Draw(t, "moreKeys") == 0 {
+		keys = rapid.IntRange(2, o.Keys).Draw(t, "keys")
+	}
 	p := program{
-		keys:      rapid.IntRange(1, o.Keys).Draw(t, "keys"),
+		keys:      keys,
 		highFloor: rapid.IntRange(0, 3).Draw(t, "highFloor") == 0,
 	}
 	n := rapid.IntRange(2, o.Clients).Draw(t, "clients")
@@ -482,6 +513,13 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		}
 	}
 	wg.Wait()
+	// NoRecordOutlivesItsLease: every worker is done, so every lease has
+	// ended; while the clients still live (and renew whatever else they
+	// keep alive), every record must go within TTL plus slack — released,
+	// or expired if its release failed or its client crashed.
+	if err := r.drain(ctx, time.Now().Add(h.TTL+h.Slack), "NoRecordOutlivesItsLease", "while the clients lived, after every lease had ended"); err != nil {
+		return nil, err
+	}
 	crashed, faulted := false, false
 	for i, cp := range p.clients {
 		end(i)
@@ -497,24 +535,30 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	if crashed || faulted {
 		deadline = deadline.Add(h.TTL + h.Slack)
 	}
+	if err := r.drain(ctx, deadline, "NothingLeftBehind", "after every client ended"); err != nil {
+		return nil, err
+	}
+	return r.rec, nil
+}
+
+// drain waits until the store holds nothing under the program's prefix,
+// until deadline, and records what is left then as a violation of
+// property.
+func (r *runner) drain(ctx context.Context, deadline time.Time, property, when string) error {
 	for {
-		infos, err := raw.List(ctx, r.prefix)
+		infos, err := r.raw.List(ctx, r.prefix)
 		if err != nil {
-			return nil, fmt.Errorf("List: %w", err)
+			return fmt.Errorf("List: %w", err)
 		}
 		if len(infos) == 0 {
-			break
+			return nil
 		}
 		if !time.Now().Before(deadline) {
-			r.rec.mu.Lock()
-			r.rec.notes = append(r.rec.notes, fmt.Sprintf("%5d left behind: %+v", r.rec.tick(), infos))
-			r.rec.mu.Unlock()
-			r.rec.leftBehind(infos)
-			break
+			r.rec.leftBehind(property, when, infos)
+			return nil
 		}
 		sleepCtx(ctx, 20*time.Millisecond)
 	}
-	return r.rec, nil
 }
 
 // step runs one step of worker j of client i.
@@ -561,6 +605,9 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 			})
 		}()
 		cancel()
+		if l != nil && !isDone(l) {
+			r.rec.violate("DoEndsItsLease", "Do on %q returned (%v) with its lease still held", key, err)
+		}
 		if rec != nil {
 			var lost *fencelock.LostError
 			switch {

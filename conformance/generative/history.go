@@ -76,7 +76,7 @@ type recorder struct {
 	faults  []faultRec
 	forces  []forceRec
 	notes   []string
-	left    []string                     // records left behind at the end
+	direct  []violation                  // seen while the program ran (records left behind, …)
 	closed  map[int]int64                // seq when each client began to close or crashed
 	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
 }
@@ -225,13 +225,26 @@ func (r *recorder) stale(rec *leaseRec, kind staleKind, err error) {
 	}
 }
 
-// leftBehind records what the store still held at the end.
-func (r *recorder) leftBehind(infos []driver.Info) {
+// leftBehind records what the store still held when it should have held
+// nothing.
+func (r *recorder) leftBehind(property, when string, infos []driver.Info) {
+	s := r.tick()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf("%5d %s: left behind %+v", s, property, infos))
 	for _, i := range infos {
-		r.left = append(r.left, fmt.Sprintf("%q held by %s (token %d)", i.Key, i.Owner, i.Token))
+		r.direct = append(r.direct, violation{property, fmt.Sprintf("%s, the store still has %q held by %s (token %d)", when, i.Key, i.Owner, i.Token)})
 	}
+}
+
+// violate records a violation seen directly while the program ran.
+func (r *recorder) violate(property, format string, args ...any) {
+	s := r.tick()
+	v := violation{property, fmt.Sprintf(format, args...)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf("%5d violation: %s", s, v))
+	r.direct = append(r.direct, v)
 }
 
 func (r *recorder) fault(client int, op, kind string, owners []string, rotate bool) {
@@ -331,9 +344,7 @@ func (r *recorder) check() []violation {
 			unsure[o] = true
 		}
 	}
-	for _, left := range r.left {
-		add("NothingLeftBehind", "after every client ended, the store still has %s", left)
-	}
+	vs = append(vs, r.direct...)
 	// A lease's window is [got, end(l)]; it is empty when the lease had
 	// ended (forced, or released by Close) before its worker recorded the
 	// grant.

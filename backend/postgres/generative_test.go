@@ -1,0 +1,24 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/backend/postgres"
+	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/conformance/generative"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// TestGenerative runs the generative conformance mode (random programs,
+// faults at the driver boundary, histories checked with a fence in the
+// loop) against a real PostgreSQL, on a table of its own.
+func TestGenerative(t *testing.T) {
+	base := testURL(t)
+	dsn := withParams(t, base, "table", uniqueTable(t, base))
+	generative.Run(t, conformance.Harness{
+		Open: func(ctx context.Context) (driver.Backend, error) { return postgres.Open(ctx, dsn) },
+		TTL:  time.Second,
+	}, nil)
+}
