@@ -289,11 +289,16 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 				last = err
 			}
 			if ctx.Err() != nil {
+				c.abandon(req)
 				return nil, c.ended(ctx, last)
 			}
 			continue
 		}
 		if ctx.Err() != nil {
+			// AcquireWait removed its own queue entry; an earlier
+			// attempt with an unknown outcome (a lost reply) may have
+			// left a record that a session keeps alive: by owner.
+			c.abandon(req)
 			return nil, c.ended(ctx, last)
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {

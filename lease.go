@@ -35,14 +35,15 @@ type Lease struct {
 	retrying  bool // the next renewal is a retry after a failure
 	qidx      int
 
-	mu             sync.Mutex
-	grant          driver.Grant
-	state          leaseState
-	err            error         // *LostError once lost
-	releasePending bool          // a backend release has not been confirmed
-	releaseFailed  bool          // a release attempt failed transiently
-	releasing      chan struct{} // a one-slot semaphore: one release at a time
-	renewing       bool          // a renewal request is in flight
+	mu              sync.Mutex
+	grant           driver.Grant
+	state           leaseState
+	err             error         // *LostError once lost
+	releasePending  bool          // a backend release has not been confirmed
+	releaseFailed   bool          // a release attempt failed transiently
+	releaseRetrying bool          // a background retry of a failed release runs
+	releasing       chan struct{} // a one-slot semaphore: one release at a time
+	renewing        bool          // a renewal request is in flight
 	// unsure: a rotating renewal's outcome is unknown (it failed
 	// transiently, or was cut short), so the store may hold this lease's
 	// record under a token the lease never saw. A later "not held" answer
@@ -219,7 +220,9 @@ func (l *Lease) lose(cause error) {
 	l.state = lost
 	l.err = &LostError{Key: l.key, Token: l.grant.Token, Cause: cause}
 	l.endLocked(l.err)
-	stop, g, unsure := l.stopLoss, l.grant, l.unsure
+	// A rotating renewal still in flight may yet move our record to a
+	// token we will never see.
+	stop, g, unsure := l.stopLoss, l.grant, l.unsure || l.renewing
 	l.stopLoss = nil
 	l.mu.Unlock()
 
@@ -234,8 +237,16 @@ func (l *Lease) lose(cause error) {
 	switch {
 	case !errors.Is(cause, ErrNotHeld):
 		// The store may still hold our record (we merely stopped
-		// believing): free it early for the next holder, best effort.
-		c.goBackground(func() { c.releaseGrant(g) })
+		// believing): free it early for the next holder, best effort —
+		// by owner too if a rotation may have changed its token (a
+		// ZooKeeper session keeps such a record alive as long as the
+		// client lives).
+		c.goBackground(func() {
+			c.releaseGrant(g)
+			if unsure {
+				c.abandon(driver.AcquireRequest{Key: g.Key, Owner: g.Owner})
+			}
+		})
 	case unsure:
 		// "Not held" after a rotation whose answer we never saw: the
 		// record may be ours under the rotated token. Find it by owner.
@@ -417,6 +428,75 @@ func (c *Client) releaseStore(ctx context.Context, g driver.Grant, unsure bool) 
 	return c.b.Release(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token})
 }
 
+// retryRelease retries a failed release in the background, with capped
+// backoff, until the store answers (the record removed, or gone already),
+// or the client closes (Close retries it then). A record store expires
+// the record in any case, but a session store (ZooKeeper, etcd) keeps it
+// alive as long as the client lives: without a retry one failed release
+// would block the key until then. One retry loop per lease.
+func (l *Lease) retryRelease() {
+	l.mu.Lock()
+	if l.releaseRetrying {
+		l.mu.Unlock()
+		return
+	}
+	l.releaseRetrying = true
+	l.mu.Unlock()
+	c := l.c
+	c.goBackground(func() {
+		defer func() {
+			l.mu.Lock()
+			l.releaseRetrying = false
+			l.mu.Unlock()
+		}()
+		backoff := c.o.MinBackoff
+		for {
+			t := time.NewTimer(jitter(backoff))
+			select {
+			case <-c.life.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, c.o.RenewInterval)
+			l.mu.Lock()
+			pending := l.releasePending
+			l.mu.Unlock()
+			if !pending {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
+			err := l.retryOnce(ctx)
+			cancel()
+			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed) {
+				return
+			}
+		}
+	})
+}
+
+// retryOnce is one background retry of a failed release.
+func (l *Lease) retryOnce(ctx context.Context) error {
+	select {
+	case l.releasing <- struct{}{}:
+		defer func() { <-l.releasing }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	l.mu.Lock()
+	pending, g, unsure := l.releasePending, l.grant, l.unsure
+	l.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	start := l.c.now()
+	err := l.c.releaseStore(ctx, g, unsure)
+	if errors.Is(err, ErrNotHeld) {
+		err = nil // an earlier, ambiguous attempt removed it
+	}
+	return l.finishRelease(ctx, start, err)
+}
+
 func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {
 	l.mu.Lock()
 	done := err == nil || errors.Is(err, ErrNotHeld)
@@ -433,6 +513,9 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 		l.c.pending[l] = struct{}{} // Close retries it
 	}
 	l.c.mu.Unlock()
+	if !done {
+		l.retryRelease()
+	}
 	err = l.c.wrap(ctx, "release", err)
 	now := l.c.now()
 	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}

@@ -376,3 +376,61 @@ func TestReleaseRetryAfterCloseReleasedReturnsNil(t *testing.T) {
 		t.Fatalf("retried Release after Close removed the record = %v; want nil", err)
 	}
 }
+
+// Found by the generative mode on ZooKeeper: a rotating renewal whose
+// reply came after the lease's local validity ended moved the record to a
+// token the lease never saw; the best-effort release after the loss used
+// the old token and was refused, and the record stayed (on ZooKeeper, for
+// as long as the client's session lived).
+func TestLocalExpiryDuringRotationLeavesNoRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		h := &hook{Backend: store.Backend()}
+		replied := make(chan struct{})
+		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			ng, err := h.Backend.Renew(context.Background(), g, r) // applied at once…
+			if r.Rotate {
+				<-replied // …its reply comes after the lease was lost
+				return driver.Grant{}, ctx.Err()
+			}
+			return ng, err
+		}
+		defer close(replied)
+		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.Done()
+		if !errors.Is(l.Err(), fencelock.ErrLocalExpiry) {
+			t.Fatalf("Err() = %v; want local expiry", l.Err())
+		}
+		synctest.Wait() // the engine's clean-up after the loss
+		mustFree(t, store, "k")
+	})
+}
+
+// Found by the generative mode on ZooKeeper: a release that failed
+// transiently was retried only by Close, and a session store keeps the
+// record alive as long as its client lives, so one failed release blocked
+// the key until the process closed its client.
+func TestFailedReleaseIsRetriedInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := &failingRelease{Backend: store.Backend()}
+		c := newClient(t, b, &fencelock.Options{TTL: 30 * time.Second})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.fail.Store(true)
+		if err := l.Release(t.Context()); !errors.Is(err, errReplyLost) {
+			t.Fatalf("Release = %v; want the failure", err)
+		}
+		time.Sleep(time.Second) // well within the 30s TTL
+		mustFree(t, store, "k")
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("Release after the retry removed the record = %v; want nil", err)
+		}
+	})
+}
