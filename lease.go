@@ -466,35 +466,13 @@ func (l *Lease) retryRelease() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
-			err := l.retryOnce(ctx)
+			err := l.release(ctx, ErrReleased) // the pending path: a retry
 			cancel()
 			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed) {
 				return
 			}
 		}
 	})
-}
-
-// retryOnce is one background retry of a failed release.
-func (l *Lease) retryOnce(ctx context.Context) error {
-	select {
-	case l.releasing <- struct{}{}:
-		defer func() { <-l.releasing }()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	l.mu.Lock()
-	pending, g, unsure := l.releasePending, l.grant, l.unsure
-	l.mu.Unlock()
-	if !pending {
-		return nil
-	}
-	start := l.c.now()
-	err := l.c.releaseStore(ctx, g, unsure)
-	if errors.Is(err, ErrNotHeld) {
-		err = nil // an earlier, ambiguous attempt removed it
-	}
-	return l.finishRelease(ctx, start, err)
 }
 
 func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {
