@@ -410,20 +410,49 @@ func jitter(d time.Duration) time.Duration {
 // abandon removes a record that an acquire attempt with an unknown outcome
 // may have left, using a fresh bounded context.
 func (c *Client) abandon(req driver.AcquireRequest) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+	if c.abandonOnce(context.Background(), req) {
+		return
+	}
+	// The clean-up failed: a session store (ZooKeeper) would keep the
+	// record as long as this client lives, so retry in the background,
+	// with capped backoff, until the store answers or the client closes.
+	c.goBackground(func() {
+		backoff := c.o.MinBackoff
+		for {
+			t := time.NewTimer(jitter(backoff))
+			select {
+			case <-c.life.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, c.o.RenewInterval)
+			if c.abandonOnce(c.life, req) {
+				return
+			}
+		}
+	})
+}
+
+// abandonOnce makes one attempt at abandon's clean-up; it reports whether
+// the store answered (the record removed, or not ours).
+func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) bool {
+	ctx, cancel := context.WithTimeout(parent, c.o.ReleaseTimeout)
 	defer cancel()
 	info, err := c.b.Inspect(ctx, req.Key)
 	if err != nil {
 		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "inspect", err)})
-		return
+		return errors.Is(err, ErrClosed)
 	}
 	if info.Owner != req.Owner {
-		return
+		return true
 	}
 	err = c.b.Release(ctx, driver.Grant{Key: req.Key, Owner: req.Owner, Token: info.Token})
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "release", err)})
+		return errors.Is(err, ErrClosed)
 	}
+	return true
 }
 
 // releaseGrant releases g with a fresh bounded context, best effort.

@@ -434,3 +434,22 @@ func TestFailedReleaseIsRetriedInBackground(t *testing.T) {
 		}
 	})
 }
+
+// Found by the generative mode on ZooKeeper: the clean-up of an acquire
+// whose reply was lost failed once and was never retried, and a session
+// store kept the record — blocking the key — as long as the client lived.
+func TestFailedCleanupOfLostAcquireIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		lb := &lossy{Backend: store.Backend()}
+		b := &failingRelease{Backend: lb}
+		c := newClient(t, b, &fencelock.Options{TTL: 30 * time.Second})
+		lb.acquireLost.Store(true) // the acquire takes effect, its reply is lost…
+		b.fail.Store(true)         // …and the clean-up's first release fails
+		if _, err := c.TryAcquire(t.Context(), "k"); !errors.Is(err, errReplyLost) {
+			t.Fatalf("TryAcquire = %v; want the lost reply", err)
+		}
+		time.Sleep(time.Second) // well within the 30s TTL
+		mustFree(t, store, "k")
+	})
+}
