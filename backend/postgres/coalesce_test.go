@@ -137,63 +137,6 @@ func TestRenewBatchCoalescerRotatesNoMemberWhoseContextEnded(t *testing.T) {
 	}
 }
 
-// The defect, once the statement is on its way: a member whose context
-// ends while the group's statement runs returns at once, but the statement
-// (which serves the others) still rotates its grant. That rotation must not
-// cost the lease: the caller's retry with the token it holds renews it.
-func TestRenewBatchCoalescerRotationForMemberWhoseContextEndedIsNotLost(t *testing.T) {
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b := openT(t, withParams(t, base, "table", table))
-	ctx := ctxT(t)
-	req := driver.RenewRequest{TTL: time.Minute, Rotate: true}
-	gs := acquireKeys(t, b, "block", "stays", "leaves")
-	block, stays, leaves := gs[0], gs[1], gs[2]
-
-	unblock0 := lockRow(t, b, table, block.Key)
-	unblock1 := lockRow(t, b, table, stays.Key) // holds up the group's statement
-	r0 := renewBatchAsync(ctx, b, block, req)
-	awaitT(t, "the first statement in flight", func() bool { busy, _ := postgres.LaneState(b, req); return busy })
-	r1 := renewBatchAsync(ctx, b, stays, req)
-	awaitT(t, "the first member to gather", func() bool { _, n := postgres.LaneState(b, req); return n == 1 })
-	leaveCtx, leave := context.WithCancel(ctx)
-	defer leave()
-	r2 := renewBatchAsync(leaveCtx, b, leaves, req)
-	awaitT(t, "the second member to gather", func() bool { _, n := postgres.LaneState(b, req); return n == 2 })
-
-	unblock0()
-	if o := <-r0; o.err != nil || o.res[0].Err != nil {
-		t.Fatalf("first RenewBatch = %+v, %v", o.res, o.err)
-	}
-	// The group's statement is now on the server, waiting for stays' row.
-	awaitT(t, "the group's statement to wait on the server", func() bool { return waitingOn(t, b, table) == 1 })
-	leave()
-	if o := <-r2; !errors.Is(o.err, context.Canceled) {
-		t.Fatalf("RenewBatch whose context ended = %+v, %v; want context.Canceled", o.res, o.err)
-	}
-	unblock1()
-	if o := <-r1; o.err != nil || o.res[0].Err != nil {
-		t.Fatalf("live member's RenewBatch = %+v, %v", o.res, o.err)
-	}
-
-	// The statement did rotate the departed member's grant ...
-	info, err := b.Inspect(ctx, leaves.Key)
-	if err != nil || info.Owner != leaves.Owner || info.Token <= leaves.Token {
-		t.Fatalf("Inspect(%q) = %+v, %v; want owner %q above token %d", leaves.Key, info, err, leaves.Owner, leaves.Token)
-	}
-	// ... and the caller's retry with the token it holds still renews it,
-	// returning the current token.
-	res, err := b.RenewBatch(ctx, []driver.Grant{leaves}, req)
-	if err != nil || res[0].Err != nil || res[0].Grant.Token <= info.Token {
-		t.Fatalf("retry with the token the caller holds = %+v, %v; want a renewal above %d (the lease was lost to a rotation its caller never saw)", res, err, info.Token)
-	}
-	if err := b.Release(ctx, res[0].Grant); err != nil {
-		t.Fatalf("Release(renewed grant) = %v", err)
-	}
-}
-
-// A group whose members have all left is not sent, and the lane does not
-// stay taken: later renewals still go through.
 func TestRenewBatchCoalescerGroupWhoseMembersAllLeftFreesTheLane(t *testing.T) {
 	base := testURL(t)
 	table := uniqueTable(t, base)
