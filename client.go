@@ -414,8 +414,15 @@ func (c *Client) abandon(req driver.AcquireRequest) {
 		return
 	}
 	// The clean-up failed: a session store (ZooKeeper) would keep the
-	// record as long as this client lives, so retry in the background,
-	// with capped backoff, until the store answers or the client closes.
+	// record as long as this client lives.
+	c.retryInBackground(func() bool { return c.abandonOnce(c.life, req) })
+}
+
+// retryInBackground calls attempt with capped, jittered backoff until it
+// reports done or the client begins to close. A record store expires what
+// a failed clean-up left, but a session store (ZooKeeper, etcd) keeps it
+// alive as long as the client lives: these retries free the key sooner.
+func (c *Client) retryInBackground(attempt func() (done bool)) {
 	c.goBackground(func() {
 		backoff := c.o.MinBackoff
 		for {
@@ -427,7 +434,7 @@ func (c *Client) abandon(req driver.AcquireRequest) {
 			case <-t.C:
 			}
 			backoff = min(2*backoff, c.o.RenewInterval)
-			if c.abandonOnce(c.life, req) {
+			if attempt() {
 				return
 			}
 		}

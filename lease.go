@@ -442,36 +442,22 @@ func (l *Lease) retryRelease() {
 	}
 	l.releaseRetrying = true
 	l.mu.Unlock()
-	c := l.c
-	c.goBackground(func() {
-		defer func() {
+	l.c.retryInBackground(func() bool {
+		l.mu.Lock()
+		pending := l.releasePending
+		l.mu.Unlock()
+		if pending {
+			ctx, cancel := context.WithTimeout(l.c.life, l.c.o.ReleaseTimeout)
+			err := l.release(ctx, ErrReleased) // the pending path: a retry
+			cancel()
+			pending = err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrClosed)
+		}
+		if !pending {
 			l.mu.Lock()
 			l.releaseRetrying = false
 			l.mu.Unlock()
-		}()
-		backoff := c.o.MinBackoff
-		for {
-			t := time.NewTimer(jitter(backoff))
-			select {
-			case <-c.life.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, c.o.RenewInterval)
-			l.mu.Lock()
-			pending := l.releasePending
-			l.mu.Unlock()
-			if !pending {
-				return
-			}
-			ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
-			err := l.release(ctx, ErrReleased) // the pending path: a retry
-			cancel()
-			if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrClosed) {
-				return
-			}
 		}
+		return !pending
 	})
 }
 
