@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,24 +16,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
-func init() {
-	fencelock.Register("mongodb", openURL)
-	fencelock.Register("mongodb+srv", openURL)
-}
-
 // Backend is a lock store in a MongoDB (or MongoDB wire-compatible)
 // database. It implements driver.Backend, driver.BatchRenewer,
-// driver.ForceReleaser and driver.Describer. It is safe for concurrent use.
+// driver.ForceReleaser, driver.TokenFloorer and driver.Describer. It is
+// safe for concurrent use.
 type Backend struct {
 	client *mongo.Client
 	owned  bool // Close disconnects client
 	o      Options
 	locks  *mongo.Collection
-	tokens *mongo.Collection
 	clock  *serverClock
 	closed atomic.Bool
 
@@ -43,8 +36,8 @@ type Backend struct {
 	replSet  bool   // the server is a replica-set member
 	ttlIndex bool   // the garbage TTL index exists
 
-	seenMu   sync.Mutex
-	seen     map[string]int64 // last token seen per _id: the counter's value, if nobody issued since
+	ownMu    sync.Mutex
+	own      map[string]ownToken // per key: the highest token this backend claimed
 	warnings []string
 }
 
@@ -55,21 +48,70 @@ var (
 	_ driver.Describer     = (*Backend)(nil)
 )
 
-// lockDoc is a document of the locks collection: one per held key. It is
-// deleted on release; an expired one counts as free and is replaced by the
-// next acquire (or removed by the garbage TTL index).
+// lockDoc is a lock record: one per acquisition, with a fresh _id. The
+// unique (ns, key) index admits one per key. Only the winner of the
+// record's next epoch claim writes it (see the package documentation).
 type lockDoc struct {
-	ID        string        `bson:"_id"`
+	ID        bson.ObjectID `bson:"_id"`
 	NS        string        `bson:"ns"`
 	Key       string        `bson:"key"`
 	Owner     string        `bson:"owner"`
 	Token     int64         `bson:"token"`
+	Epoch     int64         `bson:"epoch"`
 	ExpiresAt bson.DateTime `bson:"expiresAt"`
 }
 
+// Claim kinds.
+const (
+	kindToken = "token" // a token was issued (or a floor set)
+	kindRenew = "renew" // a renewal of a record's epoch
+	kindEnd   = "end"   // a takeover or force-release of a record
+)
+
+// claimDoc is an immutable claim: inserted once, never updated, deleted
+// only as garbage. Its _id says what it claims (a token of a key, an
+// epoch of a record); the unique _id index lets exactly one inserter win.
+// Claims live in the locks collection with ns = 0 (a number, so no
+// namespace string collides with it) and key = _id, so the unique
+// (ns, key) index holds them too.
+type claimDoc struct {
+	ID    string `bson:"_id"`
+	NS    int32  `bson:"ns"`
+	Key   string `bson:"key"`
+	Kind  string `bson:"kind"`
+	Owner string `bson:"owner,omitempty"`
+	// Token claims: the namespace, key and token claimed, and a floor
+	// (RaiseFloor) above which the next token must be.
+	TNS   string `bson:"tns,omitempty"`
+	TKey  string `bson:"tkey,omitempty"`
+	Token int64  `bson:"token,omitempty"`
+	Floor int64  `bson:"floor,omitempty"`
+	// Epoch claims of a renewal: the expiry and token the renewal sets.
+	ExpiresAt bson.DateTime `bson:"expiresAt,omitempty"`
+	At        bson.DateTime `bson:"at"`
+}
+
+// tokenID is the _id of the claim of token tok for key: unambiguous
+// (the namespace is length-prefixed, the token fixed-width) and free of
+// NUL bytes, which PostgreSQL's jsonb rejects.
+func (b *Backend) tokenID(key string, tok int64) string {
+	return "t/" + strconv.Itoa(len(b.o.Namespace)) + "/" + b.o.Namespace + "/" + fmt.Sprintf("%020d", tok) + "/" + key
+}
+
+// epochID is the _id of the claim of epoch n of the record with _id x.
+func epochID(x bson.ObjectID, n int64) string {
+	return "e/" + x.Hex() + "/" + strconv.FormatInt(n, 10)
+}
+
+// ownToken is a token this backend claimed itself, and when.
+type ownToken struct {
+	tok int64
+	at  time.Time
+}
+
 // New returns a Backend on a caller-owned client. Close does not
-// disconnect the client. New creates the collections' indexes if missing
-// (a unique index on (ns, key)) and measures the server's clock offset.
+// disconnect the client. New creates the collection's indexes if missing
+// and measures the server's clock offset.
 func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("mongo: New: nil *mongo.Client")
@@ -92,7 +134,6 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		owned:  owned,
 		o:      o,
 		locks:  db.Collection(o.Collection, copts),
-		tokens: db.Collection(o.TokenCollection, copts),
 		clock:  &serverClock{db: db, resync: o.ClockResync},
 	}
 	if err := b.clock.sample(ctx, 3); err != nil {
@@ -110,12 +151,18 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		b.version, _ = bi["version"].(string)
 		_, b.ferret = bi["ferretdbVersion"]
 	}
-	_, err = b.locks.Indexes().CreateOne(ctx, mongo.IndexModel{
+	// One createIndexes per index: FerretDB 1.24 panics on a command
+	// creating several indexes when they exist already.
+	for _, m := range []mongo.IndexModel{{
 		Keys:    bson.D{{Key: "ns", Value: 1}, {Key: "key", Value: 1}},
 		Options: options.Index().SetUnique(true).SetName("fencelock_ns_key"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("mongo: creating the unique (ns, key) index on %s.%s: %w", o.Database, o.Collection, err)
+	}, {
+		Keys:    bson.D{{Key: "tns", Value: 1}, {Key: "tkey", Value: 1}, {Key: "token", Value: 1}},
+		Options: options.Index().SetName("fencelock_tokens"),
+	}} {
+		if _, err := b.locks.Indexes().CreateOne(ctx, m); err != nil {
+			return nil, fmt.Errorf("mongo: creating the indexes on %s.%s: %w", o.Database, o.Collection, err)
+		}
 	}
 	_, err = b.locks.Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "expiresAt", Value: 1}},
@@ -126,8 +173,9 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	case err == nil:
 		b.ttlIndex = true
 	case errors.As(err, &ce) && (ce.Code == 238 || ce.Name == "NotImplemented"):
-		// FerretDB has no TTL indexes. Expired documents are only
-		// garbage: the next acquire of their key replaces them.
+		// FerretDB has no TTL indexes: expired records are replaced by
+		// the next acquire of their key, and claims are deleted by the
+		// operations that end them.
 	case errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86):
 		// IndexOptionsConflict: the index exists with another
 		// expireAfterSeconds (another GarbageAfter); keep it.
@@ -147,122 +195,10 @@ func (b *Backend) detectWarnings() []string {
 	if lvl := b.o.ReadConcern.Level; lvl != "majority" && lvl != "linearizable" {
 		w = append(w, "read concern is "+fmt.Sprintf("%q", lvl)+", not majority: Inspect and List may report a state that a failover rolls back")
 	}
-	if b.ferret {
-		w = append(w, "server is FerretDB: it runs findAndModify, update and delete as a read followed by an unconditional write by _id, without isolation; taking a free key (an insert checked by the unique _id index) stays atomic and only holders update token counters, but the takeover of an expired record is an update: two contenders taking over the same expired key at once can both succeed with the same token (measured by the safety suite), and a renewal or release racing a takeover can overwrite the new holder's record. Use MongoDB for production")
-	} else if !b.replSet {
+	if !b.ferret && !b.replSet {
 		w = append(w, "server is a standalone mongod, not a replica set: w:majority is satisfied by one node")
 	}
 	return w
-}
-
-// Open connects to the MongoDB deployment at rawURL and returns a Backend
-// that owns its client (Close disconnects it). See openURL for the URL's
-// parameters.
-func Open(ctx context.Context, rawURL string) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
-	}
-	return open(ctx, u)
-}
-
-func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-	return open(ctx, u)
-}
-
-// open reads fencelock's own parameters (database, collection,
-// token_collection, namespace, clock_resync) and passes every other
-// parameter (replicaSet, authSource, tls, w, readConcernLevel, ...) to the
-// driver's connection-string parser, which rejects the ones it does not
-// know.
-func open(ctx context.Context, u *url.URL) (*Backend, error) {
-	raw := u.String()
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "mongodb" && scheme != "mongodb+srv" {
-		return nil, driver.InvalidURL(raw, "scheme must be mongodb or mongodb+srv")
-	}
-	if err := driver.CheckPorts(u); err != nil {
-		return nil, err
-	}
-	p := driver.NewParams(u)
-	var o Options
-	o.Database = p.String("database", "")
-	o.Collection = p.String("collection", "")
-	o.TokenCollection = p.String("token_collection", "")
-	o.Namespace = p.String("namespace", "")
-	o.ClockResync = p.Duration("clock_resync", 0)
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	rest := p.Rest()
-	for name := range rest {
-		if !driverParams[strings.ToLower(name)] {
-			// The driver ignores options it does not know; a typo must
-			// not silently drop a setting.
-			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(name),
-				Reason: "unknown; fencelock's are clock_resync, collection, database, namespace, token_collection; the rest must be MongoDB connection-string options (replicaSet, authSource, tls, w, ...)"}
-		}
-	}
-	if o.Database == "" {
-		o.Database = strings.TrimPrefix(u.Path, "/")
-	}
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	du := *u
-	du.Scheme = scheme
-	du.RawQuery = rest.Encode()
-	copts := options.Client().ApplyURI(du.String())
-	if err := copts.Validate(); err != nil {
-		return nil, driver.InvalidURL(raw, driver.RedactText(err.Error(), raw))
-	}
-	// Concerns given in the URL are the user's choice; otherwise the
-	// backend's safe defaults apply.
-	has := func(name string) bool {
-		for k := range rest {
-			if strings.EqualFold(k, name) {
-				return true
-			}
-		}
-		return false
-	}
-	if (has("w") || has("journal")) && copts.WriteConcern != nil {
-		o.WriteConcern = copts.WriteConcern
-	}
-	if has("readConcernLevel") && copts.ReadConcern != nil {
-		o.ReadConcern = copts.ReadConcern
-	}
-	client, err := mongo.Connect(copts)
-	if err != nil {
-		return nil, fmt.Errorf("mongo: connecting to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
-	}
-	b, err := newBackend(ctx, client, true, &o)
-	if err != nil {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(dctx)
-		return nil, driver.RedactError(err, raw)
-	}
-	return b, nil
-}
-
-// driverParams are the MongoDB connection-string options (lower case)
-// that Open passes to the driver.
-var driverParams = map[string]bool{}
-
-func init() {
-	for _, n := range strings.Fields(`appname authmechanism authmechanismproperties authsource compressors
-		connecttimeoutms directconnection heartbeatfrequencyms journal loadbalanced localthresholdms
-		maxconnecting maxidletimems maxpoolsize minpoolsize maxstalenessseconds readconcernlevel
-		readpreference readpreferencetags replicaset retryreads retrywrites serverselectiontimeoutms
-		serverselectiontryonce sockettimeoutms srvmaxhosts srvservicename ssl tls
-		tlsallowinvalidcertificates tlsallowinvalidhostnames tlscafile tlscertificatekeyfile
-		tlscertificatekeyfilepassword tlsinsecure tlsdisableocspendpointcheck
-		tlsdisablecertificaterevocationcheck w wtimeoutms zlibcompressionlevel zstdcompressionlevel
-		timeoutms proxyhost proxyport proxyusername proxypassword servermonitoringmode
-		waitqueuetimeoutms gssapiservicename`) {
-		driverParams[n] = true
-	}
 }
 
 // Client returns the underlying client.
@@ -275,8 +211,6 @@ func (b *Backend) Options() Options { return b.o }
 // server's clock: half the round trip of the hello it came from, plus 1ms.
 // Drift between samples adds to it. The engine's Margin must exceed it.
 func (b *Backend) ClockBound() time.Duration { return b.clock.Bound() }
-
-func (b *Backend) id(key string) string { return b.o.Namespace + "\x00" + key }
 
 func (b *Backend) check(ctx context.Context) error {
 	if b.closed.Load() {
@@ -293,36 +227,183 @@ func expiry(now time.Time, ttl time.Duration) bson.DateTime {
 
 func date(t time.Time) bson.DateTime { return bson.DateTime(t.UnixMilli()) }
 
+func expired(e bson.DateTime, now time.Time) bool { return !e.Time().After(now) }
+
 func (b *Backend) info(d *lockDoc, now time.Time) driver.Info {
-	if d == nil || d.Owner == "" || !d.ExpiresAt.Time().After(now) {
-		if d != nil {
-			return driver.Info{Key: d.Key}
-		}
+	if d == nil {
 		return driver.Info{}
+	}
+	if d.Owner == "" || expired(d.ExpiresAt, now) {
+		return driver.Info{Key: d.Key}
 	}
 	return driver.Info{Key: d.Key, Owner: d.Owner, Token: driver.Token(d.Token), Remaining: d.ExpiresAt.Time().Sub(now)}
 }
 
-// Acquire implements driver.Backend. Taking a free key costs three round
-// trips:
+// handle encodes what later calls need to find a grant's record: its _id,
+// its epoch and its expiry.
+func handle(x bson.ObjectID, epoch int64, exp bson.DateTime) string {
+	return x.Hex() + "/" + strconv.FormatInt(epoch, 10) + "/" + strconv.FormatInt(int64(exp), 10)
+}
+
+type grantRef struct {
+	x     bson.ObjectID
+	epoch int64
+	exp   bson.DateTime
+	token int64
+}
+
+// ref finds g's record: from its Handle, or (a grant the engine built from
+// Inspect) by looking the record up by key, owner and token.
+func (b *Backend) ref(ctx context.Context, g driver.Grant) (grantRef, error) {
+	if g.Handle != "" {
+		p := strings.Split(g.Handle, "/")
+		if len(p) == 3 {
+			x, err1 := bson.ObjectIDFromHex(p[0])
+			n, err2 := strconv.ParseInt(p[1], 10, 64)
+			e, err3 := strconv.ParseInt(p[2], 10, 64)
+			if err1 == nil && err2 == nil && err3 == nil {
+				return grantRef{x: x, epoch: n, exp: bson.DateTime(e), token: int64(g.Token)}, nil
+			}
+		}
+		return grantRef{}, driver.ErrNotHeld
+	}
+	var d lockDoc
+	err := b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: g.Key},
+		{Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return grantRef{}, driver.ErrNotHeld
+	}
+	if err != nil {
+		return grantRef{}, err
+	}
+	return grantRef{x: d.ID, epoch: d.Epoch, exp: d.ExpiresAt, token: d.Token}, nil
+}
+
+// writeErrorAt returns the code of the write error of bulk index i, 0 if
+// that document was written, or -1 if err is not a bulk write error.
+func writeErrorAt(err error, i int) int {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		return -1
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Index == i {
+			if we.HasErrorCode(11000) || we.HasErrorCode(11001) || we.HasErrorCode(12582) {
+				return 11000
+			}
+			return we.Code
+		}
+	}
+	return 0
+}
+
+// cacheAge bounds how long a token this backend claimed is used as the
+// base of its next claim without reading the key's highest claim. Token
+// claims are garbage only once older than GarbageAfter; a base younger
+// than half that can only miss a claim that never existed (see the
+// package documentation).
+func (b *Backend) cacheAge() time.Duration { return b.o.GarbageAfter / 2 }
+
+// ownBase returns the last token this backend claimed for key, if recent.
+func (b *Backend) ownBase(key string) (int64, bool) {
+	b.ownMu.Lock()
+	defer b.ownMu.Unlock()
+	t, ok := b.own[key]
+	if !ok || time.Since(t.at) > b.cacheAge() {
+		return 0, false
+	}
+	return t.tok, true
+}
+
+// maxOwn bounds the number of keys whose last token a Backend remembers.
+const maxOwn = 1 << 16
+
+// remember records a token this backend claimed for key just now.
+func (b *Backend) remember(key string, tok int64) {
+	b.ownMu.Lock()
+	defer b.ownMu.Unlock()
+	if b.own == nil || len(b.own) >= maxOwn {
+		b.own = make(map[string]ownToken)
+	}
+	if tok >= b.own[key].tok {
+		b.own[key] = ownToken{tok: tok, at: time.Now()}
+	}
+}
+
+// highestClaim reads key's highest token claim and returns the base of the
+// next one: the larger of its token and its floor (0 if none). It also
+// deletes the key's claims below it that are older than GarbageAfter.
+func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (int64, error) {
+	var c claimDoc
+	err := b.locks.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
+		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Garbage: claims are immutable, so this filter holds at the delete
+	// as it held when read, on every server.
+	_, _ = b.locks.DeleteMany(ctx, bson.D{
+		{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
+		{Key: "token", Value: bson.D{{Key: "$lt", Value: c.Token}}},
+		{Key: "at", Value: bson.D{{Key: "$lt", Value: date(now.Add(-b.o.GarbageAfter))}}},
+	})
+	return max(c.Token, c.Floor), nil
+}
+
+func (b *Backend) tokenClaim(key string, tok int64, now time.Time) claimDoc {
+	id := b.tokenID(key, tok)
+	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, At: date(now)}
+}
+
+// Outcomes of insertRecord.
+type insertOutcome int
+
+const (
+	inserted  insertOutcome = iota
+	keyHeld                 // the (ns, key) index refused the record
+	tokenUsed               // the token was claimed before: the base was stale
+)
+
+// insertRecord inserts a new record for req with token base+1 and, in
+// the same ordered insert, the claim of that token. The record goes
+// first, so a token claim exists only for a token whose record was
+// inserted. If the claim collides (the base was stale), the record is
+// deleted again.
+func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, base int64, now time.Time) (driver.Grant, insertOutcome, error) {
+	tok := base + 1
+	x := lockDoc{ID: bson.NewObjectID(), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, ExpiresAt: expiry(now, req.TTL)}
+	_, err := b.locks.InsertMany(ctx, []any{x, b.tokenClaim(req.Key, tok, now)})
+	switch {
+	case err == nil:
+		b.remember(req.Key, tok)
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok), Handle: handle(x.ID, 0, x.ExpiresAt)}, inserted, nil
+	case writeErrorAt(err, 0) == 11000:
+		return driver.Grant{}, keyHeld, nil
+	case writeErrorAt(err, 0) == 0 && writeErrorAt(err, 1) == 11000:
+		if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: x.ID}}); err != nil {
+			return driver.Grant{}, 0, err
+		}
+		return driver.Grant{}, tokenUsed, nil
+	default:
+		return driver.Grant{}, 0, err
+	}
+}
+
+// errTokenRace is the transient error of an acquire whose token claim
+// collided twice: the engine retries.
+var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
+
+// Acquire implements driver.Backend.
 //
-//  1. the key's lock document is inserted with token 0 ("being issued").
-//     Its _id is (namespace, key), so the unique _id index lets exactly
-//     one of any number of concurrent inserts succeed; the others get
-//     E11000 duplicate key, which is classified as "held", never as a
-//     failure;
-//  2. the key's counter document is incremented ($inc, upsert) for the
-//     token. This happens only while holding the key, so tokens are
-//     issued in the order of the holders (a token taken before the lock
-//     could be overtaken by a later holder's);
-//  3. the token is written into the lock document, if it is still ours.
-//
-// If the insert collides, the existing document is read: held by another
-// owner and unexpired, that is the answer (two round trips). Expired, or
-// held by req.Owner (a retry), it is taken over with one update whose
-// filter admits only an expired document or the same owner (an upsert, in
-// case it vanished meanwhile), followed by steps 2 and 3. A retry by the
-// same owner thus issues a new, higher token.
+// A free key costs one round trip when this backend issued the key's last
+// token itself (recently): one ordered insert of the new record (fresh
+// _id, token last+1) and the claim of that token. Otherwise the key's
+// highest token claim is read first. A held key costs the insert and one
+// read of the holder. An expired record is taken over: its next epoch is
+// claimed (a unique insert), the record deleted and a new one inserted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -336,137 +417,127 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if req.Owner == "" {
 		return driver.Grant{}, &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
 	}
-	id := b.id(req.Key)
-	last, known := b.lastToken(id)
-	spec := int64(0) // "being issued"
-	if known {
-		spec = last + 1
-	}
 	now := b.clock.now(ctx)
-	fields := bson.D{
-		{Key: "ns", Value: b.o.Namespace},
-		{Key: "key", Value: req.Key},
-		{Key: "owner", Value: req.Owner},
-		{Key: "token", Value: spec},
-		{Key: "expiresAt", Value: expiry(now, req.TTL)},
-	}
-	_, err := b.locks.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, fields...))
-	if mongo.IsDuplicateKeyError(err) {
-		err = b.takeOver(ctx, req, id, fields)
-	}
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if known {
-		// Compare-and-set the counter from the last token seen: it
-		// succeeds only if no token was issued since, and then the
-		// token already in the document is the next one.
-		res, err := b.tokens.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "seq", Value: last}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "seq", Value: spec}}}})
+	base, fresh := b.ownBase(req.Key)
+	for round := 0; ; round++ {
+		if !fresh {
+			var err error
+			if base, err = b.highestClaim(ctx, req.Key, now); err != nil {
+				return driver.Grant{}, err
+			}
+		}
+		g, out, err := b.insertRecord(ctx, req, base, now)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		if res.MatchedCount == 1 {
-			b.remember(id, spec)
-			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(spec)}, nil
+		switch out {
+		case inserted:
+			return g, nil
+		case tokenUsed:
+			if !fresh && round > 0 {
+				return driver.Grant{}, errTokenRace
+			}
+			fresh = false
+			continue
 		}
-	}
-	tok, err := b.nextToken(ctx, id)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	b.remember(id, tok)
-	res, err := b.locks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: req.Owner}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "token", Value: tok}}}})
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if res.MatchedCount == 0 {
-		// Our claim expired and was taken over before the token was
-		// recorded: this token was never handed out.
+		// keyHeld: read the record.
+		var d lockDoc
+		err = b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: req.Key}}).Decode(&d)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			if round > 0 {
+				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			}
+			continue // released in between: try once more
+		}
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		now = b.clock.now(ctx)
+		switch {
+		case d.Owner == req.Owner && !expired(d.ExpiresAt, now):
+			// A retry after an ambiguous reply: the existing grant.
+			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(d.Token), Handle: handle(d.ID, d.Epoch, d.ExpiresAt)}, nil
+		case !expired(d.ExpiresAt, now):
+			return driver.Grant{}, &driver.HeldError{Holder: b.info(&d, now)}
+		}
+		if err := b.end(ctx, &d, req.Owner, false, now); err != nil {
+			return driver.Grant{}, err
+		}
+		// The expired record is gone and nobody else can take it over:
+		// insert ours, above both its token and every claim.
+		hi, err := b.highestClaim(ctx, req.Key, now)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		g, out, err = b.insertRecord(ctx, req, max(hi, d.Token), now)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		switch out {
+		case inserted:
+			return g, nil
+		case tokenUsed:
+			return driver.Grant{}, errTokenRace
+		}
 		return driver.Grant{}, b.held(ctx, req.Key)
 	}
-	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
 }
 
-// takeOver claims a key whose lock document exists: it succeeds (nil) if
-// the document is expired or req.Owner's, and otherwise returns a
-// *driver.HeldError naming the holder.
-func (b *Backend) takeOver(ctx context.Context, req driver.AcquireRequest, id string, fields bson.D) error {
-	var d lockDoc
-	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+// end ends the expired (or force-released) record d on behalf of owner:
+// it claims d's next epoch with an "end" claim, so that no renewal of d
+// can succeed after it, deletes d and the claims of d. A renewal claim of
+// d that is already in place wins unless its own expiry has passed too; a
+// *driver.HeldError reports the record as still held.
+//
+// The same insert also claims d's token, if nobody did (a record whose
+// token claim was lost with its insert): the tokens below the next one are
+// then all claimed.
+func (b *Backend) end(ctx context.Context, d *lockDoc, owner string, force bool, now time.Time) error {
+	n := d.Epoch + 1
+	claim := claimDoc{ID: epochID(d.ID, n), Kind: kindEnd, Owner: owner, At: date(now)}
+	claim.Key = claim.ID
+	tc := b.tokenClaim(d.Key, d.Token, now)
+	_, err := b.locks.InsertMany(ctx, []any{claim, tc}, options.InsertMany().SetOrdered(false))
+	switch code := writeErrorAt(err, 0); {
+	case code == 11000:
+		// Someone claimed epoch n first: a pending renewal by the holder,
+		// or another contender.
+		var c claimDoc
+		if err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: claim.ID}}).Decode(&c); err != nil {
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return &driver.HeldError{Holder: driver.Info{Key: d.Key}}
+			}
+			return err
+		}
+		if c.Kind != kindRenew || !force && !expired(c.ExpiresAt, now) {
+			info := driver.Info{Key: d.Key}
+			if c.Kind == kindRenew {
+				info = driver.Info{Key: d.Key, Owner: d.Owner, Token: driver.Token(c.Token), Remaining: c.ExpiresAt.Time().Sub(now)}
+			}
+			return &driver.HeldError{Holder: info}
+		}
+		// The renewal's expiry passed as well: claim the epoch after it.
+		n++
+		claim.ID = epochID(d.ID, n)
+		claim.Key = claim.ID
+		if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
+			return &driver.HeldError{Holder: driver.Info{Key: d.Key}}
+		} else if err != nil {
+			return err
+		}
+	case code == 0 && writeErrorAt(err, 1) == 11000:
+		// The record's token was claimed already, as it should be.
+	case err != nil:
 		return err
 	}
-	now := b.clock.now(ctx)
-	if err == nil {
-		b.remember(id, d.Token)
+	// d is ours to end: its epoch can no longer move, so these filters
+	// hold at the delete as they held when read.
+	dels := []mongo.WriteModel{mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.ID}})}
+	for e := max(d.Epoch, 1); e <= n; e++ {
+		dels = append(dels, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: epochID(d.ID, e)}}))
 	}
-	if err == nil && d.Owner != req.Owner && d.ExpiresAt.Time().After(now) {
-		return &driver.HeldError{Holder: b.info(&d, now)}
-	}
-	filter := bson.D{
-		{Key: "_id", Value: id},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: date(now)}}}},
-			bson.D{{Key: "owner", Value: req.Owner}},
-		}},
-	}
-	res, err := b.locks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: fields}}, options.UpdateOne().SetUpsert(true))
-	if mongo.IsDuplicateKeyError(err) || (err == nil && res.MatchedCount == 0 && res.UpsertedCount == 0) {
-		return b.held(ctx, req.Key)
-	}
+	_, err = b.locks.BulkWrite(ctx, dels)
 	return err
-}
-
-// maxSeen bounds the number of keys whose last token a Backend remembers.
-const maxSeen = 1 << 16
-
-// lastToken returns the highest token this backend has seen for the key
-// with _id id (issued to it or read from a holder), if any.
-func (b *Backend) lastToken(id string) (int64, bool) {
-	b.seenMu.Lock()
-	defer b.seenMu.Unlock()
-	t, ok := b.seen[id]
-	return t, ok
-}
-
-// remember records a token seen for the key with _id id. Every token
-// came from the key's counter, so the counter is at least this high; the
-// compare-and-set in Acquire succeeds only if it is exactly this high.
-func (b *Backend) remember(id string, tok int64) {
-	if tok <= 0 {
-		return
-	}
-	b.seenMu.Lock()
-	defer b.seenMu.Unlock()
-	if b.seen == nil || len(b.seen) >= maxSeen {
-		b.seen = make(map[string]int64)
-	}
-	if tok > b.seen[id] {
-		b.seen[id] = tok
-	}
-}
-
-// nextToken increments the key's counter document and returns its new
-// value. Counter documents are never deleted, so a key's tokens strictly
-// increase for the life of the collection.
-func (b *Backend) nextToken(ctx context.Context, id string) (int64, error) {
-	var c struct {
-		Seq int64 `bson:"seq"`
-	}
-	err := b.tokens.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "seq", Value: int64(1)}}}},
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&c)
-	if err != nil {
-		return 0, err
-	}
-	if c.Seq <= 0 {
-		return 0, fmt.Errorf("mongo: token counter %q returned %d", id, c.Seq)
-	}
-	return c.Seq, nil
 }
 
 // held returns the error for a refused acquire: a *HeldError naming the
@@ -474,22 +545,9 @@ func (b *Backend) nextToken(ctx context.Context, id string) (int64, error) {
 func (b *Backend) held(ctx context.Context, key string) error {
 	info, err := b.Inspect(ctx, key)
 	if err != nil || info.Owner == "" {
-		// The holder released in between, or the read failed: still a
-		// definite "not acquired" for this attempt.
 		info = driver.Info{Key: key}
 	}
-	b.remember(b.id(key), int64(info.Token))
 	return &driver.HeldError{Holder: info}
-}
-
-// current is the filter matching g's document while g holds it.
-func (b *Backend) current(g driver.Grant, now time.Time) bson.D {
-	return bson.D{
-		{Key: "_id", Value: b.id(g.Key)},
-		{Key: "owner", Value: g.Owner},
-		{Key: "token", Value: int64(g.Token)},
-		{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}},
-	}
 }
 
 func validGrant(g driver.Grant) error {
@@ -502,10 +560,12 @@ func validGrant(g driver.Grant) error {
 	return nil
 }
 
-// Renew implements driver.Backend: one update conditioned on owner, token
-// and an unexpired document; it never upserts. With Rotate it first takes
-// the key's next token from its counter (one more round trip) and writes
-// it into the document with the new expiry.
+// Renew implements driver.Backend. It claims the record's next epoch with
+// an immutable "renew" claim carrying the new expiry (and, with Rotate,
+// a new token, claimed like an acquire's), then writes that epoch into
+// the record, and deletes the previous renewal claim: three round trips,
+// four with Rotate. A claim already taken by someone else means the record
+// was taken over or force-released: ErrNotHeld.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -516,43 +576,91 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := validGrant(g); err != nil {
 		return driver.Grant{}, err
 	}
-	now := b.clock.now(ctx)
-	set := bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: expiry(now, req.TTL)}}}}
-	if !req.Rotate {
-		res, err := b.locks.UpdateOne(ctx, b.current(g, now), set)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if res.MatchedCount == 0 {
-			return driver.Grant{}, driver.ErrNotHeld
-		}
-		return g, nil
-	}
-	tok, err := b.nextToken(ctx, b.id(g.Key))
+	r, err := b.ref(ctx, g)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	set = bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: expiry(now, req.TTL)}, {Key: "token", Value: tok}}}}
-	res, err := b.locks.UpdateOne(ctx, b.current(g, now), set)
+	now := b.clock.now(ctx)
+	if expired(r.exp, now) {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	n := r.epoch + 1
+	claim := claimDoc{ID: epochID(r.x, n), Kind: kindRenew, Owner: g.Owner, Token: int64(g.Token), ExpiresAt: expiry(now, req.TTL), At: date(now)}
+	claim.Key = claim.ID
+	if req.Rotate {
+		tok, err := b.claimToken(ctx, g.Key, now)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		claim.Token = tok
+	}
+	if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
+		// Our own earlier attempt (a retry), or someone else's end.
+		var c claimDoc
+		if err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: claim.ID}}).Decode(&c); err != nil {
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return driver.Grant{}, driver.ErrNotHeld
+			}
+			return driver.Grant{}, err
+		}
+		if c.Kind != kindRenew || c.Owner != g.Owner {
+			return driver.Grant{}, driver.ErrNotHeld
+		}
+		claim = c
+	} else if err != nil {
+		return driver.Grant{}, err
+	}
+	res, err := b.locks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: r.x}, {Key: "owner", Value: g.Owner},
+			{Key: "epoch", Value: bson.D{{Key: "$in", Value: bson.A{r.epoch, n}}}},
+			{Key: "token", Value: bson.D{{Key: "$in", Value: bson.A{int64(g.Token), claim.Token}}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "epoch", Value: n}, {Key: "expiresAt", Value: claim.ExpiresAt}, {Key: "token", Value: claim.Token}}}})
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	if res.MatchedCount == 0 {
 		return driver.Grant{}, driver.ErrNotHeld
 	}
-	b.remember(b.id(g.Key), tok)
-	g.Token = driver.Token(tok)
-	return g, nil
+	if r.epoch > 0 {
+		// Garbage: the record has moved past it, so a late claim of
+		// that epoch can no longer match the record's epoch.
+		_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: epochID(r.x, r.epoch)}})
+	}
+	out := driver.Grant{Key: g.Key, Owner: g.Owner, Token: driver.Token(claim.Token), Handle: handle(r.x, n, claim.ExpiresAt)}
+	if left := claim.ExpiresAt.Time().Sub(b.clock.now(ctx)); left < req.TTL {
+		// A retry found the expiry its first attempt set.
+		if left <= 0 {
+			return driver.Grant{}, driver.ErrNotHeld
+		}
+		out.TTL = left
+	}
+	return out, nil
 }
 
-// maxBatch bounds the grants renewed by one update command.
-const maxBatch = 500
+// claimToken claims the next token of key for its holder (a rotation).
+func (b *Backend) claimToken(ctx context.Context, key string, now time.Time) (int64, error) {
+	base, fresh := b.ownBase(key)
+	for round := 0; round < 2; round++ {
+		if !fresh || round > 0 {
+			var err error
+			if base, err = b.highestClaim(ctx, key, now); err != nil {
+				return 0, err
+			}
+		}
+		_, err := b.locks.InsertOne(ctx, b.tokenClaim(key, base+1, now))
+		if err == nil {
+			b.remember(key, base+1)
+			return base + 1, nil
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return 0, err
+		}
+	}
+	return 0, errTokenRace
+}
 
-// RenewBatch implements driver.BatchRenewer. Without rotation it renews
-// up to 500 grants with one updateMany (each grant's owner, token and
-// expiry checked by the filter) and reads back which ones it extended:
-// two round trips per 500 grants. Rotating renewals need a new token per
-// document and go one by one.
+// RenewBatch implements driver.BatchRenewer by renewing each grant in
+// turn: each renewal is its own epoch claim.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -561,76 +669,19 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))
-	if req.Rotate {
-		for i, g := range grants {
-			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
-		}
-		return out, nil
-	}
-	for lo := 0; lo < len(grants); lo += maxBatch {
-		hi := min(lo+maxBatch, len(grants))
-		if err := b.renewChunk(ctx, grants[lo:hi], req, out[lo:hi]); err != nil {
-			return nil, err
+	for i, g := range grants {
+		out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 	}
 	return out, nil
 }
 
-func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
-	now := b.clock.now(ctx)
-	exp := expiry(now, req.TTL)
-	var (
-		or  bson.A
-		ids bson.A
-	)
-	for i, g := range grants {
-		if err := validGrant(g); err != nil {
-			out[i].Err = err
-			continue
-		}
-		or = append(or, bson.D{{Key: "_id", Value: b.id(g.Key)}, {Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)}})
-		ids = append(ids, b.id(g.Key))
-	}
-	if len(or) == 0 {
-		return nil
-	}
-	_, err := b.locks.UpdateMany(ctx,
-		bson.D{{Key: "$or", Value: or}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: exp}}}})
-	if err != nil {
-		return err
-	}
-	cur, err := b.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "owner", Value: 1}, {Key: "token", Value: 1}, {Key: "expiresAt", Value: 1}}))
-	if err != nil {
-		return err
-	}
-	var docs []lockDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return err
-	}
-	byID := make(map[string]*lockDoc, len(docs))
-	for i := range docs {
-		byID[docs[i].ID] = &docs[i]
-	}
-	for i, g := range grants {
-		if out[i].Err != nil {
-			continue
-		}
-		d := byID[b.id(g.Key)]
-		// Renewed by this update: still ours, with exactly the expiry it
-		// wrote. (A document that had expired keeps its old expiry.)
-		if d != nil && d.Owner == g.Owner && d.Token == int64(g.Token) && d.ExpiresAt == exp {
-			out[i].Grant = g
-		} else {
-			out[i].Err = driver.ErrNotHeld
-		}
-	}
-	return nil
-}
-
-// Release implements driver.Backend: one delete conditioned on owner,
-// token and an unexpired document. The key's counter document stays.
+// Release implements driver.Backend: one delete of the grant's record by
+// its _id (plus one of its last renewal claim, if it was renewed). The
+// record's _id is never reused, so a stale release cannot remove a later
+// holder's record. A release after the grant's expiry is ErrNotHeld.
 func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -638,10 +689,19 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := validGrant(g); err != nil {
 		return err
 	}
-	now := b.clock.now(ctx)
-	res, err := b.locks.DeleteOne(ctx, b.current(g, now))
+	r, err := b.ref(ctx, g)
 	if err != nil {
 		return err
+	}
+	if expired(r.exp, b.clock.now(ctx)) {
+		return driver.ErrNotHeld
+	}
+	res, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: r.x}, {Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)}})
+	if err != nil {
+		return err
+	}
+	if r.epoch > 0 {
+		_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: epochID(r.x, r.epoch)}})
 	}
 	if res.DeletedCount == 0 {
 		return driver.ErrNotHeld
@@ -649,10 +709,10 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes key's lock
-// document whoever holds it and returns the holder it removed. The holder
-// finds out at its next renewal; the next grant still gets a higher token
-// from the counter.
+// ForceRelease implements driver.ForceReleaser: it ends key's record
+// whoever holds it (the same claim as a takeover) and returns the holder
+// it removed. The holder finds out at its next renewal; the next grant
+// still gets a higher token.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
@@ -662,8 +722,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	}
 	now := b.clock.now(ctx)
 	var d lockDoc
-	err := b.locks.FindOneAndDelete(ctx,
-		bson.D{{Key: "_id", Value: b.id(key)}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}}}).Decode(&d)
+	err := b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: key}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return driver.Info{Key: key}, nil
 	}
@@ -672,10 +731,19 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	}
 	info := b.info(&d, now)
 	info.Key = key
+	// An administrator's end wins over a pending renewal: claim the
+	// renewal's epoch or the one after it.
+	if err := b.end(ctx, &d, "force-release", true, now); err != nil {
+		var he *driver.HeldError
+		if errors.As(err, &he) {
+			return driver.Info{}, fmt.Errorf("mongo: force-release of %q raced another end of its record; retry", key)
+		}
+		return driver.Info{}, err
+	}
 	return info, nil
 }
 
-// Inspect implements driver.Backend with one find by _id.
+// Inspect implements driver.Backend with one find on (ns, key).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
@@ -685,7 +753,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	}
 	now := b.clock.now(ctx)
 	var d lockDoc
-	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: b.id(key)}}).Decode(&d)
+	err := b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: key}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return driver.Info{Key: key}, nil
 	}
@@ -723,8 +791,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	}
 	out := make([]driver.Info, 0, len(docs))
 	for i := range docs {
-		// Documents compared by byte in the server; keep the exact
-		// prefix rule here too.
+		// The server compares by byte; keep the exact prefix rule here.
 		if in := b.info(&docs[i], now); in.Owner != "" && strings.HasPrefix(in.Key, prefix) {
 			out = append(out, in)
 		}
@@ -743,14 +810,14 @@ func (b *Backend) Describe() driver.Description {
 	failover := "writes acknowledged by a journaled majority survive the loss of the primary"
 	switch {
 	case b.ferret:
-		failover = "FerretDB stores in its own backend (SQLite here): no replica set, durability is that backend's"
+		failover = "FerretDB stores in its own backend (SQLite or PostgreSQL): no replica set, durability is that backend's"
 	case !majority:
-		failover = "the write concern is weaker than journaled majority: a failover can lose acknowledged grants and counter increments"
+		failover = "the write concern is weaker than journaled majority: a failover can lose acknowledged grants and token claims"
 	}
 	return driver.Description{
 		Name: "mongo",
-		Fencing: "per-key $inc on a counter document in " + b.o.TokenCollection + " that is never deleted; " +
-			"survives restart and failover with journaled majority writes (" + server + ")",
+		Fencing: "per-key token claims (immutable documents under the unique _id index; token n+1 is issued by the one insert that claims it), " +
+			"inserted with the record they fence; exclusion and fencing rest only on unique inserts (" + server + ")",
 		Clock: fmt.Sprintf("server's clock, estimated from hello.localTime (± %v, re-measured every %v)",
 			b.clock.Bound().Round(time.Microsecond), b.o.ClockResync),
 		Liveness:      "TTL",
