@@ -594,6 +594,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		}
 		claim.Token = tok
 	}
+	inserted := true
 	if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
 		// Our own earlier attempt (a retry), or someone else's end.
 		var c claimDoc
@@ -603,10 +604,14 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 			}
 			return driver.Grant{}, err
 		}
-		if c.Kind != kindRenew || c.Owner != g.Owner {
+		// Ours only if it renews this grant: same owner, and the same
+		// token unless this is a rotation (whose first attempt chose
+		// the new token). A grant from before a rotation is stale.
+		if c.Kind != kindRenew || c.Owner != g.Owner || c.Token != int64(g.Token) && !req.Rotate {
 			return driver.Grant{}, driver.ErrNotHeld
 		}
 		claim = c
+		inserted = false
 	} else if err != nil {
 		return driver.Grant{}, err
 	}
@@ -619,6 +624,10 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, err
 	}
 	if res.MatchedCount == 0 {
+		if inserted {
+			// Garbage: a claim of an epoch the record never reaches.
+			_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: claim.ID}})
+		}
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if r.epoch > 0 {
@@ -659,8 +668,16 @@ func (b *Backend) claimToken(ctx context.Context, key string, now time.Time) (in
 	return 0, errTokenRace
 }
 
-// RenewBatch implements driver.BatchRenewer by renewing each grant in
-// turn: each renewal is its own epoch claim.
+// maxBatch bounds the grants renewed by one round of RenewBatch.
+const maxBatch = 500
+
+// RenewBatch implements driver.BatchRenewer. Without rotation it renews
+// up to 500 grants with four commands: one unordered insert of their epoch
+// claims, one update command with a statement per record, one find
+// reading the records back (a record carrying the claimed epoch and
+// expiry was renewed), and one delete of the previous claims. A grant
+// whose claim collides (a retry, or an end of its record), or that came
+// without a handle, is renewed alone with Renew; rotating renewals too.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -669,13 +686,134 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))
-	for i, g := range grants {
-		out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	if req.Rotate {
+		for i, g := range grants {
+			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+		}
+		return out, ctx.Err()
+	}
+	for lo := 0; lo < len(grants); lo += maxBatch {
+		hi := min(lo+maxBatch, len(grants))
+		if err := b.renewChunk(ctx, grants[lo:hi], req, out[lo:hi]); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
+	now := b.clock.now(ctx)
+	exp := expiry(now, req.TTL)
+	var items []renewItem
+	var single []int
+	for i, g := range grants {
+		if err := validGrant(g); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if g.Handle == "" {
+			single = append(single, i)
+			continue
+		}
+		r, err := b.ref(ctx, g)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		if expired(r.exp, now) {
+			out[i].Err = driver.ErrNotHeld
+			continue
+		}
+		c := claimDoc{ID: epochID(r.x, r.epoch+1), Kind: kindRenew, Owner: g.Owner, Token: int64(g.Token), ExpiresAt: exp, At: date(now)}
+		c.Key = c.ID
+		items = append(items, renewItem{i: i, r: r, c: c})
+	}
+	if len(items) > 0 {
+		docs := make([]any, len(items))
+		for j := range items {
+			docs[j] = items[j].c
+		}
+		_, err := b.locks.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+		var won []renewItem
+		for j, it := range items {
+			switch code := writeErrorAt(err, j); {
+			case code == 0 || code == -1 && err == nil:
+				won = append(won, it)
+			case code == 11000:
+				single = append(single, it.i)
+			default:
+				return err
+			}
+		}
+		if err := b.applyClaims(ctx, grants, won, out); err != nil {
+			return err
+		}
+	}
+	for _, i := range single {
+		out[i].Grant, out[i].Err = b.Renew(ctx, grants[i], req)
+	}
+	return nil
+}
+
+// renewItem is one grant of a batch renewal and the epoch claim made for it.
+type renewItem struct {
+	i int      // index in the batch
+	r grantRef // the grant's record
+	c claimDoc // the claim of its next epoch
+}
+
+// applyClaims writes won epoch claims into their records, reads the
+// records back and deletes the previous claims.
+func (b *Backend) applyClaims(ctx context.Context, grants []driver.Grant, won []renewItem, out []driver.RenewResult) error {
+	if len(won) == 0 {
+		return nil
+	}
+	ups := make([]mongo.WriteModel, len(won))
+	ids := make(bson.A, len(won))
+	var dels []mongo.WriteModel
+	for j, it := range won {
+		g := grants[it.i]
+		ups[j] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: it.r.x}, {Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)},
+				{Key: "epoch", Value: bson.D{{Key: "$in", Value: bson.A{it.r.epoch, it.r.epoch + 1}}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "epoch", Value: it.r.epoch + 1}, {Key: "expiresAt", Value: it.c.ExpiresAt}}}})
+		ids[j] = it.r.x
+		if it.r.epoch > 0 {
+			dels = append(dels, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: epochID(it.r.x, it.r.epoch)}}))
+		}
+	}
+	if _, err := b.locks.BulkWrite(ctx, ups, options.BulkWrite().SetOrdered(false)); err != nil {
+		return err
+	}
+	cur, err := b.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "owner", Value: 1}, {Key: "token", Value: 1}, {Key: "epoch", Value: 1}, {Key: "expiresAt", Value: 1}}))
+	if err != nil {
+		return err
+	}
+	var docs []lockDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return err
+	}
+	byID := make(map[bson.ObjectID]*lockDoc, len(docs))
+	for i := range docs {
+		byID[docs[i].ID] = &docs[i]
+	}
+	for _, it := range won {
+		g := grants[it.i]
+		d := byID[it.r.x]
+		if d != nil && d.Owner == g.Owner && d.Token == int64(g.Token) && d.Epoch == it.r.epoch+1 && d.ExpiresAt == it.c.ExpiresAt {
+			g.Handle = handle(it.r.x, it.r.epoch+1, it.c.ExpiresAt)
+			out[it.i].Grant = g
+		} else {
+			out[it.i].Err = driver.ErrNotHeld
+			dels = append(dels, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: it.c.ID}}))
+		}
+	}
+	if len(dels) > 0 {
+		// Garbage only; a failure leaves claims the record has moved past.
+		_, _ = b.locks.BulkWrite(ctx, dels, options.BulkWrite().SetOrdered(false))
+	}
+	return nil
 }
 
 // Release implements driver.Backend: one delete of the grant's record by

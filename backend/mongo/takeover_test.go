@@ -1,0 +1,105 @@
+package mongo_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+
+	mongolock "github.com/fencelock/fencelock/backend/mongo"
+)
+
+// TestTakeoverRace: N contenders, each on its own connection, take over
+// the same expired record at once, round after round. At most one wins
+// each round, and every winner's token is above every earlier one. (The
+// update-based takeover this backend used before failed this on FerretDB:
+// FerretDB runs an update as a read followed by an unconditional write,
+// so several contenders read the same expired record and all "updated"
+// it, with the same token.)
+func TestTakeoverRace(t *testing.T) { eachServer(t, testTakeoverRace) }
+
+func testTakeoverRace(t *testing.T, _ server, raw string) {
+	const contenders, rounds = 8, 12
+	const ttl = 300 * time.Millisecond
+	u := withParams(t, raw, "database", testDatabase, "collection", freshCollection(t, raw))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bs := make([]*mongolock.Backend, contenders)
+	for i := range bs {
+		b, err := mongolock.Open(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+	}
+	const key = "hot/expired"
+	first, err := bs[0].Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := first.Token
+	wins := 0
+	for r := range rounds {
+		// The holder vanishes: wait (by the server's clock, as the
+		// backend sees it) until its record has expired.
+		for {
+			info, err := bs[0].Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !info.Locked() {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(info.Remaining):
+			}
+		}
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			mu      sync.Mutex
+			winners []driver.Grant
+		)
+		for i, b := range bs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "c" + string(rune('a'+i)), TTL: ttl})
+				switch {
+				case err == nil:
+					mu.Lock()
+					winners = append(winners, g)
+					mu.Unlock()
+				case errors.Is(err, driver.ErrNotAcquired):
+				default:
+					// A transient error (a token claim lost to a
+					// concurrent winner) is a refusal too.
+					t.Logf("round %d contender %d: %v", r, i, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if len(winners) > 1 {
+			t.Fatalf("round %d: %d contenders took over the same expired record: %+v", r, len(winners), winners)
+		}
+		for _, g := range winners {
+			wins++
+			if g.Token <= last {
+				t.Fatalf("round %d: winner's token %d is not above the previous holder's %d", r, g.Token, last)
+			}
+			last = g.Token
+		}
+	}
+	if wins < rounds/2 {
+		t.Fatalf("only %d of %d rounds had a winner: the takeover path is not exercised", wins, rounds)
+	}
+	t.Logf("%d rounds, %d takeovers, last token %d", rounds, wins, last)
+}
