@@ -1,101 +1,121 @@
 // Package mongo is fencelock's MongoDB backend, on go.mongodb.org/mongo-driver/v2.
 //
-// Import it for its side effect to make fencelock.Open accept mongodb://
-// and mongodb+srv:// URLs, or call Open or New directly:
+// # URLs
+//
+// Importing the package registers the schemes Scheme (mongodb://) and
+// SchemeSRV (mongodb+srv://) with fencelock.Open; Open and OpenURL take
+// the same URLs, and New takes a caller-owned client and *Options:
 //
 //	c, err := fencelock.Open(ctx, "mongodb://db1,db2,db3/app?replicaSet=rs0&namespace=billing", nil)
 //
 //	b, err := mongo.New(ctx, client, &mongo.Options{Namespace: "billing"}) // caller-owned *mongo.Client
 //	c, err := fencelock.New(b, nil)
 //
-// # Schema
+// fencelock's parameters are database (default: the URL's path, else
+// "fencelock"), collection, namespace and clock_resync; every other
+// parameter must be a MongoDB connection-string option (replicaSet,
+// authSource, tls, w, readConcernLevel, ...). Unknown parameters are
+// refused; passwords never appear in errors.
 //
-// Two collections in one database (names configurable and validated):
+// # Design: unique inserts only
 //
-//   - fencelock_locks: one document per held key,
-//     {_id: namespace+"\x00"+key, ns, key, owner, token, expiresAt}. The
-//     _id is the (namespace, key) pair, so its unique index is the lock
-//     (the seed's unique (BizType, Key) index); a unique index on
-//     (ns, key) serves List and guards documents written by hand. A TTL
-//     index on expiresAt removes documents of crashed holders an hour
-//     (Options.GarbageAfter) after they expire: garbage collection only,
-//     never correctness, since an expired document already counts as free.
-//   - fencelock_tokens: one counter document per key ever locked,
-//     {_id: namespace+"\x00"+key, seq}, incremented with $inc and never
-//     deleted, so tokens strictly increase across release, expiry,
-//     force-release, garbage collection and server restarts.
+// Mongo-wire stores agree on one atomic primitive: inserting a document
+// under a unique index. FerretDB (both handlers) runs update, delete and
+// findAndModify as a read followed by a write by _id, without isolation,
+// so a filter it evaluated may no longer hold when it writes. The backend
+// therefore never relies on a conditional update or delete of a document
+// that someone else may change at the same time. One collection holds:
 //
-// Namespace (the seed's BizType) lets several applications share the
-// collections; keys of different namespaces never collide.
+//   - lock records {_id: fresh ObjectID, ns, key, owner, token, epoch,
+//     expiresAt}: one per acquisition, never reused. The unique index
+//     (ns, key) admits one record per key.
+//   - claims, immutable: {_id, ns: 0, key: _id, kind, ...}. A token claim
+//     "t/<len(ns)>/<ns>/<token, 20 digits>/<key>" records that a token of
+//     a key was issued; an epoch claim "e/<record _id>/<n>" records who
+//     moves a record to epoch n (a renewal, with the new expiry, or an
+//     end: a takeover or force-release). Their ns is the number 0, so no
+//     namespace string collides with them in the (ns, key) index.
+//
+// No _id, key or value contains a NUL byte (PostgreSQL's jsonb rejects
+// \u0000); keys are stored as given and round-trip exactly.
 //
 // # Operations
 //
-// Acquire inserts the lock document. Exactly one concurrent insert
-// succeeds; the others get E11000 duplicate key, classified with
-// mongo.IsDuplicateKeyError as "held" (a *driver.HeldError naming the
-// holder, read with one find), never as a failure. If the document exists
-// but has expired, or belongs to the same owner (a retry), one update whose
-// filter admits only that ({_id, $or: [{expiresAt ≤ now}, {owner}]}, with
-// upsert) takes it over. Then, holding the key, Acquire issues the token
-// from the key's counter document:
+//   - Acquire inserts, in one ordered insert, the new record with token
+//     t+1 and the claim of token t+1. t is the last token this Backend
+//     claimed for the key if it did so within GarbageAfter/2 (one round
+//     trip), else the key's highest token claim (one read first). A
+//     collision on the record means held: the record is read and named in
+//     a *driver.HeldError, or, if expired, taken over. A collision on the
+//     claim means t was stale: the record is deleted and t read.
+//   - Takeover of an expired record r at epoch n: claim epoch n+1 of r
+//     with an end claim (and r's token, if unclaimed); delete r and r's
+//     epoch claims; insert the new record with a token above r's and every
+//     claim. If a renewal claim of epoch n+1 exists, r is held until that
+//     renewal's expiry passes too; then the end claims epoch n+2.
+//   - Renew claims epoch n+1 of its record with a renewal claim carrying
+//     the new expiry (and, with Rotate, a newly claimed token), writes
+//     epoch, expiry and token into the record, and deletes the claim of
+//     epoch n. RenewBatch does this for up to 500 records with four
+//     commands. Release deletes the record by its _id.
+//   - HighWater and RaiseFloor (driver.TokenFloorer) read the token claims;
+//     a floor is a token claim of h+1 (h the key's highest) carrying the
+//     floor, so the next claim is above it.
 //
-//   - if this Backend knows the last token issued for the key (it got it,
-//     or read it from a holder while waiting), the insert already carried
-//     last+1, and one compare-and-set of the counter from last to last+1
-//     confirms it: it matches only if no token was issued since;
-//   - otherwise (or if that compare-and-set misses) $inc on the counter
-//     (upsert, returning the new value) issues the token, which is then
-//     written into the lock document if it is still its own.
+// # Why it is safe
 //
-// The token is issued after the lock is held on purpose: a token taken
-// before could be overtaken by a later holder's and handed out after it.
-// A free key costs two round trips when the last token is known, three
-// otherwise; until then the document may show a token not (yet) issued.
+// Only the winner of a record's epoch claim n+1 (a unique insert) writes
+// the record while it is at epoch n, and every such write is filtered on
+// epoch ∈ {n, n+1}: a filter FerretDB reads stays true until it writes,
+// because nobody else can move the epoch. Interleavings:
 //
-// Renew is one update filtered on {_id, owner, token, expiresAt > now};
-// it never upserts, so a late renewal cannot resurrect a released lock.
-// With rotation it first takes a new token from the counter. RenewBatch
-// renews up to 500 leases with one updateMany plus one find. Release is
-// one delete with the same filter; zero deleted means ErrNotHeld.
-// ForceRelease is a findOneAndDelete of the unexpired document.
+//   - Two contenders, one expired record: both read epoch n; one end
+//     claim of n+1 wins, the other collides and reports held. A contender
+//     that read before the winner's delete and claims again after the
+//     winner cleaned up deletes nothing (the record is gone; _ids are
+//     never reused) and its insert collides on (ns, key) with the winner's
+//     record, or its token claim with the winner's token.
+//   - Holder renewing at expiry vs a takeover: both claim epoch n+1; one
+//     wins. If the renewal wins, the contender reports held until the
+//     renewal's expiry; if the end wins, the renewal is ErrNotHeld. A
+//     renewal's late write cannot revive a deleted record (an update never
+//     upserts) and cannot reach a new record (fresh _id).
+//   - Release racing a takeover: both delete the same _id; the new record
+//     has another _id. The release reports ErrNotHeld unless its delete
+//     removed the record.
+//   - Tokens: a key's records are serialized by the (ns, key) index, and
+//     the token of each is claimed by a unique insert in the same command,
+//     after the record; every base is either this Backend's own last claim
+//     or the highest claim read. Token claims below a key's highest are
+//     deleted only when older than GarbageAfter, and an own base is used
+//     for at most GarbageAfter/2, so a base can only miss a claim that
+//     was made before it was learned, which cannot be (the key's records
+//     are serialized). Assumption: no request is delayed in flight by more
+//     than GarbageAfter/2 (30 minutes by default).
 //
 // # Time
 //
 // Expiry is judged by the server's clock. MongoDB's own server-side
 // clock ($$NOW) is only reachable through aggregation-pipeline updates and
 // $expr, which FerretDB lacks, so the backend estimates the server's clock
-// instead: it sends hello, reads the reply's localTime, and takes the
-// midpoint of the round trip (the best of three at Open, one more every
-// ClockResync, 30s by default). Every time written or compared
-// (expiresAt, "now" in filters) is this estimate, which runs on the
-// process's monotonic clock, so a jump of the local wall clock changes
-// nothing. Two clients' estimates differ by at most the sum of their
-// bounds: half a round trip plus 1ms (localTime's resolution) each, plus
-// the rate drift since the last sample. The engine's Margin (TTL/10 by
-// default) must exceed that; on a LAN it is a few milliseconds.
+// from hello's localTime (the midpoint of the round trip; the best of
+// three at Open, one more every ClockResync, 30s by default). Every time
+// written or compared is this estimate, which runs on the process's
+// monotonic clock. Two clients' estimates differ by at most the sum of
+// their bounds (half a round trip plus 1ms each, plus drift since the
+// last sample); the engine's Margin (TTL/10 by default) must exceed it.
 // ClockBound reports the current bound.
 //
 // # Guarantees and caveats
 //
-// On MongoDB every conditional write is atomic per document, so mutual
-// exclusion and fencing hold with the default write concern (majority,
-// journaled) and read concern (majority); reads go to the primary. Weaker
-// concerns are reported by Describe as warnings.
-//
-// FerretDB v1 (used by the project's tests because MongoDB cannot be
-// installed there) executes findAndModify, update and delete as a read
-// followed by an unconditional write by _id, without isolation. The
-// insert path is still atomic (SQLite's unique index), so taking a free
-// key and release/re-acquire cycles stay exclusive and correctly fenced
-// there. The takeover of an expired record is an update, though: the
-// safety suite (docs/safety.md) measured two contenders taking over the
-// same expired key at once, both with the same token, and a renewal or
-// release racing a takeover can overwrite the new holder's record.
-// Describe warns about it; use MongoDB for production. FerretDB also evaluates every filter other than a lone _id by
-// scanning the collection, so its cost grows with the number of held keys.
+// With the default write concern (majority, journaled) and read concern
+// (majority) on a MongoDB replica set, exclusion and fencing survive a
+// failover. Weaker concerns, and a standalone mongod, are reported by
+// Describe as warnings. FerretDB has no replica set; its durability is its
+// handler's (SQLite or PostgreSQL). FerretDB has no TTL indexes: expired
+// records stay until their key is taken again.
 //
 // There is no Watcher: change streams need a replica set and FerretDB has
 // none. Waiters poll with the engine's capped backoff, cut short when the
-// holder's record is due to expire; each attempt on a held key costs two
-// reads' worth of work (the refused insert and the holder look-up).
+// holder's record is due to expire.
 package mongo

@@ -4,6 +4,9 @@
 //
 //	eval "$(scripts/testenv up mongo)"
 //	cd bench/mongo && go test -bench . -benchtime 3s
+//
+// The server is FENCELOCK_TEST_MONGO; to measure FerretDB's PostgreSQL
+// handler, point it at FENCELOCK_TEST_MONGO_PG's server.
 package mongobench
 
 import (
@@ -80,9 +83,9 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 func fencelockLib(shared bool) benchkit.Lib {
 	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
 		mc := connect(b)
-		locks, tokens := collection(b, mc, "locks"), collection(b, mc, "tokens")
+		locks := collection(b, mc, "locks")
 		return func() (*fencelock.Client, error) {
-			be, err := mongolock.New(context.Background(), mc, &mongolock.Options{Database: database, Collection: locks.Name(), TokenCollection: tokens.Name()})
+			be, err := mongolock.New(context.Background(), mc, &mongolock.Options{Database: database, Collection: locks.Name()})
 			if err != nil {
 				return nil, err
 			}
