@@ -39,10 +39,10 @@ type Client struct {
 	mu      sync.Mutex
 	closed  bool                // no new leases
 	stopped bool                // no new background work
-	leases  map[*Lease]struct{} // held leases
+	leases  map[*Lease]*renewal // held leases, with their scheduler entries
 	pending map[*Lease]struct{} // released leases whose store release failed
 	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
-	queue   leaseQueue          // held leases not being renewed, by next renewal
+	queue   renewalQueue        // entries of held leases not being renewed, by due time
 	armed   time.Time           // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
 	stop    chan struct{}
@@ -67,7 +67,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		name:        "backend",
 		o:           o,
 		ownerPrefix: o.Owner + "/" + hex.EncodeToString(nonce[:]) + ".",
-		leases:      make(map[*Lease]struct{}),
+		leases:      make(map[*Lease]*renewal),
 		pending:     make(map[*Lease]struct{}),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -657,12 +657,12 @@ func (c *Client) goBackground(f func()) {
 // those whose release Close must see through.
 func (c *Client) forget(l *Lease, pending bool) {
 	c.mu.Lock()
+	if r, ok := c.leases[l]; ok && r.idx >= 0 {
+		heap.Remove(&c.queue, r.idx)
+	}
 	delete(c.leases, l)
 	if pending {
 		c.pending[l] = struct{}{} // until its release is confirmed
-	}
-	if l.qidx >= 0 {
-		heap.Remove(&c.queue, l.qidx)
 	}
 	c.mu.Unlock()
 }
@@ -673,28 +673,4 @@ func (c *Client) poke() {
 	case c.wake <- struct{}{}:
 	default:
 	}
-}
-
-// leaseQueue is a min-heap of leases by next renewal time, guarded by c.mu.
-type leaseQueue []*Lease
-
-func (q leaseQueue) Len() int           { return len(q) }
-func (q leaseQueue) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
-func (q leaseQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].qidx = i
-	q[j].qidx = j
-}
-func (q *leaseQueue) Push(x any) {
-	l := x.(*Lease)
-	l.qidx = len(*q)
-	*q = append(*q, l)
-}
-func (q *leaseQueue) Pop() any {
-	old := *q
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	l.qidx = -1
-	return l
 }
