@@ -333,6 +333,14 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 	// With a fresh subscription, try again at once: the key may have been
 	// released between the first attempt and the subscription.
 	immediate := notify != nil
+	// woke: this attempt follows a notification. quiet: the last one
+	// followed a notification and found the same holder as the attempt
+	// before it, so the notification was about a change that did not
+	// free the key (a composite backend such as migrate.Dual taking and
+	// giving back one side, maybe this waiter's own attempt): the next
+	// attempt waits for the backoff timer, or waiters would wake each
+	// other, and themselves, in a loop that spins the store.
+	woke, quiet := false, false
 	for {
 		if !immediate {
 			wait := jitter(backoff)
@@ -341,6 +349,10 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 				wait = held.Holder.Remaining + time.Millisecond
 			}
 			t := time.NewTimer(wait)
+			wake := notify
+			if quiet {
+				wake = nil
+			}
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -348,19 +360,22 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 					c.abandon(req)
 				}
 				return nil, c.ended(ctx, last)
-			case _, ok := <-notify:
+			case _, ok := <-wake:
 				// Try at once; the safety-net backoff keeps growing,
 				// so a waiter that loses the race does not poll hard.
 				if !ok {
 					notify = nil
 				}
+				woke = ok
 			case <-t.C:
 				backoff = min(2*backoff, c.o.MaxBackoff)
+				woke = false
 			}
 			t.Stop()
 		}
 		immediate = false
 		start := c.now()
+		before := last
 		g, err := c.b.Acquire(ctx, req)
 		if err == nil {
 			l, err := c.newLease(parent, begin, start, contended, req, g)
@@ -376,6 +391,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
 		contended = contended || !ambiguous
+		quiet = woke && sameHolder(before, err)
 		if ctx.Err() != nil {
 			if ambiguous {
 				c.abandon(req)
@@ -386,6 +402,14 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
 		}
 	}
+}
+
+// sameHolder reports whether two failed attempts found the key held by
+// the same holder, under the same token.
+func sameHolder(a, b error) bool {
+	var ha, hb *HeldError
+	return errors.As(a, &ha) && errors.As(b, &hb) &&
+		ha.Holder.Owner == hb.Holder.Owner && ha.Holder.Token == hb.Holder.Token
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {

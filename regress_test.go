@@ -453,3 +453,82 @@ func TestFailedCleanupOfLostAcquireIsRetried(t *testing.T) {
 		mustFree(t, store, "k")
 	})
 }
+
+// selfNotifying makes every failed Acquire wake the key's watchers, as
+// migrate.Dual does when it takes one side and gives it back because the
+// other side is held: the waiter's own attempt is a change of the store.
+type selfNotifying struct {
+	driver.Backend
+	mu       sync.Mutex
+	watchers []chan struct{}
+	attempts atomic.Int64
+	spin     func() // called once attempts pass 10,000: a spin
+}
+
+func (s *selfNotifying) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if s.attempts.Add(1) == 10_000 {
+		s.spin()
+	}
+	g, err := s.Backend.Acquire(ctx, r)
+	if err != nil {
+		s.mu.Lock()
+		for _, ch := range s.watchers {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		s.mu.Unlock()
+	}
+	return g, err
+}
+
+func (s *selfNotifying) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.watchers = append(s.watchers, ch)
+	s.mu.Unlock()
+	return ch, nil
+}
+
+// Defect: a waiter woken by a change that did not free the key tried at
+// once, found the same holder, and waited for the next change; when its
+// own failed attempt was such a change (migrate.Dual taking and giving
+// back one side), it spun against the store without pause (and under
+// synctest, time never advanced: the dual generative mode hung).
+func TestWakeUpsThatDoNotFreeTheKeyDoNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		holder, err := fencelock.New(store.Backend(), &fencelock.Options{TTL: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		l, err := holder.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		// A spin never lets fake time move: stop it from inside.
+		sn := &selfNotifying{Backend: store.Backend(), spin: cancel}
+		waiter, err := fencelock.New(sn, &fencelock.Options{TTL: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer waiter.Close()
+		_, err = waiter.Acquire(ctx, "k")
+		if !errors.Is(err, fencelock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire = %v, want the deadline", err)
+		}
+		// The default backoff is 10ms–1s: over two seconds a waiter
+		// that is woken only by its own attempts tries a few dozen
+		// times, not thousands.
+		if n := sn.attempts.Load(); n > 200 {
+			t.Errorf("%d acquire attempts in 2s of waiting for a key nobody released: the waiter spins on its own wake-ups", n)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

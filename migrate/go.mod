@@ -11,8 +11,11 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
+require pgregory.net/rapid v1.3.0 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -27,3 +30,5 @@ replace (
 	github.com/fencelock/fencelock/backend/postgres => ../backend/postgres
 	github.com/fencelock/fencelock/backend/redis => ../backend/redis
 )
+
+replace github.com/fencelock/fencelock/conformance/generative => ../conformance/generative
