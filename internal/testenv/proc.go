@@ -152,10 +152,13 @@ type spawnSpec struct {
 	pidFile string
 }
 
-// spawn starts a server in a new session (its own process group), stdin
+// spawn starts a server in a session and process group of its own, stdin
 // from /dev/null, stdout and stderr appended to its log, and records its
-// PID and start time in its pid file. The process is reaped by a goroutine
-// of this process while it lives; after this process exits it is init's.
+// PID and start time in its pid file. The server is not this process's
+// child: a short-lived /bin/sh starts it in the background with setsid(1)
+// and exits, so the server belongs to init (or the nearest subreaper), as
+// a daemon would, and a test that started it leaves no goroutine waiting
+// for it.
 func spawn(s spawnSpec) (int, error) {
 	logf, err := os.OpenFile(s.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -163,16 +166,26 @@ func spawn(s spawnSpec) (int, error) {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "\n===== testenv %s: starting: %s\n", time.Now().Format("2006-01-02 15:04:05"), strings.Join(redactArgs(s.argv), " "))
-	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		return 0, fmt.Errorf("setsid (util-linux) not found: %w", err)
+	}
+	// The shell is a session leader, so its background job is not a group
+	// leader and setsid execs the server without forking: $! is its PID.
+	cmd := exec.Command("/bin/sh", "-c", `"$@" </dev/null >&3 2>&3 3>&- & echo $!`, "sh", setsid)
+	cmd.Args = append(cmd.Args, s.argv...)
 	cmd.Dir = s.dir
-	cmd.Stdout = logf
+	cmd.ExtraFiles = []*os.File{logf}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: s.cred}
-	if err := cmd.Start(); err != nil {
+	out, err := cmd.Output()
+	if err != nil {
 		return 0, fmt.Errorf("starting %s: %w", filepath.Base(s.argv[0]), err)
 	}
-	pid := cmd.Process.Pid
-	go func() { _ = cmd.Wait() }()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("starting %s: no PID (%q)", filepath.Base(s.argv[0]), out)
+	}
 	var start uint64
 	if p, ok := procStat(pid); ok {
 		start = p.start
