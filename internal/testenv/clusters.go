@@ -366,4 +366,3 @@ sentinel known-replica %[3]s 127.0.0.1 %[5]d
 	s.version = func(ctx context.Context, u *unit) string { return cmdOutput(ctx, u.get("REDIS_BIN"), "--version") }
 	return s
 }
-

@@ -82,7 +82,7 @@ func validVarName(s string) bool {
 	return true
 }
 
-// shellQuote quotes s in single quotes; a ' inside becomes '\''.
+// shellQuote quotes s in single quotes; a ' inside becomes '\”.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -347,7 +347,7 @@ func mongoCommand(ctx context.Context, addr string, cmd []byte) (map[string]any,
 	msg := make([]byte, 16+4+1, 16+4+1+len(cmd))
 	msg = append(msg, cmd...)
 	binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.LittleEndian.PutUint32(msg[4:], 1)    // requestID
+	binary.LittleEndian.PutUint32(msg[4:], 1)     // requestID
 	binary.LittleEndian.PutUint32(msg[12:], 2013) // OP_MSG
 	if _, err := c.Write(msg); err != nil {
 		return nil, err
