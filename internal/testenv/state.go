@@ -82,7 +82,8 @@ func validVarName(s string) bool {
 	return true
 }
 
-// shellQuote quotes s in single quotes; a ' inside becomes '\”.
+// shellQuote quotes s in single quotes; each quote inside ends the quoted
+// part, is escaped with a backslash, and starts a new one.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
