@@ -20,6 +20,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 	"github.com/fencelock/fencelock/migrate"
 )
 
@@ -33,8 +34,8 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	r := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
-	p := conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES")
+	r := testenv.URL(t, "FENCELOCK_TEST_REDIS")
+	p := testenv.URL(t, "FENCELOCK_TEST_POSTGRES")
 	id := randHex()
 	w := &world{base: p, table: "fencelock_migrate_" + id}
 	w.redisURL = withParam(t, r, "prefix", "migrate-"+id)
@@ -389,7 +390,7 @@ func TestLosingABackendEndsDualLeases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt, err := goredis.ParseURL(conformance.ServerURL(t, "FENCELOCK_TEST_REDIS"))
+		opt, err := goredis.ParseURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"))
 		if err != nil {
 			t.Fatal(err)
 		}

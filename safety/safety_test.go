@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 	_ "github.com/fencelock/fencelock/safety/backends"
 	"github.com/fencelock/fencelock/safety/cluster"
 	"github.com/fencelock/fencelock/safety/history"
@@ -91,7 +91,7 @@ func TestSafety(t *testing.T) {
 
 	for _, def := range backendDefs {
 		t.Run(def.name, func(t *testing.T) {
-			be := openBackendEnv(t, def, conformance.ServerURL(t, def.envVar), te)
+			be := openBackendEnv(t, def, testenv.URL(t, def.envVar), te)
 			specs, left := cellsFor(be, prof, def.envVar == mutantOn)
 			runBackend(t, &rep, be, specs, left, seed, prof, true)
 		})

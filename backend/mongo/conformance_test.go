@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 )
@@ -23,7 +24,7 @@ import (
 // testURL returns FENCELOCK_TEST_MONGO, or skips (fails in CI) without it.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := conformance.ServerURL(t, "FENCELOCK_TEST_MONGO")
+	u := testenv.URL(t, "FENCELOCK_TEST_MONGO")
 	return u
 }
 
@@ -112,6 +113,6 @@ func TestConformance(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("FENCELOCK_TEST_MONGO_LEASES")); err == nil && n > 0 {
 		h.Leases = n
 	}
-	h.Restart = conformance.TestenvRestart("mongo")
+	h.Restart = testenv.Restart("mongo")
 	conformance.Run(t, h)
 }

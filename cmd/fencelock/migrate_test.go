@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 func withQuery(t *testing.T, raw, k, v string) string {
@@ -39,9 +39,9 @@ func TestMigrateCommand(t *testing.T) {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	id := hex.EncodeToString(rnd[:])
-	redisURL := withQuery(t, conformance.ServerURL(t, "FENCELOCK_TEST_REDIS"), "prefix", "cli-migrate-"+id)
-	pgURL := withQuery(t, conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES"), "table", "cli_migrate_"+id)
-	dropTableAtEnd(t, conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES"), "cli_migrate_"+id)
+	redisURL := withQuery(t, testenv.URL(t, "FENCELOCK_TEST_REDIS"), "prefix", "cli-migrate-"+id)
+	pgURL := withQuery(t, testenv.URL(t, "FENCELOCK_TEST_POSTGRES"), "table", "cli_migrate_"+id)
+	dropTableAtEnd(t, testenv.URL(t, "FENCELOCK_TEST_POSTGRES"), "cli_migrate_"+id)
 
 	last := uint64(0)
 	runOn := func(u, what string) {

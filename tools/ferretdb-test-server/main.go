@@ -1,6 +1,8 @@
 // Command ferretdb-test-server runs FerretDB v1 (embedded from
-// github.com/FerretDB/FerretDB/ferretdb) with its SQLite backend on loopback,
-// as a MongoDB wire-protocol server for fencelock's tests.
+// github.com/FerretDB/FerretDB/ferretdb) on loopback, as a MongoDB
+// wire-protocol server for fencelock's tests: with its SQLite handler
+// (the default, data in -data-dir) or, with -handler=postgresql, its
+// PostgreSQL handler on the database of -postgresql-url.
 //
 // It is started by scripts/testenv; it is not part of the library module.
 // It prints "ready" on stdout once the listener accepts connections and exits
@@ -27,14 +29,19 @@ import (
 
 func main() {
 	var (
-		dataDir   = flag.String("data-dir", "", "directory for the SQLite databases (required)")
+		dataDir   = flag.String("data-dir", "", "directory for the SQLite databases (required for -handler=sqlite)")
+		handler   = flag.String("handler", "sqlite", "FerretDB handler: sqlite or postgresql")
+		pgURL     = flag.String("postgresql-url", "", "PostgreSQL URL of the database to use (required for -handler=postgresql)")
 		host      = flag.String("host", "127.0.0.1", "address to listen on")
 		port      = flag.Int("port", 0, "TCP port (required)")
 		logLevel  = flag.String("log-level", "warn", "log level: debug, info, warn, error")
 		startWait = flag.Duration("start-timeout", 60*time.Second, "how long to wait for the listener")
 	)
 	flag.Parse()
-	if *dataDir == "" || *port <= 0 {
+	if *port <= 0 ||
+		(*handler == "sqlite" && *dataDir == "") ||
+		(*handler == "postgresql" && *pgURL == "") ||
+		(*handler != "sqlite" && *handler != "postgresql") {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -45,21 +52,24 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	dir, err := filepath.Abs(*dataDir)
-	if err != nil {
-		log.Fatalf("ferretdb-test-server: %v", err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		log.Fatalf("ferretdb-test-server: %v", err)
-	}
-
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
-	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
-		Logger:    logger,
-		Handler:   "sqlite",
-		SQLiteURL: "file:" + dir + "/",
-	})
+	cfg := &ferretdb.Config{
+		Listener:      ferretdb.ListenerConfig{TCP: addr},
+		Logger:        logger,
+		Handler:       *handler,
+		PostgreSQLURL: *pgURL,
+	}
+	if *handler == "sqlite" {
+		dir, err := filepath.Abs(*dataDir)
+		if err != nil {
+			log.Fatalf("ferretdb-test-server: %v", err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			log.Fatalf("ferretdb-test-server: %v", err)
+		}
+		cfg.SQLiteURL = "file:" + dir + "/"
+	}
+	f, err := ferretdb.New(cfg)
 	if err != nil {
 		log.Fatalf("ferretdb-test-server: %v", err)
 	}
