@@ -127,33 +127,56 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 
 func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 	raw := u.String()
+	cfg, opts, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Context = context.WithoutCancel(ctx)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connect to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
+	}
+	// clientv3 dials lazily: check that the cluster answers, so a wrong
+	// address fails here rather than on the first lock.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	_, err = cli.Get(pctx, opts.Prefix+"\x00", clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("etcd: %s did not answer: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
+	}
+	b, err := New(ctx, cli, &opts)
+	if err != nil {
+		cli.Close()
+		return nil, driver.RedactError(err, raw)
+	}
+	b.own = true
+	return b, nil
+}
+
+// parseURL turns an Open URL into the client's configuration (without its
+// Context) and the backend's Options, checking both.
+func parseURL(u *url.URL) (clientv3.Config, Options, error) {
+	raw := u.String()
 	bad := func(reason string) error {
 		return driver.InvalidURL(raw, reason)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "etcd" && scheme != "etcds" {
-		return nil, bad("scheme must be etcd or etcds")
+		return clientv3.Config{}, Options{}, bad("scheme must be etcd or etcds")
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return nil, bad("want etcd://host:port[,host:port...]/prefix/")
+		return clientv3.Config{}, Options{}, bad("want etcd://host:port[,host:port...]/prefix/")
 	}
 	if u.Fragment != "" {
-		return nil, bad("fragments are not allowed")
+		return clientv3.Config{}, Options{}, bad("fragments are not allowed")
 	}
-	var endpoints []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return nil, bad("empty host in the endpoint list")
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
-		}
-		if _, port, err := net.SplitHostPort(h); err != nil {
-			return nil, bad("bad host " + strconv.Quote(h))
-		} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-			return nil, bad("bad port " + strconv.Quote(port))
-		}
-		endpoints = append(endpoints, h)
+	endpoints, err := parseEndpoints(u.Host, bad)
+	if err != nil {
+		return clientv3.Config{}, Options{}, err
 	}
 
 	var opts Options
@@ -174,22 +197,21 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 		serverName = params.String("server_name", "")
 	}
 	if err := params.Err(); err != nil {
-		return nil, err
+		return clientv3.Config{}, Options{}, err
 	}
 	if dialTimeout <= 0 {
-		return nil, &driver.InvalidOptionError{Option: "URL parameter \"dial_timeout\"", Value: dialTimeout.String(), Reason: "must be positive"}
+		return clientv3.Config{}, Options{}, &driver.InvalidOptionError{Option: "URL parameter \"dial_timeout\"", Value: dialTimeout.String(), Reason: "must be positive"}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, bad("cert_file and key_file must be given together")
+		return clientv3.Config{}, Options{}, bad("cert_file and key_file must be given together")
 	}
 	if _, err := opts.resolve(); err != nil {
-		return nil, err
+		return clientv3.Config{}, Options{}, err
 	}
 
 	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: dialTimeout,
-		Context:     context.WithoutCancel(ctx),
 		Logger:      zap.NewNop(),
 	}
 	if u.User != nil {
@@ -197,49 +219,57 @@ func openParsed(ctx context.Context, u *url.URL) (*Backend, error) {
 		cfg.Password, _ = u.User.Password()
 	}
 	if scheme == "etcds" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
-			if err != nil {
-				return nil, bad("ca_file: " + driver.RedactText(err.Error(), raw))
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, bad("ca_file: no PEM certificates found")
-			}
+		cfg.TLS, err = tlsConfig(caFile, certFile, keyFile, serverName, raw, bad)
+		if err != nil {
+			return clientv3.Config{}, Options{}, err
 		}
-		if certFile != "" {
-			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-			if err != nil {
-				return nil, bad("cert_file/key_file: " + driver.RedactText(err.Error(), raw))
-			}
-			tc.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, opts, nil
+}
+
+// parseEndpoints splits a URL's host list into host:port endpoints, adding
+// the default port 2379 where none is given.
+func parseEndpoints(hosts string, bad func(string) error) ([]string, error) {
+	var endpoints []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return nil, bad("empty host in the endpoint list")
 		}
-		cfg.TLS = tc
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcd: connect to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
-	}
-	// clientv3 dials lazily: check that the cluster answers, so a wrong
-	// address fails here rather than on the first lock.
-	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	_, err = cli.Get(pctx, opts.Prefix+"\x00", clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		cli.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
 		}
-		return nil, fmt.Errorf("etcd: %s did not answer: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
+		if _, port, err := net.SplitHostPort(h); err != nil {
+			return nil, bad("bad host " + strconv.Quote(h))
+		} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return nil, bad("bad port " + strconv.Quote(port))
+		}
+		endpoints = append(endpoints, h)
 	}
-	b, err := New(ctx, cli, &opts)
-	if err != nil {
-		cli.Close()
-		return nil, driver.RedactError(err, raw)
+	return endpoints, nil
+}
+
+// tlsConfig builds the TLS configuration of an etcds URL from its
+// parameters; file errors are redacted against raw.
+func tlsConfig(caFile, certFile, keyFile, serverName, raw string, bad func(string) error) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, bad("ca_file: " + driver.RedactText(err.Error(), raw))
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, bad("ca_file: no PEM certificates found")
+		}
 	}
-	b.own = true
-	return b, nil
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, bad("cert_file/key_file: " + driver.RedactText(err.Error(), raw))
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 // isLeaseNotFound reports whether err says a lease no longer exists.
