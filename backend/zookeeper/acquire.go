@@ -17,8 +17,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
+	b.sweep()
 	parent := b.parent(req.Key)
-	if b.isHot(req.Key) {
+	if b.hot.Hot(req.Key) {
 		// Contended lately: look before writing, so a contender that
 		// will wait anyway costs the server two reads instead of two
 		// writes.
@@ -40,7 +41,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// created, so our czxid is above all their tokens.
 		return b.grant(req.Key, req.Owner, node, 0, e.czxid), nil
 	}
-	b.setHot(req.Key)
+	b.hot.Mark(req.Key)
 	for range 5 {
 		names, pst, err := b.conn.Children(parent)
 		if err != nil {
@@ -80,28 +81,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 }
 
-// hotFor is how long after finding a key held Acquire reads before writing.
-const hotFor = 2 * time.Second
-
-func (b *Backend) isHot(key string) bool {
-	b.hotMu.Lock()
-	defer b.hotMu.Unlock()
-	t, ok := b.hot[key]
-	if ok && time.Since(t) > hotFor {
-		delete(b.hot, key)
-		return false
-	}
-	return ok
-}
-
-func (b *Backend) setHot(key string) {
-	b.hotMu.Lock()
-	defer b.hotMu.Unlock()
-	if len(b.hot) >= 4096 {
-		clear(b.hot)
-	}
-	b.hot[key] = time.Now()
-}
+// Acquire reads before writing for a key found held less than hotFor ago
+// (remembering at most maxHot keys). Joining a queue costs two writes (the
+// multi, then the delete of a contender that lost), each fsynced by a
+// quorum, against two reads served by the connected server; two seconds
+// span the engine's first backoff steps for a contended key.
+const (
+	hotFor = 2 * time.Second
+	maxHot = 4096
+)
 
 // bump rewrites the holder znode's data (version-checked) so that its mzxid,
 // the grant's token, is a fresh zxid: higher than every token issued for
@@ -170,14 +158,5 @@ func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
-		return err
-	}
-	if req.Owner == "" {
-		return &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
-	}
-	return nil
+	return driver.CheckAcquire(req)
 }

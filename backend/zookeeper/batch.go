@@ -41,9 +41,10 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return nil, ctx.Err()
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
+	b.sweep()
 	out := make([]driver.RenewResult, len(grants))
 	if !req.Rotate {
 		b.renewEach(ctx, grants, req, b.renewWatched(grants, out), out)

@@ -180,15 +180,8 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 			}
 			return
 		}
-		switch ev.State {
-		case zk.StateHasSession:
+		if ev.State == zk.StateHasSession {
 			readyOnce.Do(func() { close(ready) })
-			bmu.Lock()
-			bb := b
-			bmu.Unlock()
-			if bb != nil {
-				bb.wakeJanitor() // retry clean-ups that failed while disconnected
-			}
 		}
 		o.Logger.Debug("zookeeper: session state", "state", ev.State.String(), "server", ev.Server)
 	}

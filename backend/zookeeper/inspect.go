@@ -19,6 +19,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
+	b.sweep()
+	if b.pendingUnder(b.parent(key)) {
+		return driver.Info{}, errCleanupPending
+	}
 	return b.inspect(key)
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -36,20 +37,16 @@ func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
 
 func newBackend(conn *zk.Conn, o Options) *Backend {
 	b := &Backend{
-		conn:      conn,
-		root:      o.Root,
-		acl:       o.ACL,
-		log:       o.Logger,
-		sess:      o.SessionTimeout,
-		done:      make(chan struct{}),
-		orphans:   make(map[string]orphan),
-		rotating:  make(map[string]int32),
-		hot:       make(map[string]time.Time),
-		watched:   make(map[string]*nodeWatch),
-		janitorCh: make(chan struct{}, 1),
+		conn:     conn,
+		root:     o.Root,
+		acl:      o.ACL,
+		log:      o.Logger,
+		sess:     o.SessionTimeout,
+		done:     make(chan struct{}),
+		rotating: make(map[string]int32),
+		hot:      backendkit.HotSet{TTL: hotFor, Max: maxHot},
+		watched:  make(map[string]*nodeWatch),
 	}
-	b.wg.Add(1)
-	go b.janitor()
 	return b
 }
 

@@ -140,7 +140,8 @@ func (b *Backend) ensureParent(ctx context.Context, parent string) error {
 }
 
 // deleteOwn removes one of our contender znodes whatever the caller's
-// context says; if the server cannot be reached the janitor retries.
+// context says; if the server cannot be reached, a later call retries
+// (see sweep).
 func (b *Backend) deleteOwn(node string) {
 	b.clearRotating(node)
 	err := b.conn.Delete(node, -1)

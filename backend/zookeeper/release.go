@@ -14,6 +14,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
+	b.sweep()
 	h, ok, err := b.ownHandle(g)
 	if err != nil {
 		return err

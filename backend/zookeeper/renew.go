@@ -17,9 +17,10 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
+	b.sweep()
 	h, ok, err := b.ownHandle(g)
 	if err != nil {
 		return driver.Grant{}, err

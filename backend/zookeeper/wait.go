@@ -26,11 +26,12 @@ import (
 //
 // When ctx ends first, the queue znode is deleted before AcquireWait
 // returns ctx's error (go-zookeeper's own timeouts bound that call; if the
-// server is unreachable, the backend's janitor deletes it later).
+// server is unreachable, a later call deletes it: see sweep).
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
+	b.sweep()
 	parent := b.parent(req.Key)
 	e, err := b.enqueue(ctx, parent, req.Owner)
 	if err != nil {
@@ -52,7 +53,7 @@ var errVanished = errors.New("zookeeper: our queue znode vanished (session expir
 
 // waitFirst waits until node, a contender znode under parent, is the first
 // of its queue, watching only its immediate predecessor. On an error other
-// than errVanished it has deleted node (or left it to the janitor or to
+// than errVanished it has deleted node (or left it to a later sweep or to
 // the end of the session).
 func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 	own := path.Base(node)

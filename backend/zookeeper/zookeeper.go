@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -31,10 +32,14 @@ type Backend struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	orphans   map[string]orphan // pending clean-ups, by path or by nonce
-	rotating  map[string]int32  // node path -> version a rotation with an unknown outcome started from
-	janitorCh chan struct{}
+	mu       sync.Mutex
+	rotating map[string]int32 // node path -> version a rotation with an unknown outcome started from
+
+	sweepWait time.Duration // pause after a sweep that left work pending
+	nextSweep time.Time     // no sweep before (zero after addOrphan)
+
+	orphans  backendkit.Orphans[string, orphan] // pending clean-ups, by path or by nonce
+	sweeping atomic.Bool                        // a sweep is running
 
 	// Loss watches by znode path (guarded by mu). With a connection Open
 	// made, go-zookeeper's event callback updates them synchronously as
@@ -42,27 +47,12 @@ type Backend struct {
 	watched map[string]*nodeWatch
 	evented bool // the event callback is installed (Open)
 
-	hotMu sync.Mutex
-	hot   map[string]time.Time // keys recently found held: Acquire reads first
+	hot backendkit.HotSet // keys recently found held: Acquire reads first
 
 	// counters, read by tests
 	wakeups  atomic.Int64 // predecessor watch events a waiter received
 	lists    atomic.Int64 // children listings made while waiting
 	rechecks atomic.Int64 // safety-net queue re-reads while waiting
-}
-
-// orphan is a contender znode that may exist although nobody will use it:
-// a create whose reply was lost (nonce set, path unknown) or a delete that
-// failed (path set).
-type orphan struct {
-	parent string
-	nonce  string
-	path   string
-	// until: a create whose reply was lost may still be executed a little
-	// later (the server can read the request from the dead connection
-	// after the client has reconnected), so a nonce is searched for until
-	// a session timeout has passed.
-	until time.Time
 }
 
 var (
