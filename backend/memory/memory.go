@@ -210,10 +210,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -237,7 +234,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -271,7 +268,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	s := b.s

@@ -271,18 +271,6 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-func checkOwner(owner string) error {
-	if err := driver.ValidateKey(owner); err != nil {
-		var ke *driver.InvalidKeyError
-		reason := "invalid"
-		if errors.As(err, &ke) {
-			reason = ke.Reason
-		}
-		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: reason}
-	}
-	return nil
-}
-
 func remaining(us int64) time.Duration {
 	if us <= 0 {
 		return 0
@@ -297,13 +285,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := checkOwner(req.Owner); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var (
@@ -331,7 +313,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var tok int64
