@@ -11,18 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-func init() {
-	fencelock.Register("postgres", openURL)
-	fencelock.Register("postgresql", openURL)
-}
 
 // DefaultRenewPoolConns is the size of the renewal pool that Open creates
 // (URL parameter renew_pool_max_conns).
@@ -107,18 +101,11 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	if err != nil {
 		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
-	return open(ctx, u)
+	return OpenURL(ctx, u)
 }
 
-func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-	b, err := open(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-func open(ctx context.Context, u *url.URL) (*Backend, error) {
+// OpenURL is Open for a parsed URL (scheme postgres or postgresql).
+func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	raw := u.String()
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "postgres" && scheme != "postgresql" {

@@ -10,7 +10,7 @@
 //
 // # Design
 //
-// Each lock key is a container znode ROOT/<escaped key> (every byte outside
+// Each lock key is a container znode PREFIX/<escaped key> (every byte outside
 // [A-Za-z0-9_-] percent-encoded, so any key is one path segment and comes
 // back exactly). Contenders create EPHEMERAL|SEQUENTIAL children named
 // _c_<nonce>-lock-<seq> holding their owner string; the lowest child holds

@@ -16,7 +16,7 @@ import (
 )
 
 // New returns a Backend on a connection the caller owns: Close does not
-// close conn. It creates Options.Root if missing. A nil opts means
+// close conn. It creates Options.Prefix if missing. A nil opts means
 // defaults. Set Options.SessionTimeout to conn's session timeout so grants
 // carry it (see Options).
 func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
@@ -38,7 +38,7 @@ func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
 func newBackend(conn *zk.Conn, o Options) *Backend {
 	b := &Backend{
 		conn:     conn,
-		root:     o.Root,
+		root:     o.Prefix,
 		acl:      o.ACL,
 		log:      o.Logger,
 		sess:     o.SessionTimeout,
@@ -106,7 +106,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if u.Path != "" && u.Path != "/" && path.Clean(u.Path) != strings.TrimSuffix(u.Path, "/") {
 		return nil, &driver.InvalidOptionError{Option: "URL path", Value: strconv.Quote(u.Path), Reason: "must be a clean znode path"}
 	}
-	o, err := (&Options{Root: root}).resolve()
+	o, err := (&Options{Prefix: root}).resolve()
 	if err != nil {
 		return nil, err
 	}

@@ -12,18 +12,19 @@ import (
 
 // Defaults of Options and of the URL parameters.
 const (
-	DefaultRoot           = "/fencelock"
+	DefaultPrefix         = "/fencelock"
 	DefaultSessionTimeout = 15 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
 )
 
 // Options configures a Backend. A nil *Options means every default.
 type Options struct {
-	// Root is the znode under which every lock lives, as
-	// ROOT/<escaped key>/<contender znodes>. It must be an absolute
+	// Prefix is the znode under which every lock lives, as
+	// PREFIX/<escaped key>/<contender znodes> (etcd's and Redis's Options
+	// call their namespace Prefix too). It must be an absolute
 	// ZooKeeper path; missing components are created as persistent znodes.
 	// Default "/fencelock".
-	Root string
+	Prefix string
 
 	// SessionTimeout is the session timeout the server negotiated for the
 	// connection given to New. Grants report it as their TTL, so the
@@ -56,10 +57,10 @@ func (o *Options) resolve() (Options, error) {
 	if o != nil {
 		r = *o
 	}
-	if r.Root == "" {
-		r.Root = DefaultRoot
+	if r.Prefix == "" {
+		r.Prefix = DefaultPrefix
 	}
-	if err := validRoot(r.Root); err != nil {
+	if err := validPrefix(r.Prefix); err != nil {
 		return r, err
 	}
 	if r.SessionTimeout < 0 {
@@ -74,9 +75,9 @@ func (o *Options) resolve() (Options, error) {
 	return r, nil
 }
 
-func validRoot(root string) error {
+func validPrefix(root string) error {
 	bad := func(reason string) error {
-		return &driver.InvalidOptionError{Option: "Root", Value: strconv.Quote(root), Reason: reason}
+		return &driver.InvalidOptionError{Option: "Prefix", Value: strconv.Quote(root), Reason: reason}
 	}
 	if !strings.HasPrefix(root, "/") {
 		return bad("must be an absolute znode path starting with /")

@@ -86,7 +86,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			t.Errorf("Open(%q) error shows the password: %v", u, err)
 		}
 	}
-	for _, o := range []Options{{Root: "rel"}, {Root: "/a/"}, {Root: "/a//b"}, {Root: "/a/./b"}, {Root: "/zookeeper/x"}, {SessionTimeout: -1}} {
+	for _, o := range []Options{{Prefix: "rel"}, {Prefix: "/a/"}, {Prefix: "/a//b"}, {Prefix: "/a/./b"}, {Prefix: "/zookeeper/x"}, {SessionTimeout: -1}} {
 		if err := o.Validate(); !errors.Is(err, driver.ErrInvalidOption) {
 			t.Errorf("Options%+v.Validate() = %v; want ErrInvalidOption", o, err)
 		}
@@ -622,7 +622,7 @@ func TestCallerOwnedConn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	b, err := New(ctx, conn, &Options{Root: ob.root + "-owned", SessionTimeout: 4 * time.Second})
+	b, err := New(ctx, conn, &Options{Prefix: ob.root + "-owned", SessionTimeout: 4 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
