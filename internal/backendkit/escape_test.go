@@ -12,6 +12,7 @@ import (
 // codec must produce them byte for byte.
 
 func oldEtcdEscape(s string) string {
+	const hexDigits = "0123456789ABCDEF"
 	n := strings.Count(s, "%") + strings.Count(s, "/")
 	if n == 0 {
 		return s
