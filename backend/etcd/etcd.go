@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,11 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
-
-// maxOwnerLen bounds AcquireRequest.Owner (the engine's owners are at most
-// about 230 bytes).
-const maxOwnerLen = 1024
 
 // maxTxnOps is how many reads RenewBatch puts in one transaction: etcd's
 // default limit (--max-txn-ops).
@@ -39,9 +35,10 @@ type Backend struct {
 	closed atomic.Bool    // set under mu
 
 	mu       sync.Mutex
-	sessions map[int64]*session   // by TTL in seconds
-	orphans  map[string]int64     // entries whose deletion failed: key → mod revision
-	hot      map[string]time.Time // keys found held recently (see Acquire)
+	sessions map[int64]*session // by TTL in seconds
+
+	orphans backendkit.Orphans[string, int64] // entries whose deletion failed: key → mod revision
+	hot     backendkit.HotSet                 // keys found held recently (see Acquire)
 }
 
 var (
@@ -72,6 +69,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*Backend, er
 		ctx:            bctx,
 		cancel:         cancel,
 		sessions:       make(map[int64]*session),
+		hot:            backendkit.HotSet{TTL: hotFor, Max: maxHot},
 	}, nil
 }
 
@@ -81,21 +79,9 @@ func (b *Backend) Client() *clientv3.Client { return b.cli }
 // Prefix returns the etcd key prefix of the backend's lock queues.
 func (b *Backend) Prefix() string { return b.prefix }
 
-func checkOwner(owner string) error {
-	if owner == "" || len(owner) > maxOwnerLen {
-		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: fmt.Sprintf("must be 1 to %d bytes", maxOwnerLen)}
-	}
-	return nil
-}
-
+// checkRequest is the preamble of Acquire and AcquireWait.
 func (b *Backend) checkRequest(req driver.AcquireRequest) error {
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return err
-	}
-	if err := checkOwner(req.Owner); err != nil {
-		return err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return err
 	}
 	if b.closed.Load() {
@@ -126,7 +112,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	s := b.session(req.TTL)
 	qp := b.queuePrefix(req.Key)
 	me := qp + escape(req.Owner)
-	if b.isHot(req.Key) {
+	if b.hot.Hot(req.Key) {
 		// The key was held a moment ago: read before writing. The
 		// transaction below is a Raft write (fsync) even when its compare
 		// fails; under contention most attempts would fail.
@@ -135,7 +121,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, err
 		}
 		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Key) != me {
-			b.markHot(req.Key)
+			b.hot.Mark(req.Key)
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
 	}
@@ -165,7 +151,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return g, nil
 		}
 		head, mine := firstOf(resp, 0), firstOf(resp, 1)
-		b.markHot(req.Key)
+		b.hot.Mark(req.Key)
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
@@ -191,43 +177,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 }
 
-// hotFor is how long Acquire remembers that a key was held; maxHot bounds
-// how many keys it remembers.
+// Acquire reads before writing for a key found held less than a second
+// ago (remembering at most 1024 keys): a queue entry costs a write and a
+// delete, each a Raft round and an fsync, so a contender that will wait
+// anyway is cheaper served by the read. A second covers the engine's first
+// retries of a contended key; keys stay cold otherwise.
 const (
 	hotFor = time.Second
 	maxHot = 1024
 )
-
-func (b *Backend) isHot(key string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t, ok := b.hot[key]
-	if ok && time.Since(t) >= hotFor {
-		delete(b.hot, key)
-		ok = false
-	}
-	return ok
-}
-
-func (b *Backend) markHot(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.hot == nil {
-		b.hot = make(map[string]time.Time)
-	}
-	if len(b.hot) >= maxHot {
-		now := time.Now()
-		for k, t := range b.hot {
-			if now.Sub(t) >= hotFor {
-				delete(b.hot, k)
-			}
-		}
-		if len(b.hot) >= maxHot {
-			return
-		}
-	}
-	b.hot[key] = time.Now()
-}
 
 // checkOps reads a grant's entry, its queue's head and the key's rotation
 // marker.
@@ -299,10 +257,10 @@ type leaseResult struct {
 // Renew (the engine's confirmation), so its token exceeds every token
 // issued before it.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := driver.ValidateKey(g.Key); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.ValidateKey(g.Key); err != nil {
 		return driver.Grant{}, err
 	}
 	if b.closed.Load() {
@@ -368,7 +326,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 // its own grants. An entry that still exists with the grant's create
 // revision is still the holder: no entry can queue ahead of it later.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	if b.closed.Load() {
@@ -506,29 +464,14 @@ func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64) (bool, e
 const maxSweep = 64
 
 // orphan records entry k (mod revision rev) whose deletion failed.
-func (b *Backend) orphan(k string, rev int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.orphans == nil {
-		b.orphans = make(map[string]int64)
-	}
-	b.orphans[k] = rev
-}
+func (b *Backend) orphan(k string, rev int64) { b.orphans.Add(k, rev) }
 
 // sweep retries the deletion of orphaned entries in one transaction of
 // independent guarded deletes. It runs after a keep-alive got through, so
 // that an entry whose release failed does not live on with the lease its
 // backend keeps renewing for other locks.
 func (b *Backend) sweep(ctx context.Context) {
-	b.mu.Lock()
-	batch := make(map[string]int64, min(len(b.orphans), maxSweep))
-	for k, rev := range b.orphans {
-		if len(batch) == maxSweep {
-			break
-		}
-		batch[k] = rev
-	}
-	b.mu.Unlock()
+	batch := b.orphans.Batch(maxSweep)
 	if len(batch) == 0 {
 		return
 	}
@@ -541,13 +484,9 @@ func (b *Backend) sweep(ctx context.Context) {
 	if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return
 	}
-	b.mu.Lock()
 	for k, rev := range batch {
-		if b.orphans[k] == rev {
-			delete(b.orphans, k)
-		}
+		b.orphans.Done(k, rev)
 	}
-	b.mu.Unlock()
 }
 
 // remaining asks etcd how long lease id has left; 0 if unknown.

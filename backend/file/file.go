@@ -340,10 +340,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var g driver.Grant
@@ -370,7 +367,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	if driver.ValidateKey(g.Key) != nil {
@@ -406,7 +403,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

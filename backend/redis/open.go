@@ -7,20 +7,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
-
-// Schemes are the URL schemes this package registers with fencelock.Open.
-var Schemes = []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
-
-func init() {
-	for _, s := range Schemes {
-		fencelock.Register(s, func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-			return OpenURL(ctx, u)
-		})
-	}
-}
 
 // Open opens a Backend from a URL; the backend owns its go-redis client and
 // closes it on Close. The forms are:

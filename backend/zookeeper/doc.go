@@ -10,7 +10,7 @@
 //
 // # Design
 //
-// Each lock key is a container znode ROOT/<escaped key> (every byte outside
+// Each lock key is a container znode PREFIX/<escaped key> (every byte outside
 // [A-Za-z0-9_-] percent-encoded, so any key is one path segment and comes
 // back exactly). Contenders create EPHEMERAL|SEQUENTIAL children named
 // _c_<nonce>-lock-<seq> holding their owner string; the lowest child holds
@@ -53,9 +53,14 @@
 //   - Crash release: the server deletes a dead holder's znode when its
 //     session times out. Set the engine's TTL to about the session timeout.
 //   - No orphans: a create whose reply was lost is found again by its nonce
-//     and deleted (at once, or by the backend's janitor once the server can
-//     be reached), and so is the znode of a TryAcquire that lost or a wait
-//     that was cancelled. Empty key znodes are container znodes that the
+//     and deleted, and so is the znode of a TryAcquire that lost or a wait
+//     that was cancelled. A deletion that fails, and the search for a
+//     nonce (the server may execute a create late), are retried at the
+//     start of the next Acquire, AcquireWait, Renew, RenewBatch, Release
+//     or Inspect: the backend starts no goroutine of its own for it. Until
+//     it is done, Inspect of that key returns a transient error, so the
+//     engine's clean-up after an ambiguous acquire keeps looking (with its
+//     backoff) and drives it to the end. Empty key znodes are container znodes that the
 //     server deletes itself (ZooKeeper 3.5.3 or later).
 //   - Release deletes only its own znode, version-checked; ForceRelease
 //     deletes the current holder's znode, and the holder's loss watch fires.

@@ -158,3 +158,9 @@ func (b *Backend) sleep(stop <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 }
+
+// lossWatchDelay is how long after a grant NotifyLoss arms its watch on the
+// holder's znode. Most short leases end before it and never cost the
+// server a watch; a loss that happens earlier is found when the watch is
+// armed (the znode is already gone), so detection is late by at most this.
+const lossWatchDelay = 50 * time.Millisecond
