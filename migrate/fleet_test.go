@@ -27,8 +27,8 @@ import (
 // under a Redis prefix and a PostgreSQL table of its own.
 type world struct {
 	oldURL, newURL string // old and new backend
-	base            string // the PostgreSQL server, without the table
-	table           string
+	base           string // the PostgreSQL server, without the table
+	table          string
 }
 
 func newWorld(t *testing.T) *world {

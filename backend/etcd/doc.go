@@ -48,7 +48,6 @@
 //     100ms catch-up), and a cancelled waiter deletes its entry.
 //   - Loss is pushed (driver.LossNotifier): a watch on the holder's entry
 //     reports its deletion, including by lease expiry or revocation.
-//
 //   - Token floors (driver.TokenFloorer, for migrations between
 //     backends): the token a caller sees is the native token (the mod
 //     revision above) plus an offset kept in PREFIX + "%floor", a list of
