@@ -49,6 +49,8 @@ type Backend struct {
 
 	hot backendkit.HotSet // keys recently found held: Acquire reads first
 
+	fl floors // the token floor znode as last read (floor.go)
+
 	// counters, read by tests
 	wakeups  atomic.Int64 // predecessor watch events a waiter received
 	lists    atomic.Int64 // children listings made while waiting
