@@ -27,9 +27,9 @@ import (
 // world is one migration from Redis to PostgreSQL on the test servers,
 // under a Redis prefix and a PostgreSQL table of its own.
 type world struct {
-	redisURL, pgURL string // old and new backend
-	base            string // the PostgreSQL server, without the table
-	table           string
+	oldURL, newURL string // old and new backend
+	base           string // the PostgreSQL server, without the table
+	table          string
 }
 
 func newWorld(t *testing.T) *world {
@@ -38,8 +38,8 @@ func newWorld(t *testing.T) *world {
 	p := testenv.URL(t, "FENCELOCK_TEST_POSTGRES")
 	id := randHex()
 	w := &world{base: p, table: "fencelock_migrate_" + id}
-	w.redisURL = withParam(t, r, "prefix", "migrate-"+id)
-	w.pgURL = withParam(t, p, "table", w.table)
+	w.oldURL = withParam(t, r, "prefix", "migrate-"+id)
+	w.newURL = withParam(t, p, "table", w.table)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -84,11 +84,11 @@ const (
 func (w *world) url(phase int) string {
 	switch phase {
 	case phase1:
-		return w.redisURL
+		return w.oldURL
 	case phase2:
-		return migrate.DualURL(w.redisURL, w.pgURL)
+		return migrate.DualURL(w.oldURL, w.newURL)
 	default:
-		return w.pgURL
+		return w.newURL
 	}
 }
 

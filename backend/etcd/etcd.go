@@ -39,6 +39,8 @@ type Backend struct {
 
 	orphans backendkit.Orphans[string, int64] // entries whose deletion failed: key → mod revision
 	hot     backendkit.HotSet                 // keys found held recently (see Acquire)
+
+	fl floors // the token offsets (floor.go)
 }
 
 var (
@@ -101,11 +103,11 @@ func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	return nil
 }
 
-// Acquire implements driver.Backend. It is one transaction: if key's
+// acquire is Acquire on native tokens (mod revisions; floor.go maps them to the tokens callers see). It is one transaction: if key's
 // queue is empty, put the owner's entry (attached to the backend's lease);
 // otherwise read the queue's head and the owner's own entry. The token is
 // the entry's create revision.
-func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req); err != nil {
 		return driver.Grant{}, err
 	}
@@ -133,14 +135,22 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		start := time.Now()
 		resp, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id))).
-			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key))).
+			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
+			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key)), clientv3.OpGet(b.floorKey())).
 			Commit()
 		if isLeaseNotFound(err) && attempt == 0 {
 			s.forget(l.id) // revoked from outside: grant a new one
 			continue
 		}
 		if err != nil {
+			return driver.Grant{}, err
+		}
+		// The token offset, read in the same transaction (floor.go).
+		floorAt := 3
+		if resp.Succeeded {
+			floorAt = 1
+		}
+		if err := b.fl.observe(resp.Header.Revision, firstOf(resp, floorAt)); err != nil {
 			return driver.Grant{}, err
 		}
 		g := driver.Grant{Key: req.Key, Owner: req.Owner}
@@ -244,7 +254,7 @@ type leaseResult struct {
 	err error
 }
 
-// Renew implements driver.Backend: it checks in one read transaction that
+// renew is Renew on native tokens (mod revisions; floor.go maps them to the tokens callers see): it checks in one read transaction that
 // g's entry still exists with g's token (its mod revision) at the head of
 // its queue, and keeps the entry's lease alive (shared with the backend's
 // other entries: one keep-alive serves every renewal within 1/20 of the
@@ -256,7 +266,7 @@ type leaseResult struct {
 // confirmation) is re-put the same way, marker included, on its first
 // Renew (the engine's confirmation), so its token exceeds every token
 // issued before it.
-func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
@@ -319,13 +329,13 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	return g, nil
 }
 
-// RenewBatch implements driver.BatchRenewer: the grants' entries are read
+// renewBatch is RenewBatch on native tokens (mod revisions; floor.go maps them to the tokens callers see): the grants' entries are read
 // in transactions of up to 128 reads, sent concurrently, while the leases
 // their handles name are kept alive (one keep-alive per distinct lease,
 // usually one for the whole batch). A transaction that fails affects only
 // its own grants. An entry that still exists with the grant's create
 // revision is still the holder: no entry can queue ahead of it later.
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
@@ -336,7 +346,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		// Rotation writes each entry: one Renew per grant.
 		out := make([]driver.RenewResult, len(grants))
 		for i, g := range grants {
-			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+			out[i].Grant, out[i].Err = b.renew(ctx, g, req)
 		}
 		return out, nil
 	}
@@ -421,10 +431,10 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	return out, nil
 }
 
-// Release implements driver.Backend: it deletes g's entry only if its mod
+// release is Release on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes g's entry only if its mod
 // revision is still g's token, in one transaction (never a delete by key name
 // alone, see etcd-io/etcd#22082). The shared lease is not revoked.
-func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := driver.ValidateKey(g.Key); err != nil {
 		return err
 	}
@@ -501,10 +511,10 @@ func (b *Backend) remaining(ctx context.Context, id int64) time.Duration {
 	return time.Duration(resp.TTL) * time.Second
 }
 
-// Inspect implements driver.Backend: the holder is the entry with the
+// inspect is Inspect on native tokens (mod revisions; floor.go maps them to the tokens callers see): the holder is the entry with the
 // lowest create revision in key's queue; Remaining is its lease's time to
 // live as etcd reports it (whole seconds).
-func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
@@ -526,10 +536,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // maxListLeases bounds the TimeToLive requests of one List.
 const maxListLeases = 16
 
-// List implements driver.Backend with one range read of the prefix; each
+// list is List on native tokens (mod revisions; floor.go maps them to the tokens callers see) with one range read of the prefix; each
 // key's holder is its entry with the lowest create revision. Remaining is
 // filled in from up to 16 distinct leases (usually one per client).
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
@@ -580,11 +590,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // replaced before it could delete it. Nothing was removed; try again.
 var ErrHolderChanged = errors.New("etcd: the holder changed during force-release; nothing removed")
 
-// ForceRelease implements driver.ForceReleaser: it deletes the head of
+// forceRelease is ForceRelease on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes the head of
 // key's queue, guarded by its create revision. The holder's loss watch
 // fires at once; the next waiter becomes the holder with a higher token.
 // The holder's lease is not revoked (it is shared with its other locks).
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}

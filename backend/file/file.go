@@ -25,8 +25,9 @@ import (
 )
 
 // Backend is a connection to one lock directory. It implements
-// driver.Backend, driver.BatchRenewer, driver.ForceReleaser and
-// driver.Describer, and on Linux driver.Watcher (inotify). Any number of Backends, in any number of processes, may
+// driver.Backend, driver.BatchRenewer, driver.ForceReleaser,
+// driver.TokenFloorer (per key) and driver.Describer, and on Linux
+// driver.Watcher (inotify). Any number of Backends, in any number of processes, may
 // use the same directory.
 type Backend struct {
 	dir     string

@@ -11,9 +11,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Acquire implements driver.Backend: one attempt. It joins the key's queue
+// acquire is Acquire (floor.go) on native tokens: one attempt. It joins the key's queue
 // and, unless it is first, leaves it again and reports the holder.
-func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
@@ -56,9 +56,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if cs[0].name == own {
 			// The holder left meanwhile.
 			if pst.Aversion == e.aversion {
-				return b.grant(req.Key, req.Owner, node, 0, e.czxid), nil
+				return b.acquiredLate(b.grant(req.Key, req.Owner, node, 0, e.czxid), nil)
 			}
-			return b.bump(req, node, 0)
+			return b.acquiredLate(b.bump(req, node, 0))
 		}
 		lowest := parent + "/" + cs[0].name
 		data, st, err := b.conn.Get(lowest)
@@ -73,7 +73,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if string(data) == req.Owner && st.EphemeralOwner == b.conn.SessionID() {
 			// A retry of an acquire whose reply was lost: the lock is
 			// already ours.
-			return b.bump(req, lowest, st.Version)
+			return b.acquiredLate(b.bump(req, lowest, st.Version))
 		}
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(data), Token: driver.Token(st.Mzxid)}}
 	}

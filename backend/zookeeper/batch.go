@@ -19,7 +19,7 @@ const maxPipelined = 128
 
 var _ driver.BatchRenewer = (*Backend)(nil)
 
-// RenewBatch implements driver.BatchRenewer. Without Rotate, on a
+// renewBatch is RenewBatch (floor.go) on native tokens. Without Rotate, on a
 // connection Open made, one read renews every grant whose loss watch is
 // armed: the reply proves the session alive, and ZooKeeper delivers a
 // watch event before the reply to any later request, so a watch that saw
@@ -29,7 +29,7 @@ var _ driver.BatchRenewer = (*Backend)(nil)
 // grant's znode, version-checked, and each new mzxid is that grant's token;
 // a multi fails as a whole at its first failing operation, so that grant
 // gets ErrNotHeld and the rest are sent again.
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	// The engine gives a batch the earliest local-validity deadline of its
 	// leases; one lease at its deadline must not fail the renewal of all
 	// the others, so only cancellation stops a batch. (An answer after a
@@ -56,7 +56,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	return out, nil
 }
 
-// renewEach renews the grants at the indexes idx one by one with Renew,
+// renewEach renews the grants at the indexes idx one by one with renew,
 // pipelined on the session, filling out.
 func (b *Backend) renewEach(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, idx []int, out []driver.RenewResult) {
 	rctx := context.WithoutCancel(ctx)
@@ -69,7 +69,7 @@ func (b *Backend) renewEach(ctx context.Context, grants []driver.Grant, req driv
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i].Grant, out[i].Err = b.Renew(rctx, g, req)
+			out[i].Grant, out[i].Err = b.renew(rctx, g, req)
 		}()
 	}
 	wg.Wait()
@@ -91,7 +91,7 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 		switch {
 		case g.Handle == "" || ok && (h.unconfirmed || b.isRotating(h.path)):
 			// Rare shapes: the single-grant path handles them.
-			out[i].Grant, out[i].Err = b.Renew(context.WithoutCancel(ctx), g, req)
+			out[i].Grant, out[i].Err = b.renew(context.WithoutCancel(ctx), g, req)
 		case !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token):
 			out[i].Err = driver.ErrNotHeld
 		default:

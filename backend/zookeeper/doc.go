@@ -64,6 +64,22 @@
 //     server deletes itself (ZooKeeper 3.5.3 or later).
 //   - Release deletes only its own znode, version-checked; ForceRelease
 //     deletes the current holder's znode, and the holder's loss watch fires.
+//   - Token floors (driver.TokenFloorer, for migrations between
+//     backends): the token a caller sees is the zxid above plus an offset
+//     kept in the persistent znode ROOT/%floor, a list of segments that
+//     RaiseFloor only appends to (a version-checked Set), each with a
+//     larger offset, starting at the zxid of its own write. The offset is
+//     a non-decreasing function of the zxid, so tokens keep the order of
+//     zxids and everything above holds for them. Acquire's multi checks
+//     the floor znode's version, so the offset it adds is the one in force
+//     at its zxid; a grant whose zxid was decided before it is handed out
+//     (a waiter reaching the head, in the confirming Renew; an Acquire
+//     that finds the holder gone after queueing) syncs with the leader,
+//     reads the floor and rewrites its znode for a fresh zxid if the floor
+//     is newer than its zxid. The floor is per root (RaiseFloor of any key
+//     raises all of them), below 2^62; HighWater writes the floor znode
+//     (same offsets) for a zxid above every token issued. See floor.go and
+//     docs/migration.md for the argument.
 //
 // # Caveats
 //
@@ -74,5 +90,9 @@
 // long as its holder's session. TTLs in AcquireRequest cannot be honoured
 // per lock; the session timeout applies to every lock of a Backend. Reads
 // may be served by a follower that lags the leader (ZooKeeper's sequential
-// consistency); a holder's own session always sees its own writes.
+// consistency); a holder's own session always sees its own writes. A
+// token is mapped with the floor znode as read on the session that saw its
+// zxid; right after a session expired and a new one began, a holder
+// reported by Inspect may get a token mapped with an older floor (lower,
+// never higher, than its own).
 package zookeeper

@@ -10,9 +10,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Inspect implements driver.Backend. Remaining is always zero: the lock
+// inspectKey is Inspect (floor.go) on native tokens. Remaining is always zero: the lock
 // lives as long as its holder's session.
-func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) inspectKey(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
@@ -34,9 +34,9 @@ func (b *Backend) inspect(key string) (driver.Info, error) {
 	return driver.Info{Key: key, Owner: string(data), Token: driver.Token(st.Mzxid)}, nil
 }
 
-// List implements driver.Backend. It reads the key znodes under the root
+// list is List (floor.go) on native tokens. It reads the key znodes under the root
 // and the holder of each (up to 16 at a time, pipelined on the session).
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}

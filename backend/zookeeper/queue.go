@@ -70,7 +70,8 @@ type entry struct {
 }
 
 // enqueue creates this contender's EPHEMERAL|SEQUENTIAL znode under the
-// key's parent in one transaction with a no-op write to the parent, whose
+// key's parent in one transaction with a version check of the token floor
+// znode (see floor.go) and a no-op write to the parent, whose
 // returned Stat says how many contenders there are (numChildren 1: we hold
 // the lock) and carries the transaction's zxid, which is our znode's czxid.
 // It creates the parent (a container znode) when missing.
@@ -78,16 +79,33 @@ func (b *Backend) enqueue(ctx context.Context, parent, owner string) (entry, err
 	nonce := newNonce()
 	prefix := parent + "/" + nodePrefix + nonce + seqMarker
 	for attempt := 0; ; attempt++ {
+		fs, err := b.floorState(ctx)
+		if err != nil {
+			return entry{}, err
+		}
 		res, err := b.conn.Multi(
 			&zk.CreateRequest{Path: prefix, Data: []byte(owner), Acl: b.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+			b.floorCheck(fs), // the token offset in force at this zxid (floor.go)
 		)
 		switch {
-		case err == nil && len(res) == 2 && res[1].Stat != nil:
+		case err == nil && len(res) == 3 && res[1].Stat != nil:
 			st := res[1].Stat
+			b.fl.observe(fs, st.Mzxid)
 			return entry{node: res[0].String, czxid: st.Mzxid, n: st.NumChildren, aversion: st.Aversion}, nil
 		case err == nil:
 			return entry{}, errors.New("zookeeper: malformed multi response")
+		case floorMoved(res):
+			// Raised since fs was read: read it again (no attempt is
+			// used up; nothing was written).
+			if err := ctx.Err(); err != nil {
+				return entry{}, err
+			}
+			if _, err := b.readFloor(ctx, 0); err != nil {
+				return entry{}, err
+			}
+			attempt--
+			continue
 		case errors.Is(err, zk.ErrNoNode) && attempt < 3:
 			if err := ctx.Err(); err != nil {
 				return entry{}, err

@@ -8,9 +8,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Release implements driver.Backend: it deletes the grant's own znode,
+// release is Release (floor.go) on native tokens: it deletes the grant's own znode,
 // version-checked, and nothing else.
-func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
@@ -46,10 +46,10 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	return err
 }
 
-// ForceRelease implements driver.ForceReleaser: it deletes the key's
+// forceRelease is ForceRelease (floor.go) on native tokens: it deletes the key's
 // current holder znode. The holder's NotifyLoss watch fires at once; the
 // next contender in the queue becomes the holder with a higher token.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}

@@ -8,12 +8,12 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Renew implements driver.Backend. The lock lives as long as the session,
+// renew is Renew (floor.go) on native tokens. The lock lives as long as the session,
 // so a renewal proves two things in one round trip: the session is alive
 // (the server answered on it) and the znode is still ours (same version and
 // zxid, owned by this session). With Rotate it rewrites the znode's data,
 // version-checked, and the new mzxid is the new token.
-func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
@@ -29,7 +29,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if h.unconfirmed {
-		return b.confirm(g, h)
+		return b.confirmedLate(b.confirm(g, h))
 	}
 	exists, st, err := b.conn.Exists(h.path)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// AcquireWait implements driver.Waiter: it joins the key's queue and
+// acquireWait is AcquireWait (floor.go) on native tokens: it joins the key's queue and
 // waits, FIFO, watching only its immediate predecessor (no herd effect:
 // a release wakes exactly one waiter). When its predecessor was the lowest
 // znode at the last listing, the predecessor's deletion alone proves this
@@ -27,7 +27,7 @@ import (
 // When ctx ends first, the queue znode is deleted before AcquireWait
 // returns ctx's error (go-zookeeper's own timeouts bound that call; if the
 // server is unreachable, a later call deletes it: see sweep).
-func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}

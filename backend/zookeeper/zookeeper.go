@@ -16,8 +16,8 @@ import (
 )
 
 // Backend is a fencelock backend on one ZooKeeper session. It implements
-// driver.Backend and the optional Waiter, LossNotifier, ForceReleaser and
-// Describer. It is safe for concurrent use.
+// driver.Backend and the optional Waiter, BatchRenewer, LossNotifier,
+// ForceReleaser, TokenFloorer and Describer. It is safe for concurrent use.
 type Backend struct {
 	conn  *zk.Conn
 	owned bool    // Open dialled conn; Close closes it
@@ -48,6 +48,8 @@ type Backend struct {
 	evented bool // the event callback is installed (Open)
 
 	hot backendkit.HotSet // keys recently found held: Acquire reads first
+
+	fl floors // the token floor znode as last read (floor.go)
 
 	// counters, read by tests
 	wakeups  atomic.Int64 // predecessor watch events a waiter received
