@@ -314,9 +314,11 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 // which the fence must refuse (P1). Once a batch renewal (and a wait)
 // has been seen, a rotating holder is paused between its lease check and
 // its write until another lease of its key has written: its rotated
-// token must then be refused too. after checks that each path was used.
+// token must then be refused too. after checks that each path was used
+// and that no lease was lost before the pause.
 func rotationCell(be *backendEnv) cellSpec {
 	ttl := be.ttl
+	var paused string // the contender the round paused
 	return cellSpec{fault: fRotation, fencing: true, keys: 3, workers: 2, rotate: ttl / 2, hold: ttl,
 		run: func(ctx context.Context, c *cell) (int, error) {
 			if _, err := c.awaitEvent(ctx, 20*ttl, 0, "a batch renewal", func(e history.Event) bool {
@@ -331,7 +333,8 @@ func rotationCell(be *backendEnv) cellSpec {
 					return 0, err
 				}
 			}
-			_, err := c.pauseHolder(ctx, "rotating holder paused between lease check and write")
+			h, err := c.pauseHolder(ctx, "rotating holder paused between lease check and write")
+			paused = h.proc
 			return 1, err
 		},
 		after: func(c *cell, res check.Result) error {
@@ -353,6 +356,17 @@ func rotationCell(be *backendEnv) cellSpec {
 			}
 			if be.waits && st.Waits == 0 {
 				errs = append(errs, errors.New("no wait through the backend's Waiter or Watcher"))
+			}
+			// Only the paused contender's leases may be lost, and only
+			// from its pause on: any other loss was dropped by the engine
+			// or the backend (a batch renewal or rotation gone wrong).
+			if len(c.rounds) > 0 {
+				for _, e := range c.log.snapshot() {
+					if e.Kind == history.Lost && (e.Proc != paused || e.T < c.rounds[0].from) {
+						errs = append(errs, fmt.Errorf("lease %s of %s (%s) lost without a fault: %s", e.Lease, e.Key, e.Proc, e.Err))
+						break
+					}
+				}
 			}
 			return errors.Join(errs...)
 		},
