@@ -32,7 +32,7 @@
 //	out=$(scripts/testenv up) && eval "$out"
 //	cd safety && go test -race -run TestSafety -v
 //
-// The quick profile (the default, run by CI) takes about 7 minutes on two
+// The quick profile (the default, run by CI) takes about 8 minutes on two
 // cores with -race. Flags (after -args): -safety.seed=N reruns a run (every
 // run logs its seed), -safety.soak runs the long profile (ten rounds of
 // every fault, a minute of baseline; give go test a -timeout of an hour or
