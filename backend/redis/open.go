@@ -24,7 +24,11 @@ import (
 // Sentinels; the URL's user and password are the primary's). Every other
 // parameter goes to go-redis's URL parser (dial_timeout, read_timeout,
 // pool_size, protocol, client_name, skip_verify, ...), which rejects the
-// ones it does not know. No credential from the URL appears in errors
+// ones it does not know. The client is always made with go-redis's
+// ContextTimeoutEnabled (also when a Sentinel URL's
+// context_timeout_enabled says otherwise), so that every call returns by its context's deadline even
+// when the server does not answer: a renewal must never outlast the
+// engine's deadline for it. No credential from the URL appears in errors
 // (see driver.RedactURL); a URL that cannot be used, a bad port included,
 // is an *InvalidOptionError.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
@@ -112,6 +116,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		return goredis.NewClient(o), opts, nil
 
 	case "sentinel":
@@ -135,6 +140,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPass
 		o.Username, o.Password = "", ""
 		if u.User != nil {
@@ -155,6 +161,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		return goredis.NewClusterClient(o), opts, nil
 	}
 }
