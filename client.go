@@ -287,6 +287,11 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 				c.releaseGrant(g)
 				c.abandon(req)
 				last = err
+				// If that clean-up failed it goes on in the
+				// background, by owner: a grant under this owner
+				// handed out later would be removed by it. Queue
+				// again as a new contender.
+				req.Owner = c.newOwner()
 			}
 			if ctx.Err() != nil {
 				c.abandon(req)
