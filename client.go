@@ -39,10 +39,10 @@ type Client struct {
 	mu      sync.Mutex
 	closed  bool                // no new leases
 	stopped bool                // no new background work
-	leases  map[*Lease]struct{} // held leases
+	leases  map[*Lease]*renewal // held leases, with their scheduler entries
 	pending map[*Lease]struct{} // released leases whose store release failed
 	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
-	queue   leaseQueue          // held leases not being renewed, by next renewal
+	queue   renewalQueue        // entries of held leases not being renewed, by due time
 	armed   time.Time           // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
 	stop    chan struct{}
@@ -67,7 +67,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		name:        "backend",
 		o:           o,
 		ownerPrefix: o.Owner + "/" + hex.EncodeToString(nonce[:]) + ".",
-		leases:      make(map[*Lease]struct{}),
+		leases:      make(map[*Lease]*renewal),
 		pending:     make(map[*Lease]struct{}),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -287,6 +287,11 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 				c.releaseGrant(g)
 				c.abandon(req)
 				last = err
+				// If that clean-up failed it goes on in the
+				// background, by owner: a grant under this owner
+				// handed out later would be removed by it. Queue
+				// again as a new contender.
+				req.Owner = c.newOwner()
 			}
 			if ctx.Err() != nil {
 				c.abandon(req)
@@ -333,6 +338,14 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 	// With a fresh subscription, try again at once: the key may have been
 	// released between the first attempt and the subscription.
 	immediate := notify != nil
+	// woke: this attempt follows a notification. quiet: the last one
+	// followed a notification and found the same holder as the attempt
+	// before it, so the notification was about a change that did not
+	// free the key (a composite backend such as migrate.Dual taking and
+	// giving back one side, maybe this waiter's own attempt): the next
+	// attempt waits for the backoff timer, or waiters would wake each
+	// other, and themselves, in a loop that spins the store.
+	woke, quiet := false, false
 	for {
 		if !immediate {
 			wait := jitter(backoff)
@@ -341,6 +354,10 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 				wait = held.Holder.Remaining + time.Millisecond
 			}
 			t := time.NewTimer(wait)
+			wake := notify
+			if quiet {
+				wake = nil
+			}
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -348,19 +365,22 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 					c.abandon(req)
 				}
 				return nil, c.ended(ctx, last)
-			case _, ok := <-notify:
+			case _, ok := <-wake:
 				// Try at once; the safety-net backoff keeps growing,
 				// so a waiter that loses the race does not poll hard.
 				if !ok {
 					notify = nil
 				}
+				woke = ok
 			case <-t.C:
 				backoff = min(2*backoff, c.o.MaxBackoff)
+				woke = false
 			}
 			t.Stop()
 		}
 		immediate = false
 		start := c.now()
+		before := last
 		g, err := c.b.Acquire(ctx, req)
 		if err == nil {
 			l, err := c.newLease(parent, begin, start, contended, req, g)
@@ -376,6 +396,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
 		contended = contended || !ambiguous
+		quiet = woke && sameHolder(before, err)
 		if ctx.Err() != nil {
 			if ambiguous {
 				c.abandon(req)
@@ -386,6 +407,14 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
 		}
 	}
+}
+
+// sameHolder reports whether two failed attempts found the key held by
+// the same holder, under the same token.
+func sameHolder(a, b error) bool {
+	var ha, hb *HeldError
+	return errors.As(a, &ha) && errors.As(b, &hb) &&
+		ha.Holder.Owner == hb.Holder.Owner && ha.Holder.Token == hb.Holder.Token
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {
@@ -657,12 +686,12 @@ func (c *Client) goBackground(f func()) {
 // those whose release Close must see through.
 func (c *Client) forget(l *Lease, pending bool) {
 	c.mu.Lock()
+	if r, ok := c.leases[l]; ok && r.idx >= 0 {
+		heap.Remove(&c.queue, r.idx)
+	}
 	delete(c.leases, l)
 	if pending {
 		c.pending[l] = struct{}{} // until its release is confirmed
-	}
-	if l.qidx >= 0 {
-		heap.Remove(&c.queue, l.qidx)
 	}
 	c.mu.Unlock()
 }
@@ -673,28 +702,4 @@ func (c *Client) poke() {
 	case c.wake <- struct{}{}:
 	default:
 	}
-}
-
-// leaseQueue is a min-heap of leases by next renewal time, guarded by c.mu.
-type leaseQueue []*Lease
-
-func (q leaseQueue) Len() int           { return len(q) }
-func (q leaseQueue) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
-func (q leaseQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].qidx = i
-	q[j].qidx = j
-}
-func (q *leaseQueue) Push(x any) {
-	l := x.(*Lease)
-	l.qidx = len(*q)
-	*q = append(*q, l)
-}
-func (q *leaseQueue) Pop() any {
-	old := *q
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	l.qidx = -1
-	return l
 }

@@ -1,7 +1,6 @@
 package fencelock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -29,11 +28,6 @@ type Lease struct {
 	owner  string
 	parent context.Context // Acquire's ctx, for its values
 	done   chan struct{}
-
-	// guarded by c.mu
-	nextRenew time.Time
-	retrying  bool // the next renewal is a retry after a failure
-	qidx      int
 
 	mu              sync.Mutex
 	grant           driver.Grant
@@ -74,7 +68,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), releasing: make(chan struct{}, 1), qidx: -1, grant: g, lastRotate: start, acquired: start}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	late := !c.now().Before(l.validUntil)
@@ -105,10 +99,9 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 		c.releaseGrant(g)
 		return nil, ErrClosed
 	}
-	c.leases[l] = struct{}{}
-	l.nextRenew = start.Add(l.interval)
-	heap.Push(&c.queue, l)
-	c.pokeIfEarlierLocked(l.nextRenew)
+	r := &renewal{l: l, idx: -1}
+	c.leases[l] = r
+	c.scheduleLocked(r, start.Add(l.interval), false)
 	c.mu.Unlock()
 
 	if c.loss != nil {

@@ -31,18 +31,18 @@ func (c *Client) schedule() {
 		// batches) the regular renewals due within the next half interval,
 		// so batches are few and large; a retry after a failure waits its
 		// own backoff.
-		if c.queue.Len() > 0 && !c.queue[0].nextRenew.After(now) {
+		if c.queue.Len() > 0 && !c.queue[0].due.After(now) {
 			for c.queue.Len() > 0 {
 				top := c.queue[0]
-				if top.nextRenew.After(now) && (top.retrying || top.nextRenew.After(now.Add(align))) {
+				if top.due.After(now) && (top.retrying || top.due.After(now.Add(align))) {
 					break
 				}
-				due = append(due, heap.Pop(&c.queue).(*Lease))
+				due = append(due, heap.Pop(&c.queue).(*renewal).l)
 			}
 		}
 		wait := time.Duration(-1)
 		if c.queue.Len() > 0 {
-			wait = c.queue[0].nextRenew.Sub(now)
+			wait = c.queue[0].due.Sub(now)
 		}
 		if len(due) > 0 {
 			// c.wg cannot be waited on while this goroutine runs.
@@ -58,7 +58,7 @@ func (c *Client) schedule() {
 		}
 		c.armed = time.Time{}
 		if wait >= 0 {
-			c.armed = c.queue[0].nextRenew
+			c.armed = c.queue[0].due
 		}
 		c.mu.Unlock()
 		if wait >= 0 {
@@ -72,6 +72,60 @@ func (c *Client) schedule() {
 			return
 		}
 		t.Stop()
+	}
+}
+
+// renewal is a held lease's entry in the scheduler. The entry and the
+// queue are guarded by c.mu, and only the scheduler's own code (this file
+// and forget) touches them; the Lease's fields are guarded by l.mu. An
+// entry is in the queue (idx ≥ 0) while its lease waits for its next
+// renewal, and out of it (idx = −1) while a renewal is in flight.
+type renewal struct {
+	l        *Lease
+	due      time.Time
+	retrying bool // the next renewal is a retry after a failure
+	idx      int  // index in c.queue; −1 while not queued
+}
+
+// renewalQueue is a min-heap of scheduler entries by due time.
+type renewalQueue []*renewal
+
+func (q renewalQueue) Len() int           { return len(q) }
+func (q renewalQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q renewalQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].idx = i
+	q[j].idx = j
+}
+func (q *renewalQueue) Push(x any) {
+	r := x.(*renewal)
+	r.idx = len(*q)
+	*q = append(*q, r)
+}
+func (q *renewalQueue) Pop() any {
+	old := *q
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	r.idx = -1
+	return r
+}
+
+// scheduleLocked queues r to be renewed at due. Called with c.mu held,
+// for an entry that is not queued.
+func (c *Client) scheduleLocked(r *renewal, due time.Time, retrying bool) {
+	r.due, r.retrying = due, retrying
+	heap.Push(&c.queue, r)
+	c.pokeIfEarlierLocked(due)
+}
+
+// reschedule queues l's next renewal, unless l has left the client's held
+// leases meanwhile (released or lost).
+func (c *Client) reschedule(l *Lease, due time.Time, retrying bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.leases[l]; ok && r.idx < 0 {
+		c.scheduleLocked(r, due, retrying)
 	}
 }
 
@@ -162,9 +216,42 @@ func (c *Client) renewBatch(due []*Lease) {
 	}
 }
 
-// renewed applies the outcome of a renewal of l that was sent at start.
+// renewed applies the outcome of a renewal of l that was sent at start:
+// it updates the lease, then reports, and then either ends the lease or
+// queues its next renewal.
 func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) {
+	o := l.applyRenewal(start, old, rotate, ng, err)
+	if o.lost != nil {
+		c.emit(o.event)
+		l.lose(o.lost)
+		return
+	}
+	if o.ended {
+		return
+	}
+	c.reschedule(l, o.next, o.retrying)
+	c.emit(o.event)
+	if o.rotated {
+		c.emit(Event{Kind: EventRotated, Key: l.key, Owner: l.owner, Token: ng.Token, Previous: old.Token})
+	}
+}
+
+// renewalOutcome is what a renewal's answer means for its lease.
+type renewalOutcome struct {
+	ended    bool      // the lease had already ended: nothing to do
+	lost     error     // the lease is lost with this cause
+	event    Event     // EventRenewed or EventRenewFailed
+	rotated  bool      // the token changed: report EventRotated too
+	next     time.Time // when to renew next
+	retrying bool      // next is a retry after a failure
+}
+
+// applyRenewal updates l with a renewal's answer, under l.mu, and says
+// what the caller must do next.
+func (l *Lease) applyRenewal(start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) renewalOutcome {
+	c := l.c
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.renewing = false
 	if rotate && err != nil && !definite(err) {
 		// The rotation may have taken effect: our record may now carry
@@ -172,18 +259,13 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 		l.unsure = true
 	}
 	if l.state != held {
-		l.mu.Unlock()
-		return
+		return renewalOutcome{ended: true}
 	}
-	var next time.Time
-	retrying := false
 	switch {
 	case err == nil && ng.Token < old.Token:
-		l.mu.Unlock()
-		c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true,
-			Err: fmt.Errorf("%w: had %d, got %d", ErrTokenRegressed, old.Token, ng.Token)})
-		l.lose(ErrTokenRegressed)
-		return
+		err = fmt.Errorf("%w: had %d, got %d", ErrTokenRegressed, old.Token, ng.Token)
+		return renewalOutcome{lost: ErrTokenRegressed,
+			event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err}}
 	case err == nil:
 		if ng.Key == "" {
 			ng.Key, ng.Owner = old.Key, old.Owner
@@ -192,42 +274,22 @@ func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate boo
 			ng.Handle = old.Handle
 		}
 		l.grant = ng
-		latency := c.now().Sub(start)
 		if rotate && ng.Token > old.Token {
 			l.lastRotate = start
 		}
-		defer func() {
-			c.emit(Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: latency})
-			if ng.Token > old.Token {
-				c.emit(Event{Kind: EventRotated, Key: l.key, Owner: l.owner, Token: ng.Token, Previous: old.Token})
-			}
-		}()
 		l.failures = 0
 		l.unsure = false
 		l.setValidityLocked(start, ng.TTL)
-		next = start.Add(l.interval)
+		return renewalOutcome{next: start.Add(l.interval), rotated: ng.Token > old.Token,
+			event: Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: c.now().Sub(start)}}
 	case errors.Is(err, ErrNotHeld):
-		l.mu.Unlock()
-		c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err})
-		l.lose(err)
-		return
+		return renewalOutcome{lost: err,
+			event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err}}
 	default:
 		l.failures++
 		retry := min(c.o.MinBackoff<<min(l.failures, 20), l.interval/2)
-		next = c.now().Add(jitter(retry))
-		retrying = true
-		remaining := l.validUntil.Sub(c.now())
-		defer c.emit(Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Remaining: remaining,
-			Err: c.wrap(context.Background(), "renew", err)})
+		return renewalOutcome{next: c.now().Add(jitter(retry)), retrying: true,
+			event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token,
+				Remaining: l.validUntil.Sub(c.now()), Err: c.wrap(context.Background(), "renew", err)}}
 	}
-	l.mu.Unlock()
-
-	c.mu.Lock()
-	if _, ok := c.leases[l]; ok && l.qidx < 0 {
-		l.nextRenew = next
-		l.retrying = retrying
-		heap.Push(&c.queue, l)
-		c.pokeIfEarlierLocked(next)
-	}
-	c.mu.Unlock()
 }

@@ -27,8 +27,9 @@ func testBadInput(t *testing.T, s *suite) {
 		if _, err := c.Inspect(ctx, k); !errors.Is(err, fencelock.ErrInvalidKey) {
 			t.Errorf("Client.Inspect(%q) = %v; want ErrInvalidKey", k, err)
 		}
-		// The backend must also refuse on its own: third-party callers
-		// may not go through the engine.
+		// The backend must also refuse on its own: it owns validation
+		// (see "Validation" in package driver), and callers such as
+		// migrate do not go through the engine.
 		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: k, Owner: "conformance-bad", TTL: s.h.TTL})
 		if !errors.Is(err, driver.ErrInvalidKey) {
 			t.Errorf("Backend.Acquire(%q) = %v; want ErrInvalidKey", k, err)
@@ -38,11 +39,27 @@ func testBadInput(t *testing.T, s *suite) {
 			t.Errorf("Backend.Acquire(%q) error %T is not an *InvalidKeyError", k, err)
 		}
 	}
-	for _, ttl := range []time.Duration{0, -time.Second} {
+	for _, ttl := range []time.Duration{0, -time.Second, driver.MaxTTL + time.Second} {
 		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: base + "ttl", Owner: "conformance-bad", TTL: ttl})
 		if !errors.Is(err, driver.ErrInvalidOption) {
 			t.Errorf("Backend.Acquire with TTL %v = %v; want ErrInvalidOption", ttl, err)
 		}
+	}
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: base + "owner", TTL: s.h.TTL}); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Errorf("Backend.Acquire with an empty Owner = %v; want ErrInvalidOption", err)
+	}
+	// Renew checks its request before it looks for the grant.
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: base + "renew", Owner: "conformance-bad", TTL: s.h.TTL})
+	if err != nil {
+		t.Fatalf("Backend.Acquire: %v", err)
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, driver.MaxTTL + time.Second} {
+		if _, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl}); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("Backend.Renew with TTL %v = %v; want ErrInvalidOption", ttl, err)
+		}
+	}
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatalf("Backend.Release: %v", err)
 	}
 	for _, o := range []fencelock.Options{
 		{TTL: time.Nanosecond},

@@ -113,7 +113,7 @@ type testCase struct {
 }
 
 var cases = []testCase{
-	{"BadInputRejectedAndNothingStored", "empty, oversized, non-UTF-8 and control-character keys, and TTLs out of range, are rejected with typed errors (ErrInvalidKey, ErrInvalidOption), and nothing is stored.", testBadInput},
+	{"BadInputRejectedAndNothingStored", "empty, oversized, non-UTF-8 and control-character keys, an empty owner, and TTLs out of range in Acquire and Renew, are rejected by the backend itself with typed errors (ErrInvalidKey, ErrInvalidOption), and nothing is stored.", testBadInput},
 	{"OddKeysRoundTrip", "any valid key (spaces, slashes, dots, braces, percent signs, non-ASCII) is stored and reported back exactly, and distinct keys never collide.", testOddKeys},
 	{"MutualExclusion", "at any instant at most one holder per key: many clients hammering one key never overlap, and a counter they increment under the lock ends exact.", testMutualExclusion},
 	{"FencingTokensIncrease", "a key's tokens strictly increase across holders, release and re-acquire, takeover after expiry and force-release.", testTokensIncrease},

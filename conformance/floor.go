@@ -1,8 +1,12 @@
 package conformance
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -96,6 +100,105 @@ func testTokenFloor(t *testing.T, s *suite) {
 		}
 		if err := b.Release(ctx, g); err != nil {
 			t.Fatal(err)
+		}
+	}
+
+	t.Run("RaisedBetweenHolders", func(t *testing.T) { testFloorBetweenHolders(t, s) })
+}
+
+// testFloorBetweenHolders: contenders, each on a backend of its own, take
+// one key in turn (half of them queued in the store, where the backend is
+// a driver.Waiter, the others polling with Acquire); each holder raises the key's floor above its own token
+// through its backend before it releases, as the dual backend of a
+// migration does. The next holder's token (after the confirming Renew, as
+// the engine does it) must be above the previous holder's and above every
+// floor raised before the previous holder's release: the handover to a
+// waiter that queued before the raise included.
+func testFloorBetweenHolders(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "handover")
+	const contenders, rounds = 3, 8
+	var (
+		mu         sync.Mutex
+		last       driver.Token // the last holder's token
+		floorBelow driver.Token // the highest floor raised before the last release
+		holders    int
+		failed     []string
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		failed = append(failed, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for c := range contenders {
+		b := s.backend(t)
+		f, ok := b.(driver.TokenFloorer)
+		if !ok {
+			t.Fatal("a second backend of the same harness is not a TokenFloorer")
+		}
+		owner := fmt.Sprintf("floor-contender-%d-%s", c, randHex())
+		wg.Go(func() {
+			for r := range rounds {
+				g, err := grantWaiting(ctx, b, c%2 == 0, driver.AcquireRequest{Key: key, Owner: owner, TTL: 3 * s.h.TTL})
+				if err != nil {
+					fail("contender %d round %d: acquire: %v", c, r, err)
+					return
+				}
+				if g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: 3 * s.h.TTL}); err != nil {
+					fail("contender %d round %d: confirming Renew: %v", c, r, err)
+					return
+				}
+				mu.Lock()
+				if g.Token <= last || g.Token <= floorBelow {
+					failed = append(failed, fmt.Sprintf("contender %d round %d: token %d; the previous holder had %d and raised the floor to %d before releasing", c, r, g.Token, last, floorBelow))
+				}
+				last = g.Token
+				holders++
+				mu.Unlock()
+				floor := g.Token + 500
+				if err := f.RaiseFloor(ctx, key, floor); err != nil {
+					fail("contender %d round %d: RaiseFloor(%d) while holding: %v", c, r, floor, err)
+				}
+				if info, err := b.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != owner {
+					fail("contender %d round %d: Inspect after the raise = %+v, %v; want token %d of %q", c, r, info, err, g.Token, owner)
+				}
+				mu.Lock()
+				floorBelow = max(floorBelow, floor)
+				mu.Unlock()
+				if err := b.Release(ctx, g); err != nil {
+					fail("contender %d round %d: Release: %v", c, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range failed {
+		t.Error(f)
+	}
+	if holders != contenders*rounds && len(failed) == 0 {
+		t.Fatalf("%d grants, want %d", holders, contenders*rounds)
+	}
+}
+
+// grantWaiting takes key, queued in the store if queue is set and b is a
+// driver.Waiter, else by polling with Acquire.
+func grantWaiting(ctx context.Context, b driver.Backend, queue bool, req driver.AcquireRequest) (driver.Grant, error) {
+	if w, ok := b.(driver.Waiter); ok && queue {
+		return w.AcquireWait(ctx, req)
+	}
+	for {
+		g, err := b.Acquire(ctx, req)
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return driver.Grant{}, ctx.Err()
+		case <-t.C:
 		}
 	}
 }

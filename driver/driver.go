@@ -43,6 +43,31 @@
 // statement on the server and wait for the cancellation), so that this one
 // look finds the truth.
 //
+// # Validation
+//
+// The backend owns input validation, with this package's functions: the
+// rules live here once, and each backend entry point applies them with one
+// call before anything is stored. Backends are called directly, not only
+// by the engine (package migrate, the fencelock command, third-party code),
+// so "bad input gets a typed error and changes nothing stored" must hold
+// for every caller; the conformance suite calls backends directly to check
+// it.
+//
+//   - Acquire and AcquireWait: CheckAcquire (key, owner, TTL).
+//   - Renew and RenewBatch: CheckRenew (the TTL). A grant (also Release's)
+//     is the backend's own output, not new input: one it cannot have
+//     issued (a bad key, an empty owner, a zero token) changes nothing and
+//     gets ErrNotHeld, or an *InvalidKeyError for a bad key.
+//   - Inspect, ForceRelease, Watch, RaiseFloor: ValidateKey.
+//   - List, HighWater: ValidatePrefix.
+//
+// A backend whose store has stricter rules (a shorter key limit) adds them
+// after these and reports them the same way. The engine relies on the
+// backend: it does not check an AcquireRequest or RenewRequest it builds
+// (its owners always pass, and its TTL was checked by fencelock.New with
+// ValidateTTL's bounds). The Client checks a key the application gives it
+// once, with ValidateKey, before it emits an event or starts a retry.
+//
 // # Concurrency
 //
 // Every method may be called concurrently from many goroutines. After Close
@@ -62,9 +87,10 @@ type Token uint64
 
 // AcquireRequest asks for a key on behalf of one lease.
 type AcquireRequest struct {
-	// Key is the lock key. The engine has already checked it with
-	// ValidateKey; a backend with stricter rules (for example a length limit
-	// of its store) returns an *InvalidKeyError before storing anything.
+	// Key is the lock key. The backend checks the request with
+	// CheckAcquire before storing anything (see "Validation"); a backend
+	// with stricter rules (for example a length limit of its store) also
+	// returns an *InvalidKeyError for them.
 	Key string
 	// Owner identifies the lease. It is unique per Acquire or TryAcquire call
 	// of the engine and is what Inspect and List report as the holder.

@@ -492,17 +492,29 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	}
 	held := [2]driver.Grant{o, n}
 	sub, _ := d.current(held) // what a failed renewal may have left
-	_, _, err = onBoth(func(i int) (struct{}, error) {
+	// A grant without a Handle is the engine's clean-up by owner: each
+	// side's record was looked up. A side with no record of the owner's
+	// has nothing left to release, which is success as long as the other
+	// side had one: this releases what remains of the lease (a release
+	// that raced a rotation removed one side and was refused by the
+	// other, whose record had moved to a new token).
+	lookedUp := g.Handle == "" && (sub[oldSide].Token != 0 || sub[newSide].Token != 0)
+	var errs [2]error
+	onBoth(func(i int) (struct{}, error) {
 		if sub[i].Token == 0 { // looked up and not ours: nothing to release
-			return struct{}{}, driver.ErrNotHeld
+			if !lookedUp {
+				errs[i] = driver.ErrNotHeld
+			}
+			return struct{}{}, nil
 		}
 		err := d.side(i).Release(ctx, sub[i])
 		if err == nil || errors.Is(err, driver.ErrNotHeld) {
 			d.forget(i, held[i])
 		}
-		return struct{}{}, err
+		errs[i] = err
+		return struct{}{}, nil
 	})
-	return err
+	return joinSides(errs[oldSide], errs[newSide])
 }
 
 // merge combines the two sides' records of one key. A key held by the

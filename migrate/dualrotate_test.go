@@ -232,3 +232,45 @@ func TestDualRotatingRenewalSurvivesAFailedFloorRaise(t *testing.T) {
 		})
 	}
 }
+
+// Defect (found by the generative mode on a Dual of two memory stores): a
+// release that raced a rotating renewal removed one side's record and was
+// refused by the other, whose record had moved to its rotated token. The
+// engine's clean-up by owner then sent a grant looked up by owner; the side
+// already released had no record of the owner's and Dual answered "not
+// held", so Do reported a lease lost that nobody else ever held.
+func TestDualReleaseByOwnerReleasesWhatRemains(t *testing.T) {
+	ctx := t.Context()
+	old, new := memory.New(), memory.New()
+	d := mustDual(t, old, new)
+	g, err := d.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rotation reached the old side; the holder's release reached
+	// the new side with the pre-rotation sub-grant.
+	oi, _ := old.Inspect(ctx, "k")
+	if _, err := old.Renew(ctx, driver.Grant{Key: "k", Owner: "o", Token: oi.Token}, driver.RenewRequest{TTL: time.Minute, Rotate: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, g); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release with the pre-rotation grant = %v, want ErrNotHeld from the rotated side", err)
+	}
+	// The engine's clean-up: look the key up, release by owner.
+	info, err := d.Inspect(ctx, "k")
+	if err != nil || info.Owner != "o" {
+		t.Fatalf("Inspect = %+v, %v; want the owner's record on the old side", info, err)
+	}
+	if err := d.Release(ctx, driver.Grant{Key: "k", Owner: "o", Token: info.Token}); err != nil {
+		t.Errorf("Release by owner = %v, want nil: it removed what was left of the lease", err)
+	}
+	for name, b := range map[string]*memory.Backend{"old": old, "new": new} {
+		if i, err := b.Inspect(ctx, "k"); err != nil || i.Locked() {
+			t.Errorf("%s side after release: %+v, %v; want free", name, i, err)
+		}
+	}
+	// Nothing of the owner's anywhere: still "not held".
+	if err := d.Release(ctx, driver.Grant{Key: "k", Owner: "o", Token: info.Token}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Release by owner of a free key = %v, want ErrNotHeld", err)
+	}
+}

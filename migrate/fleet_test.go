@@ -20,25 +20,26 @@ import (
 	_ "github.com/fencelock/fencelock/backend/redis"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 	"github.com/fencelock/fencelock/migrate"
 )
 
 // world is one migration from Redis to PostgreSQL on the test servers,
 // under a Redis prefix and a PostgreSQL table of its own.
 type world struct {
-	redisURL, pgURL string // old and new backend
-	base            string // the PostgreSQL server, without the table
-	table           string
+	oldURL, newURL string // old and new backend
+	base           string // the PostgreSQL server, without the table
+	table          string
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	r := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
-	p := conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES")
+	r := testenv.URL(t, "FENCELOCK_TEST_REDIS")
+	p := testenv.URL(t, "FENCELOCK_TEST_POSTGRES")
 	id := randHex()
 	w := &world{base: p, table: "fencelock_migrate_" + id}
-	w.redisURL = withParam(t, r, "prefix", "migrate-"+id)
-	w.pgURL = withParam(t, p, "table", w.table)
+	w.oldURL = withParam(t, r, "prefix", "migrate-"+id)
+	w.newURL = withParam(t, p, "table", w.table)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -83,11 +84,11 @@ const (
 func (w *world) url(phase int) string {
 	switch phase {
 	case phase1:
-		return w.redisURL
+		return w.oldURL
 	case phase2:
-		return migrate.DualURL(w.redisURL, w.pgURL)
+		return migrate.DualURL(w.oldURL, w.newURL)
 	default:
-		return w.pgURL
+		return w.newURL
 	}
 }
 
@@ -389,7 +390,7 @@ func TestLosingABackendEndsDualLeases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt, err := goredis.ParseURL(conformance.ServerURL(t, "FENCELOCK_TEST_REDIS"))
+		opt, err := goredis.ParseURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,13 @@
 // store cut, slowed, reset or losing one reply (safety/faultproxy), a
 // stale release and renew of an old grant, the store killed and restarted
 // or paused (servers started by scripts/testenv only), and for Redis a
-// FLUSHALL and an early expiry of a lock key. Then the loopback clusters
+// FLUSHALL and an early expiry of a lock key. One more cell per backend,
+// rotation-batch-wait, rotates tokens (the fence must accept each rotated
+// token and then refuse the token before it), has every client hold
+// several leases (batch renewal) and waits through the backend's Waiter
+// or Watcher, with a rotating holder paused. The dual backend of a
+// migration (dual://, Redis and PostgreSQL) runs that cell and a holder
+// kill. Then the loopback clusters
 // (FENCELOCK_TEST_ETCD3, _ZOOKEEPER3, _REDISHA; started by the suite with
 // scripts/testenv when unset) lose their leader or primary. Each cell's
 // merged history is checked for P1..P8 (safety/check) and classified
@@ -26,7 +32,7 @@
 //	out=$(scripts/testenv up) && eval "$out"
 //	cd safety && go test -race -run TestSafety -v
 //
-// The quick profile (the default, run by CI) takes about 7 minutes on two
+// The quick profile (the default, run by CI) takes about 8 minutes on two
 // cores with -race. Flags (after -args): -safety.seed=N reruns a run (every
 // run logs its seed), -safety.soak runs the long profile (ten rounds of
 // every fault, a minute of baseline; give go test a -timeout of an hour or

@@ -165,6 +165,9 @@ type backendEnv struct {
 	ttl    time.Duration // lease TTL (and ZooKeeper session timeout)
 	slack  time.Duration // the checker's measurement slack
 	claim  *driver.Description
+	// waits is set when the backend can wait for a key itself
+	// (driver.Waiter or driver.Watcher).
+	waits bool
 	// testenv is set when the server was started by scripts/testenv, so
 	// that the harness may kill, restart and pause it.
 	testenv *cluster.Testenv
@@ -248,6 +251,10 @@ type cellSpec struct {
 	fencing bool
 	mutant  contender.Mutant
 	hold    time.Duration // contenders' Config.Hold; default TTL/8
+	// rotate and workers are the contenders' Config.RotateEvery and
+	// Config.Workers (token rotation; several leases per client).
+	rotate  time.Duration
+	workers int
 	// cooldown is how long the workload runs after the scenario; default
 	// TTL + 2×slack (so that P5 and P8 deadlines fall within the run).
 	cooldown time.Duration
@@ -431,6 +438,9 @@ func (c *cell) startProc() (*proc.Proc, error) {
 		Mutant: c.spec.mutant,
 		Hold:   c.spec.hold,
 		Seed:   deriveSeed(c.seed, c.be.name, c.spec.fault, name),
+
+		RotateEvery: c.spec.rotate,
+		Workers:     c.spec.workers,
 	}
 	env, err := cfg.Env()
 	if err != nil {

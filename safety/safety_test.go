@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
+	"github.com/fencelock/fencelock/migrate"
 	_ "github.com/fencelock/fencelock/safety/backends"
 	"github.com/fencelock/fencelock/safety/cluster"
 	"github.com/fencelock/fencelock/safety/history"
@@ -40,6 +41,24 @@ var backendDefs = []backendDef{
 	{"etcd", "FENCELOCK_TEST_ETCD", 2 * time.Second, 700 * time.Millisecond},
 	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
+}
+
+// dualDef is the dual backend of a migration's rolling deploy
+// (migrate.Dual, a dual:// URL): every lease held on Redis and on
+// PostgreSQL at once. It runs after the backends above, on their servers.
+var dualDef = backendDef{"dual", "FENCELOCK_TEST_REDIS+FENCELOCK_TEST_POSTGRES", time.Second, 300 * time.Millisecond}
+
+// dualCells are the cells of the dual backend: the engine's optional
+// paths (rotation, batch renewal, waiting) and a holder killed. The
+// store and network faults are the two backends' own cells.
+func dualCells(be *backendEnv, prof profile) (specs []cellSpec, left []string) {
+	all, _ := cellsFor(be, prof, false)
+	for _, s := range all {
+		if s.fault == fRotation || s.fault == fHolderKill {
+			specs = append(specs, s)
+		}
+	}
+	return specs, []string{"every fault but " + fHolderKill + " and " + fRotation + ": they are measured on redis and postgres alone"}
 }
 
 // Minimums per backend of a full quick run (issue 9).
@@ -91,11 +110,18 @@ func TestSafety(t *testing.T) {
 
 	for _, def := range backendDefs {
 		t.Run(def.name, func(t *testing.T) {
-			be := openBackendEnv(t, def, conformance.ServerURL(t, def.envVar), te)
+			be := openBackendEnv(t, def, testenv.URL(t, def.envVar), te)
 			specs, left := cellsFor(be, prof, def.envVar == mutantOn)
 			runBackend(t, &rep, be, specs, left, seed, prof, true)
 		})
 	}
+	t.Run(dualDef.name, func(t *testing.T) {
+		url := migrate.DualURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"), testenv.URL(t, "FENCELOCK_TEST_POSTGRES"))
+		be := openBackendEnv(t, dualDef, url, nil)
+		be.proxy = false // two stores behind one URL
+		specs, left := dualCells(be, prof)
+		runBackend(t, &rep, be, specs, left, seed, prof, false)
+	})
 	clusters := &clusterSet{}
 	defer clusters.down(t)
 	for _, def := range clusterDefs {
@@ -183,6 +209,9 @@ func openBackendEnv(t *testing.T, def backendDef, raw string, te *cluster.Testen
 	}
 	defer b.Close()
 	be.rules = expectations
+	_, waiter := b.(driver.Waiter)
+	_, watcher := b.(driver.Watcher)
+	be.waits = waiter || watcher
 	if d, ok := b.(driver.Describer); ok {
 		desc := d.Describe()
 		be.claim = &desc

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // testURL returns the etcd URL from FENCELOCK_TEST_ETCD with a fresh key
@@ -17,7 +18,7 @@ import (
 // CI) when the variable is unset.
 func testURL(t testing.TB) string {
 	t.Helper()
-	raw := conformance.ServerURL(t, "FENCELOCK_TEST_ETCD")
+	raw := testenv.URL(t, "FENCELOCK_TEST_ETCD")
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("FENCELOCK_TEST_ETCD: %v", err)
@@ -54,6 +55,6 @@ func TestConformance(t *testing.T) {
 		// etcd grants leases in whole seconds, at least 2s by default.
 		TTL:     2 * time.Second,
 		Crash:   func(b driver.Backend) { b.(*Backend).crash() },
-		Restart: conformance.TestenvRestart("etcd"),
+		Restart: testenv.Restart("etcd"),
 	})
 }

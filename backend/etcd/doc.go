@@ -48,6 +48,17 @@
 //     100ms catch-up), and a cancelled waiter deletes its entry.
 //   - Loss is pushed (driver.LossNotifier): a watch on the holder's entry
 //     reports its deletion, including by lease expiry or revocation.
+//   - Token floors (driver.TokenFloorer, for migrations between
+//     backends): the token a caller sees is the native token (the mod
+//     revision above) plus an offset kept in PREFIX + "%floor", a list of
+//     segments that RaiseFloor only appends to, each with a larger offset,
+//     starting at the revision of its own write. The offset is a
+//     non-decreasing function of the revision, so tokens keep the order of
+//     revisions and everything above holds for them; Acquire reads the
+//     offset in its own transaction, and a waiter that queued before a
+//     raise re-puts its entry when it is granted. The floor is per prefix
+//     (RaiseFloor of any key raises all of them), below 2^62; see
+//     docs/migration.md for the argument.
 //
 // # Leases: one per backend, not one per lock
 //

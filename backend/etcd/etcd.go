@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,11 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
-
-// maxOwnerLen bounds AcquireRequest.Owner (the engine's owners are at most
-// about 230 bytes).
-const maxOwnerLen = 1024
 
 // maxTxnOps is how many reads RenewBatch puts in one transaction: etcd's
 // default limit (--max-txn-ops).
@@ -39,9 +35,12 @@ type Backend struct {
 	closed atomic.Bool    // set under mu
 
 	mu       sync.Mutex
-	sessions map[int64]*session   // by TTL in seconds
-	orphans  map[string]int64     // entries whose deletion failed: key → mod revision
-	hot      map[string]time.Time // keys found held recently (see Acquire)
+	sessions map[int64]*session // by TTL in seconds
+
+	orphans backendkit.Orphans[string, int64] // entries whose deletion failed: key → mod revision
+	hot     backendkit.HotSet                 // keys found held recently (see Acquire)
+
+	fl floors // the token offsets (floor.go)
 }
 
 var (
@@ -72,6 +71,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*Backend, er
 		ctx:            bctx,
 		cancel:         cancel,
 		sessions:       make(map[int64]*session),
+		hot:            backendkit.HotSet{TTL: hotFor, Max: maxHot},
 	}, nil
 }
 
@@ -81,21 +81,9 @@ func (b *Backend) Client() *clientv3.Client { return b.cli }
 // Prefix returns the etcd key prefix of the backend's lock queues.
 func (b *Backend) Prefix() string { return b.prefix }
 
-func checkOwner(owner string) error {
-	if owner == "" || len(owner) > maxOwnerLen {
-		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: fmt.Sprintf("must be 1 to %d bytes", maxOwnerLen)}
-	}
-	return nil
-}
-
+// checkRequest is the preamble of Acquire and AcquireWait.
 func (b *Backend) checkRequest(req driver.AcquireRequest) error {
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return err
-	}
-	if err := checkOwner(req.Owner); err != nil {
-		return err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return err
 	}
 	if b.closed.Load() {
@@ -115,18 +103,18 @@ func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	return nil
 }
 
-// Acquire implements driver.Backend. It is one transaction: if key's
+// acquire is Acquire on native tokens (mod revisions; floor.go maps them to the tokens callers see). It is one transaction: if key's
 // queue is empty, put the owner's entry (attached to the backend's lease);
 // otherwise read the queue's head and the owner's own entry. The token is
 // the entry's create revision.
-func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.session(req.TTL)
 	qp := b.queuePrefix(req.Key)
 	me := qp + escape(req.Owner)
-	if b.isHot(req.Key) {
+	if b.hot.Hot(req.Key) {
 		// The key was held a moment ago: read before writing. The
 		// transaction below is a Raft write (fsync) even when its compare
 		// fails; under contention most attempts would fail.
@@ -135,7 +123,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, err
 		}
 		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Key) != me {
-			b.markHot(req.Key)
+			b.hot.Mark(req.Key)
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
 	}
@@ -147,14 +135,22 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		start := time.Now()
 		resp, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id))).
-			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key))).
+			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
+			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key)), clientv3.OpGet(b.floorKey())).
 			Commit()
 		if isLeaseNotFound(err) && attempt == 0 {
 			s.forget(l.id) // revoked from outside: grant a new one
 			continue
 		}
 		if err != nil {
+			return driver.Grant{}, err
+		}
+		// The token offset, read in the same transaction (floor.go).
+		floorAt := 3
+		if resp.Succeeded {
+			floorAt = 1
+		}
+		if err := b.fl.observe(resp.Header.Revision, firstOf(resp, floorAt)); err != nil {
 			return driver.Grant{}, err
 		}
 		g := driver.Grant{Key: req.Key, Owner: req.Owner}
@@ -165,7 +161,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return g, nil
 		}
 		head, mine := firstOf(resp, 0), firstOf(resp, 1)
-		b.markHot(req.Key)
+		b.hot.Mark(req.Key)
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
@@ -191,43 +187,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 }
 
-// hotFor is how long Acquire remembers that a key was held; maxHot bounds
-// how many keys it remembers.
+// Acquire reads before writing for a key found held less than a second
+// ago (remembering at most 1024 keys): a queue entry costs a write and a
+// delete, each a Raft round and an fsync, so a contender that will wait
+// anyway is cheaper served by the read. A second covers the engine's first
+// retries of a contended key; keys stay cold otherwise.
 const (
 	hotFor = time.Second
 	maxHot = 1024
 )
-
-func (b *Backend) isHot(key string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t, ok := b.hot[key]
-	if ok && time.Since(t) >= hotFor {
-		delete(b.hot, key)
-		ok = false
-	}
-	return ok
-}
-
-func (b *Backend) markHot(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.hot == nil {
-		b.hot = make(map[string]time.Time)
-	}
-	if len(b.hot) >= maxHot {
-		now := time.Now()
-		for k, t := range b.hot {
-			if now.Sub(t) >= hotFor {
-				delete(b.hot, k)
-			}
-		}
-		if len(b.hot) >= maxHot {
-			return
-		}
-	}
-	b.hot[key] = time.Now()
-}
 
 // checkOps reads a grant's entry, its queue's head and the key's rotation
 // marker.
@@ -286,7 +254,7 @@ type leaseResult struct {
 	err error
 }
 
-// Renew implements driver.Backend: it checks in one read transaction that
+// renew is Renew on native tokens (mod revisions; floor.go maps them to the tokens callers see): it checks in one read transaction that
 // g's entry still exists with g's token (its mod revision) at the head of
 // its queue, and keeps the entry's lease alive (shared with the backend's
 // other entries: one keep-alive serves every renewal within 1/20 of the
@@ -298,11 +266,11 @@ type leaseResult struct {
 // confirmation) is re-put the same way, marker included, on its first
 // Renew (the engine's confirmation), so its token exceeds every token
 // issued before it.
-func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := driver.ValidateKey(g.Key); err != nil {
+func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.ValidateKey(g.Key); err != nil {
 		return driver.Grant{}, err
 	}
 	if b.closed.Load() {
@@ -361,14 +329,14 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	return g, nil
 }
 
-// RenewBatch implements driver.BatchRenewer: the grants' entries are read
+// renewBatch is RenewBatch on native tokens (mod revisions; floor.go maps them to the tokens callers see): the grants' entries are read
 // in transactions of up to 128 reads, sent concurrently, while the leases
 // their handles name are kept alive (one keep-alive per distinct lease,
 // usually one for the whole batch). A transaction that fails affects only
 // its own grants. An entry that still exists with the grant's create
 // revision is still the holder: no entry can queue ahead of it later.
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	if b.closed.Load() {
@@ -378,7 +346,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		// Rotation writes each entry: one Renew per grant.
 		out := make([]driver.RenewResult, len(grants))
 		for i, g := range grants {
-			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+			out[i].Grant, out[i].Err = b.renew(ctx, g, req)
 		}
 		return out, nil
 	}
@@ -463,10 +431,10 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	return out, nil
 }
 
-// Release implements driver.Backend: it deletes g's entry only if its mod
+// release is Release on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes g's entry only if its mod
 // revision is still g's token, in one transaction (never a delete by key name
 // alone, see etcd-io/etcd#22082). The shared lease is not revoked.
-func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := driver.ValidateKey(g.Key); err != nil {
 		return err
 	}
@@ -506,29 +474,14 @@ func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64) (bool, e
 const maxSweep = 64
 
 // orphan records entry k (mod revision rev) whose deletion failed.
-func (b *Backend) orphan(k string, rev int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.orphans == nil {
-		b.orphans = make(map[string]int64)
-	}
-	b.orphans[k] = rev
-}
+func (b *Backend) orphan(k string, rev int64) { b.orphans.Add(k, rev) }
 
 // sweep retries the deletion of orphaned entries in one transaction of
 // independent guarded deletes. It runs after a keep-alive got through, so
 // that an entry whose release failed does not live on with the lease its
 // backend keeps renewing for other locks.
 func (b *Backend) sweep(ctx context.Context) {
-	b.mu.Lock()
-	batch := make(map[string]int64, min(len(b.orphans), maxSweep))
-	for k, rev := range b.orphans {
-		if len(batch) == maxSweep {
-			break
-		}
-		batch[k] = rev
-	}
-	b.mu.Unlock()
+	batch := b.orphans.Batch(maxSweep)
 	if len(batch) == 0 {
 		return
 	}
@@ -541,13 +494,9 @@ func (b *Backend) sweep(ctx context.Context) {
 	if _, err := b.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return
 	}
-	b.mu.Lock()
 	for k, rev := range batch {
-		if b.orphans[k] == rev {
-			delete(b.orphans, k)
-		}
+		b.orphans.Done(k, rev)
 	}
-	b.mu.Unlock()
 }
 
 // remaining asks etcd how long lease id has left; 0 if unknown.
@@ -562,10 +511,10 @@ func (b *Backend) remaining(ctx context.Context, id int64) time.Duration {
 	return time.Duration(resp.TTL) * time.Second
 }
 
-// Inspect implements driver.Backend: the holder is the entry with the
+// inspect is Inspect on native tokens (mod revisions; floor.go maps them to the tokens callers see): the holder is the entry with the
 // lowest create revision in key's queue; Remaining is its lease's time to
 // live as etcd reports it (whole seconds).
-func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
@@ -587,10 +536,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // maxListLeases bounds the TimeToLive requests of one List.
 const maxListLeases = 16
 
-// List implements driver.Backend with one range read of the prefix; each
+// list is List on native tokens (mod revisions; floor.go maps them to the tokens callers see) with one range read of the prefix; each
 // key's holder is its entry with the lowest create revision. Remaining is
 // filled in from up to 16 distinct leases (usually one per client).
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
@@ -641,11 +590,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // replaced before it could delete it. Nothing was removed; try again.
 var ErrHolderChanged = errors.New("etcd: the holder changed during force-release; nothing removed")
 
-// ForceRelease implements driver.ForceReleaser: it deletes the head of
+// forceRelease is ForceRelease on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes the head of
 // key's queue, guarded by its create revision. The holder's loss watch
 // fires at once; the next waiter becomes the holder with a higher token.
 // The holder's lease is not revoked (it is shared with its other locks).
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}

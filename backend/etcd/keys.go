@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"strings"
+
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // Key layout. Every key's queue lives under
@@ -18,71 +20,15 @@ import (
 // prefix code byte by byte, so escape(p) is a prefix of escape(k) exactly
 // when p is a prefix of k, which is what List(prefix) relies on.
 
-const hexDigits = "0123456789ABCDEF"
+// keyCodec escapes '%' and '/' (see above).
+var keyCodec = backendkit.NewCodec("/")
 
 // escape percent-encodes '%' and '/' in s.
-func escape(s string) string {
-	n := strings.Count(s, "%") + strings.Count(s, "/")
-	if n == 0 {
-		return s
-	}
-	var sb strings.Builder
-	sb.Grow(len(s) + 2*n)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '%' || c == '/' {
-			sb.WriteByte('%')
-			sb.WriteByte(hexDigits[c>>4])
-			sb.WriteByte(hexDigits[c&15])
-			continue
-		}
-		sb.WriteByte(c)
-	}
-	return sb.String()
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}
+func escape(s string) string { return keyCodec.Escape(s) }
 
 // unescape reverses escape. It reports false for text escape never
 // produces.
-func unescape(s string) (string, bool) {
-	if !strings.Contains(s, "%") {
-		return s, !strings.Contains(s, "/")
-	}
-	var sb strings.Builder
-	sb.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '/':
-			return "", false
-		case '%':
-			if i+2 >= len(s) {
-				return "", false
-			}
-			hi, ok1 := unhex(s[i+1])
-			lo, ok2 := unhex(s[i+2])
-			if !ok1 || !ok2 {
-				return "", false
-			}
-			sb.WriteByte(hi<<4 | lo)
-			i += 2
-		default:
-			sb.WriteByte(c)
-		}
-	}
-	return sb.String(), true
-}
+func unescape(s string) (string, bool) { return keyCodec.Unescape(s) }
 
 // queuePrefix returns the etcd key prefix of key's queue.
 func (b *Backend) queuePrefix(key string) string {

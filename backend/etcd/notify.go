@@ -22,13 +22,13 @@ const maxWatchRestarts = 8
 // starts at the revision after the grant's.
 const lossWatchDelay = 100 * time.Millisecond
 
-// NotifyLoss implements driver.LossNotifier: a watch on g's entry, from the
+// notifyLoss is NotifyLoss on native tokens (mod revisions; floor.go maps them to the tokens callers see): a watch on g's entry, from the
 // revision after its creation, reports its deletion (by a force-release,
 // an operator, or its lease expiring or being revoked) as
 // driver.ErrNotHeld. The watch starts 100ms after the grant (a lease
 // released before that never starts one) and runs on one goroutine per
 // grant, ended by stop or Close.
-func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
 	var done atomic.Bool
 	if b.closed.Load() || g.Token == 0 || g.Owner == "" || driver.ValidateKey(g.Key) != nil {
 		return func() { done.Store(true) }

@@ -15,7 +15,7 @@ import (
 // waited (its lease expired or it was deleted from outside).
 var errQueueEntryGone = errors.New("etcd: queue entry removed while waiting")
 
-// AcquireWait implements driver.Waiter with a FIFO queue ordered by create
+// acquireWait is AcquireWait on native tokens (mod revisions; floor.go maps them to the tokens callers see) with a FIFO queue ordered by create
 // revision, like concurrency.Mutex, but with watches that etcd registers as
 // "synced":
 //
@@ -35,7 +35,7 @@ var errQueueEntryGone = errors.New("etcd: queue entry removed while waiting")
 // TTL. When ctx ends (or the wait fails, or the backend is closed) it
 // deletes its entry with a fresh context bounded by
 // Options.CleanupTimeout.
-func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req); err != nil {
 		return driver.Grant{}, err
 	}

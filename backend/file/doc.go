@@ -66,6 +66,13 @@
 // clock has not been set back. Tokens are therefore large numbers (about
 // 1.8e15 in 2026), which fit a signed 64-bit column.
 //
+// Token floors (driver.TokenFloorer, for migrations between backends):
+// RaiseFloor raises one key's "last" counter, never lowers it, under the
+// key's flock and synced like an issued token, so the key's next token is
+// above the floor; HighWater lists every key's counter. There is no
+// global floor: a key whose file does not exist yet gets its floor only
+// when it is raised by name.
+//
 // A crashed holder's lock is freed by its TTL. Renew never creates a
 // record; Acquire by the record's own owner succeeds and returns the
 // existing grant; Release and Renew check owner and token.

@@ -25,8 +25,9 @@ import (
 )
 
 // Backend is a connection to one lock directory. It implements
-// driver.Backend, driver.BatchRenewer, driver.ForceReleaser and
-// driver.Describer, and on Linux driver.Watcher (inotify). Any number of Backends, in any number of processes, may
+// driver.Backend, driver.BatchRenewer, driver.ForceReleaser,
+// driver.TokenFloorer (per key) and driver.Describer, and on Linux
+// driver.Watcher (inotify). Any number of Backends, in any number of processes, may
 // use the same directory.
 type Backend struct {
 	dir     string
@@ -340,10 +341,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var g driver.Grant
@@ -370,7 +368,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	if driver.ValidateKey(g.Key) != nil {
@@ -406,7 +404,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

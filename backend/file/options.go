@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -70,10 +69,11 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	if err != nil {
 		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
-	return openURL(u)
+	return OpenURL(ctx, u)
 }
 
-func openURL(u *url.URL) (*Backend, error) {
+// OpenURL is Open for a parsed URL (scheme file).
+func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if u.Scheme != "file" {
 		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "scheme must be file"}
 	}
@@ -93,14 +93,4 @@ func openURL(u *url.URL) (*Backend, error) {
 		dir = u.Opaque
 	}
 	return New(&Options{Dir: dir, NoSync: !sync})
-}
-
-func init() {
-	fencelock.Register("file", func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-		b, err := openURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
-	})
 }

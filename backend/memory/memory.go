@@ -89,8 +89,15 @@ func Named(name string) *Store {
 	return s
 }
 
-// New returns a Backend on a new, private Store.
+// New returns a Backend on a new, private Store: the common case, one
+// client per store. NewStore is for several Backends (clients) on one
+// store; Named is for a store reached by URL.
 func New() *Backend { return NewStore().Backend() }
+
+// Scheme is the URL scheme of this backend: fencelock.Open("mem://NAME")
+// opens a Backend on Named(NAME). Package fencelock registers it itself
+// (it imports this package, so this package cannot register with it).
+const Scheme = "mem"
 
 // Backend returns a new connection to the store. Closing it does not affect
 // the store or its other Backends.
@@ -210,10 +217,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -237,7 +241,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -271,7 +275,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	s := b.s

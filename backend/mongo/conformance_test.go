@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"github.com/fencelock/fencelock/internal/testenv"
 	"net/url"
 	"os"
 	"strconv"
@@ -42,7 +43,7 @@ var servers = []server{
 func eachServer(t *testing.T, f func(t *testing.T, s server, raw string)) {
 	for _, s := range servers {
 		t.Run(s.name, func(t *testing.T) {
-			f(t, s, conformance.ServerURL(t, s.env))
+			f(t, s, testenv.URL(t, s.env))
 		})
 	}
 }
@@ -130,6 +131,6 @@ func testConformance(t *testing.T, s server, raw string) {
 	if n, err := strconv.Atoi(os.Getenv("FENCELOCK_TEST_MONGO_LEASES")); err == nil && n > 0 {
 		h.Leases = n
 	}
-	h.Restart = conformance.TestenvRestart(s.testenv)
+	h.Restart = testenv.Restart(s.testenv)
 	conformance.Run(t, h)
 }

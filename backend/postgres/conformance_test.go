@@ -8,6 +8,7 @@ import (
 	"github.com/fencelock/fencelock/backend/postgres"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // TestConformance runs the shared suite against a real PostgreSQL, on a
@@ -20,7 +21,7 @@ func TestConformance(t *testing.T) {
 			return postgres.Open(ctx, dsn)
 		},
 		TTL:     time.Second,
-		Restart: conformance.TestenvRestart("postgres"),
+		Restart: testenv.Restart("postgres"),
 	})
 }
 
@@ -30,14 +31,14 @@ func TestConformance(t *testing.T) {
 // max_connections 100 and no timeouts), the server a third party runs. It
 // fails under CI=true when the variable is missing.
 func TestConformanceStockConfig(t *testing.T) {
-	base := conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES_STOCK")
+	base := testenv.URL(t, "FENCELOCK_TEST_POSTGRES_STOCK")
 	dsn := withParams(t, base, "table", uniqueTable(t, base))
 	conformance.Run(t, conformance.Harness{
 		Open: func(ctx context.Context) (driver.Backend, error) {
 			return postgres.Open(ctx, dsn)
 		},
 		TTL:     time.Second,
-		Restart: conformance.TestenvRestart("postgres-stock"),
+		Restart: testenv.Restart("postgres-stock"),
 		// The tuned server's TestConformance holds the full 1000; here
 		// the point is the stock settings, within a small CI budget.
 		Leases: 200,

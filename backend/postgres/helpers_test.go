@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // testURL returns the test server's URL, or skips (fails on CI).
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := conformance.ServerURL(t, "FENCELOCK_TEST_POSTGRES")
+	u := testenv.URL(t, "FENCELOCK_TEST_POSTGRES")
 	return u
 }
 

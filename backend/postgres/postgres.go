@@ -11,18 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-func init() {
-	fencelock.Register("postgres", openURL)
-	fencelock.Register("postgresql", openURL)
-}
 
 // DefaultRenewPoolConns is the size of the renewal pool that Open creates
 // (URL parameter renew_pool_max_conns).
@@ -107,18 +101,11 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	if err != nil {
 		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
-	return open(ctx, u)
+	return OpenURL(ctx, u)
 }
 
-func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-	b, err := open(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-func open(ctx context.Context, u *url.URL) (*Backend, error) {
+// OpenURL is Open for a parsed URL (scheme postgres or postgresql).
+func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	raw := u.String()
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "postgres" && scheme != "postgresql" {
@@ -271,18 +258,6 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-func checkOwner(owner string) error {
-	if err := driver.ValidateKey(owner); err != nil {
-		var ke *driver.InvalidKeyError
-		reason := "invalid"
-		if errors.As(err, &ke) {
-			reason = ke.Reason
-		}
-		return &driver.InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: reason}
-	}
-	return nil
-}
-
 func remaining(us int64) time.Duration {
 	if us <= 0 {
 		return 0
@@ -297,13 +272,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := checkOwner(req.Owner); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var (
@@ -331,7 +300,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	var tok int64

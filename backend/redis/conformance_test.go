@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 
 	fencelockredis "github.com/fencelock/fencelock/backend/redis"
 )
@@ -16,7 +17,7 @@ import (
 // testURL returns the server under test, from FENCELOCK_TEST_REDIS.
 func testURL(t testing.TB) string {
 	t.Helper()
-	u := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
+	u := testenv.URL(t, "FENCELOCK_TEST_REDIS")
 	return u
 }
 
@@ -45,7 +46,7 @@ func TestConformance(t *testing.T) {
 			return fencelockredis.Open(ctx, url)
 		},
 		TTL:     time.Second,
-		Restart: conformance.TestenvRestart("redis"),
+		Restart: testenv.Restart("redis"),
 	})
 }
 
@@ -86,7 +87,7 @@ func TestConformanceWithoutCapabilities(t *testing.T) {
 // Describe warns, so the case would prove the configuration wrong, not the
 // backend. TestConformance runs it against the AOF-always server.
 func TestConformanceStockConfig(t *testing.T) {
-	url := withPrefix(conformance.ServerURL(t, "FENCELOCK_TEST_REDIS_STOCK"), uniquePrefix(t))
+	url := withPrefix(testenv.URL(t, "FENCELOCK_TEST_REDIS_STOCK"), uniquePrefix(t))
 	conformance.Run(t, conformance.Harness{
 		Open: func(ctx context.Context) (driver.Backend, error) {
 			return fencelockredis.Open(ctx, url)

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // Key layout. For the lock key K under prefix P (default "fencelock"):
@@ -27,61 +28,14 @@ const (
 	releasedSuffix = ":released"
 )
 
+// keyCodec percent-escapes '%', '{' and '}'.
+var keyCodec = backendkit.NewCodec("{}")
+
 // escapeKey percent-escapes '%', '{' and '}'.
-func escapeKey(k string) string {
-	if !strings.ContainsAny(k, "%{}") {
-		return k
-	}
-	var sb strings.Builder
-	sb.Grow(len(k) + 8)
-	for i := 0; i < len(k); i++ {
-		switch c := k[i]; c {
-		case '%':
-			sb.WriteString("%25")
-		case '{':
-			sb.WriteString("%7B")
-		case '}':
-			sb.WriteString("%7D")
-		default:
-			sb.WriteByte(c)
-		}
-	}
-	return sb.String()
-}
+func escapeKey(k string) string { return keyCodec.Escape(k) }
 
 // unescapeKey reverses escapeKey; ok is false if e is not an escaped key.
-func unescapeKey(e string) (string, bool) {
-	if !strings.Contains(e, "%") {
-		return e, !strings.ContainsAny(e, "{}")
-	}
-	var sb strings.Builder
-	sb.Grow(len(e))
-	for i := 0; i < len(e); i++ {
-		c := e[i]
-		switch c {
-		case '{', '}':
-			return "", false
-		case '%':
-			if i+2 >= len(e) {
-				return "", false
-			}
-			switch e[i+1 : i+3] {
-			case "25":
-				sb.WriteByte('%')
-			case "7B":
-				sb.WriteByte('{')
-			case "7D":
-				sb.WriteByte('}')
-			default:
-				return "", false
-			}
-			i += 2
-		default:
-			sb.WriteByte(c)
-		}
-	}
-	return sb.String(), true
-}
+func unescapeKey(e string) (string, bool) { return keyCodec.Unescape(e) }
 
 // keyspace turns lock keys into Redis names under one prefix.
 type keyspace struct {

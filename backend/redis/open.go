@@ -7,20 +7,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
-
-// Schemes are the URL schemes this package registers with fencelock.Open.
-var Schemes = []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
-
-func init() {
-	for _, s := range Schemes {
-		fencelock.Register(s, func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-			return OpenURL(ctx, u)
-		})
-	}
-}
 
 // Open opens a Backend from a URL; the backend owns its go-redis client and
 // closes it on Close. The forms are:
@@ -36,7 +24,11 @@ func init() {
 // Sentinels; the URL's user and password are the primary's). Every other
 // parameter goes to go-redis's URL parser (dial_timeout, read_timeout,
 // pool_size, protocol, client_name, skip_verify, ...), which rejects the
-// ones it does not know. No credential from the URL appears in errors
+// ones it does not know. The client is always made with go-redis's
+// ContextTimeoutEnabled (also when a Sentinel URL's
+// context_timeout_enabled says otherwise), so that every call returns by its context's deadline even
+// when the server does not answer: a renewal must never outlast the
+// engine's deadline for it. No credential from the URL appears in errors
 // (see driver.RedactURL); a URL that cannot be used, a bad port included,
 // is an *InvalidOptionError.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
@@ -124,6 +116,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		return goredis.NewClient(o), opts, nil
 
 	case "sentinel":
@@ -147,6 +140,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPass
 		o.Username, o.Password = "", ""
 		if u.User != nil {
@@ -167,6 +161,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		if err != nil {
 			return nil, nil, goErr(err)
 		}
+		o.ContextTimeoutEnabled = true
 		return goredis.NewClusterClient(o), opts, nil
 	}
 }

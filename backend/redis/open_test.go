@@ -66,6 +66,32 @@ func TestURLForms(t *testing.T) {
 	}
 }
 
+// TestContextTimeoutEnabled: every client made from a URL honours its
+// calls' context deadlines (go-redis's ContextTimeoutEnabled), even when
+// the URL asks otherwise.
+func TestContextTimeoutEnabled(t *testing.T) {
+	for _, raw := range []string{
+		"redis://h:6379/0",
+		"redis+sentinel://s1:26379,s2:26380/mymaster",
+		"redis+sentinel://s1:26379/mymaster?context_timeout_enabled=false",
+	} {
+		c, _, err := parse(t, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.(*goredis.Client).Options().ContextTimeoutEnabled {
+			t.Errorf("%s: ContextTimeoutEnabled is off", raw)
+		}
+	}
+	c, _, err := parse(t, "redis+cluster://h1:7000,h2:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.(*goredis.ClusterClient).Options().ContextTimeoutEnabled {
+		t.Error("cluster: ContextTimeoutEnabled is off")
+	}
+}
+
 func TestSentinelOptions(t *testing.T) {
 	u, _ := url.Parse("redis+sentinel://u:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=spw")
 	// Reach into the parser the way clientFromURL does, to see the

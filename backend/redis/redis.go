@@ -175,15 +175,12 @@ func (b *Backend) check(ctx context.Context) error {
 
 // ttlMillis converts a TTL to whole milliseconds, rounding up; granted is
 // the TTL actually set when it differs from ttl.
-func ttlMillis(ttl time.Duration) (ms int64, granted time.Duration, err error) {
-	if ttl <= 0 {
-		return 0, 0, &driver.InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be positive"}
-	}
+func ttlMillis(ttl time.Duration) (ms int64, granted time.Duration) {
 	ms = int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	if g := time.Duration(ms) * time.Millisecond; g != ttl {
 		granted = g
 	}
-	return ms, granted, nil
+	return ms, granted
 }
 
 func quote(s string) string { return strconv.Quote(s) }
@@ -193,16 +190,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if req.Owner == "" {
-		return driver.Grant{}, &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
-	}
-	ms, granted, err := ttlMillis(req.TTL)
-	if err != nil {
-		return driver.Grant{}, err
-	}
+	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(req.Key)
 	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms).Result()
 	if err != nil {
@@ -330,13 +321,13 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
+	if err := driver.CheckRenew(req); err != nil {
+		return driver.Grant{}, err
+	}
 	if err := driver.ValidateKey(g.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	ms, granted, err := ttlMillis(req.TTL)
-	if err != nil {
-		return driver.Grant{}, err
-	}
+	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(g.Key)
 	v, err := renewScript.Run(ctx, b.c, []string{lock, counter}, renewArgs(g, ms, req.Rotate)...).Result()
 	return renewResult(g, granted, v, err)
@@ -349,10 +340,10 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	ms, granted, err := ttlMillis(req.TTL)
-	if err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
+	ms, granted := ttlMillis(req.TTL)
 	out := make([]driver.RenewResult, len(grants))
 	calls := make([]scriptCall, 0, len(grants))
 	idx := make([]int, 0, len(grants))

@@ -19,7 +19,7 @@ const maxPipelined = 128
 
 var _ driver.BatchRenewer = (*Backend)(nil)
 
-// RenewBatch implements driver.BatchRenewer. Without Rotate, on a
+// renewBatch is RenewBatch (floor.go) on native tokens. Without Rotate, on a
 // connection Open made, one read renews every grant whose loss watch is
 // armed: the reply proves the session alive, and ZooKeeper delivers a
 // watch event before the reply to any later request, so a watch that saw
@@ -29,7 +29,7 @@ var _ driver.BatchRenewer = (*Backend)(nil)
 // grant's znode, version-checked, and each new mzxid is that grant's token;
 // a multi fails as a whole at its first failing operation, so that grant
 // gets ErrNotHeld and the rest are sent again.
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	// The engine gives a batch the earliest local-validity deadline of its
 	// leases; one lease at its deadline must not fail the renewal of all
 	// the others, so only cancellation stops a batch. (An answer after a
@@ -41,120 +41,156 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return nil, ctx.Err()
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
+	b.sweep()
 	out := make([]driver.RenewResult, len(grants))
 	if !req.Rotate {
-		slow := b.renewWatched(grants, out)
-		rctx := context.WithoutCancel(ctx)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, maxPipelined)
-		for _, i := range slow {
-			g := grants[i]
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				out[i].Grant, out[i].Err = b.Renew(rctx, g, req)
-			}()
-		}
-		wg.Wait()
+		b.renewEach(ctx, grants, req, b.renewWatched(grants, out), out)
 		return out, nil
 	}
-	type item struct {
-		i int
-		h handle
+	if err := b.rotateBatch(ctx, grants, req, out); err != nil {
+		return nil, err
 	}
-	var items []item
+	return out, nil
+}
+
+// renewEach renews the grants at the indexes idx one by one with renew,
+// pipelined on the session, filling out.
+func (b *Backend) renewEach(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, idx []int, out []driver.RenewResult) {
+	rctx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxPipelined)
+	for _, i := range idx {
+		g := grants[i]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i].Grant, out[i].Err = b.renew(rctx, g, req)
+		}()
+	}
+	wg.Wait()
+}
+
+// rotateItem is a grant of a rotating batch: its index and its handle.
+type rotateItem struct {
+	i int
+	h handle
+}
+
+// rotateBatch is RenewBatch with Rotate: multi transactions of up to
+// maxBatch version-checked rewrites, each sent again without the grant it
+// failed at.
+func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
+	var items []rotateItem
 	for i, g := range grants {
 		h, ok := parseHandle(g.Handle)
 		switch {
 		case g.Handle == "" || ok && (h.unconfirmed || b.isRotating(h.path)):
 			// Rare shapes: the single-grant path handles them.
-			out[i].Grant, out[i].Err = b.Renew(context.WithoutCancel(ctx), g, req)
+			out[i].Grant, out[i].Err = b.renew(context.WithoutCancel(ctx), g, req)
 		case !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token):
 			out[i].Err = driver.ErrNotHeld
 		default:
-			items = append(items, item{i, h})
+			items = append(items, rotateItem{i, h})
 		}
 	}
 	for len(items) > 0 {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 		chunk := items[:min(len(items), maxBatch)]
-		ops := make([]any, len(chunk))
-		for j, it := range chunk {
-			ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: []byte(grants[it.i].Owner), Version: it.h.version}
-			b.setRotating(it.h.path, it.h.version)
-		}
-		res, err := b.conn.Multi(ops...)
-		if err != nil && definiteZK(err) {
-			for _, it := range chunk {
-				b.clearRotating(it.h.path)
-			}
-		}
+		bad, err := b.rotateChunk(grants, chunk, out)
 		switch {
-		case err == nil:
-			if len(res) != len(chunk) {
-				return nil, errors.New("zookeeper: malformed multi response")
-			}
-			// Mark every key znode (see markedSet), pipelined.
-			marks := map[string]error{}
-			var parents []string
-			for _, it := range chunk {
-				p := path.Dir(it.h.path)
-				if _, dup := marks[p]; !dup {
-					marks[p] = nil
-					parents = append(parents, p)
-				}
-			}
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, maxPipelined)
-			for _, parent := range parents {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					_, err := b.conn.SetACL(parent, b.acl, -1)
-					mu.Lock()
-					marks[parent] = err
-					mu.Unlock()
-				}()
-			}
-			wg.Wait()
-			for j, it := range chunk {
-				g := grants[it.i]
-				if err := marks[path.Dir(it.h.path)]; err != nil || res[j].Stat == nil {
-					out[it.i].Err = errors.Join(err, errors.New("zookeeper: rotation not confirmed")) // Renew finishes it (b.rotating)
-					continue
-				}
-				b.clearRotating(it.h.path)
-				out[it.i].Grant = b.grant(g.Key, g.Owner, it.h.path, res[j].Stat.Version, res[j].Stat.Mzxid)
-			}
+		case err != nil:
+			return err
+		case bad < 0:
 			items = items[len(chunk):]
-		case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion):
-			bad := -1
-			for j, r := range res {
-				if r.Error != nil {
-					bad = j
-					break
-				}
-			}
-			if bad < 0 || bad >= len(chunk) {
-				return nil, err
-			}
+		default:
 			out[chunk[bad].i].Err = driver.ErrNotHeld
 			items = append(items[:bad:bad], items[bad+1:]...)
-		default:
-			return nil, err
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// rotateChunk rewrites the znodes of chunk in one multi transaction, marks
+// their key znodes (see markedSet) and fills out for each. If the multi
+// failed as a whole at a grant whose znode is gone or changed, it fills
+// nothing and returns that grant's index in chunk; otherwise bad is -1.
+func (b *Backend) rotateChunk(grants []driver.Grant, chunk []rotateItem, out []driver.RenewResult) (bad int, err error) {
+	ops := make([]any, len(chunk))
+	for j, it := range chunk {
+		ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: []byte(grants[it.i].Owner), Version: it.h.version}
+		b.setRotating(it.h.path, it.h.version)
+	}
+	res, err := b.conn.Multi(ops...)
+	if err != nil && definiteZK(err) {
+		for _, it := range chunk {
+			b.clearRotating(it.h.path)
+		}
+	}
+	switch {
+	case err == nil:
+		if len(res) != len(chunk) {
+			return -1, errors.New("zookeeper: malformed multi response")
+		}
+		marks := b.markParents(chunk)
+		for j, it := range chunk {
+			g := grants[it.i]
+			if err := marks[path.Dir(it.h.path)]; err != nil || res[j].Stat == nil {
+				out[it.i].Err = errors.Join(err, errors.New("zookeeper: rotation not confirmed")) // Renew finishes it (b.rotating)
+				continue
+			}
+			b.clearRotating(it.h.path)
+			out[it.i].Grant = b.grant(g.Key, g.Owner, it.h.path, res[j].Stat.Version, res[j].Stat.Mzxid)
+		}
+		return -1, nil
+	case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion):
+		for j, r := range res {
+			if r.Error != nil {
+				if j < len(chunk) {
+					return j, nil
+				}
+				break
+			}
+		}
+	}
+	return -1, err
+}
+
+// markParents bumps the ACL version of the key znode of every grant in
+// chunk (see markedSet), pipelined, and returns each key znode's error.
+func (b *Backend) markParents(chunk []rotateItem) map[string]error {
+	marks := map[string]error{}
+	var parents []string
+	for _, it := range chunk {
+		p := path.Dir(it.h.path)
+		if _, dup := marks[p]; !dup {
+			marks[p] = nil
+			parents = append(parents, p)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxPipelined)
+	for _, parent := range parents {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := b.conn.SetACL(parent, b.acl, -1)
+			mu.Lock()
+			marks[parent] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return marks
 }
 
 func (b *Backend) isRotating(p string) bool {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // testTTL is the lease TTL of the suite; the test sessions use the same
@@ -35,7 +36,7 @@ func testURL(t testing.TB) string {
 // testURLFrom is testURL for the server in the environment variable env.
 func testURLFrom(t testing.TB, env string) string {
 	t.Helper()
-	raw := conformance.ServerURL(t, env)
+	raw := testenv.URL(t, env)
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("%s: %v", env, err)
@@ -59,7 +60,7 @@ func TestConformance(t *testing.T) {
 		// timeout (closing the session would delete its znodes at once).
 		Crash: func(b driver.Backend) { b.(*Backend).crash() },
 	}
-	h.Restart = conformance.TestenvRestart("zookeeper")
+	h.Restart = testenv.Restart("zookeeper")
 	conformance.Run(t, h)
 }
 
@@ -85,7 +86,7 @@ func TestConformanceStockConfig(t *testing.T) {
 		Open:    func(ctx context.Context) (driver.Backend, error) { return Open(ctx, u) },
 		TTL:     testTTL,
 		Crash:   func(b driver.Backend) { b.(*Backend).crash() },
-		Restart: conformance.TestenvRestart("zookeeper-stock"),
+		Restart: testenv.Restart("zookeeper-stock"),
 		Leases:  200,
 	})
 }

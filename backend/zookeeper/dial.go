@@ -1,12 +1,18 @@
 package zookeeper
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // errCrashed is what the dialer of a crashed backend returns (tests only).
@@ -153,4 +159,61 @@ func (b *Backend) crash() {
 	if b.d != nil {
 		b.d.cut(true)
 	}
+}
+
+func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o Options) (*Backend, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d := newDialer()
+	ready := make(chan struct{})
+	var readyOnce sync.Once
+	var b *Backend
+	var bmu sync.Mutex
+	cb := func(ev zk.Event) {
+		if ev.Type != zk.EventSession {
+			bmu.Lock()
+			bb := b
+			bmu.Unlock()
+			if bb != nil && ev.Path != "" {
+				bb.nodeEvent(ev.Path)
+			}
+			return
+		}
+		if ev.State == zk.StateHasSession {
+			readyOnce.Do(func() { close(ready) })
+		}
+		o.Logger.Debug("zookeeper: session state", "state", ev.State.String(), "server", ev.Server)
+	}
+	conn, _, err := zk.Connect(servers, sessTO, zk.WithDialer(d.dial), zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false), zk.WithEventCallback(cb))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: connect: %w", err)
+	}
+	t := time.NewTimer(connTO)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, ctx.Err()
+	case <-t.C:
+		conn.Close()
+		return nil, fmt.Errorf("zookeeper: no session with %s within connect_timeout %v", strings.Join(servers, ","), connTO)
+	}
+	bb := newBackend(conn, o)
+	bb.owned, bb.d, bb.reqTO, bb.evented = true, d, sessTO, true
+	bmu.Lock()
+	b = bb
+	bmu.Unlock()
+	if err := bb.ensurePath(ctx, bb.root); err != nil {
+		bb.Close()
+		return nil, fmt.Errorf("zookeeper: creating root %s: %w", bb.root, err)
+	}
+	return bb, nil
+}
+
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.l.Debug("zookeeper: go-zookeeper: " + fmt.Sprintf(format, args...))
 }

@@ -10,7 +10,7 @@
 //
 // # Design
 //
-// Each lock key is a container znode ROOT/<escaped key> (every byte outside
+// Each lock key is a container znode PREFIX/<escaped key> (every byte outside
 // [A-Za-z0-9_-] percent-encoded, so any key is one path segment and comes
 // back exactly). Contenders create EPHEMERAL|SEQUENTIAL children named
 // _c_<nonce>-lock-<seq> holding their owner string; the lowest child holds
@@ -53,12 +53,33 @@
 //   - Crash release: the server deletes a dead holder's znode when its
 //     session times out. Set the engine's TTL to about the session timeout.
 //   - No orphans: a create whose reply was lost is found again by its nonce
-//     and deleted (at once, or by the backend's janitor once the server can
-//     be reached), and so is the znode of a TryAcquire that lost or a wait
-//     that was cancelled. Empty key znodes are container znodes that the
+//     and deleted, and so is the znode of a TryAcquire that lost or a wait
+//     that was cancelled. A deletion that fails, and the search for a
+//     nonce (the server may execute a create late), are retried at the
+//     start of the next Acquire, AcquireWait, Renew, RenewBatch, Release
+//     or Inspect: the backend starts no goroutine of its own for it. Until
+//     it is done, Inspect of that key returns a transient error, so the
+//     engine's clean-up after an ambiguous acquire keeps looking (with its
+//     backoff) and drives it to the end. Empty key znodes are container znodes that the
 //     server deletes itself (ZooKeeper 3.5.3 or later).
 //   - Release deletes only its own znode, version-checked; ForceRelease
 //     deletes the current holder's znode, and the holder's loss watch fires.
+//   - Token floors (driver.TokenFloorer, for migrations between
+//     backends): the token a caller sees is the zxid above plus an offset
+//     kept in the persistent znode ROOT/%floor, a list of segments that
+//     RaiseFloor only appends to (a version-checked Set), each with a
+//     larger offset, starting at the zxid of its own write. The offset is
+//     a non-decreasing function of the zxid, so tokens keep the order of
+//     zxids and everything above holds for them. Acquire's multi checks
+//     the floor znode's version, so the offset it adds is the one in force
+//     at its zxid; a grant whose zxid was decided before it is handed out
+//     (a waiter reaching the head, in the confirming Renew; an Acquire
+//     that finds the holder gone after queueing) syncs with the leader,
+//     reads the floor and rewrites its znode for a fresh zxid if the floor
+//     is newer than its zxid. The floor is per root (RaiseFloor of any key
+//     raises all of them), below 2^62; HighWater writes the floor znode
+//     (same offsets) for a zxid above every token issued. See floor.go and
+//     docs/migration.md for the argument.
 //
 // # Caveats
 //
@@ -69,5 +90,9 @@
 // long as its holder's session. TTLs in AcquireRequest cannot be honoured
 // per lock; the session timeout applies to every lock of a Backend. Reads
 // may be served by a follower that lags the leader (ZooKeeper's sequential
-// consistency); a holder's own session always sees its own writes.
+// consistency); a holder's own session always sees its own writes. A
+// token is mapped with the floor znode as read on the session that saw its
+// zxid; right after a session expired and a new one began, a holder
+// reported by Inspect may get a token mapped with an older floor (lower,
+// never higher, than its own).
 package zookeeper

@@ -45,13 +45,13 @@ type lossWatch struct {
 	stopOnce sync.Once
 }
 
-// NotifyLoss implements driver.LossNotifier. A goroutine watches the
+// notifyLoss is NotifyLoss (floor.go) on native tokens. A goroutine watches the
 // grant's znode (a data watch, armed lossWatchDelay after the grant): its
 // deletion (force-release, or the session's end) or the session's expiry
 // reported by go-zookeeper calls lost at once, for every lease of the
 // session together. A disconnection alone does not: the session may
 // survive it, and the engine's local validity covers the gap.
-func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
 	w := &lossWatch{stopCh: make(chan struct{})}
 	stop = func() {
 		w.fired.Store(true)
@@ -158,3 +158,9 @@ func (b *Backend) sleep(stop <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 }
+
+// lossWatchDelay is how long after a grant NotifyLoss arms its watch on the
+// holder's znode. Most short leases end before it and never cost the
+// server a watch; a loss that happens earlier is found when the watch is
+// armed (the znode is already gone), so detection is late by at most this.
+const lossWatchDelay = 50 * time.Millisecond

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/go-zookeeper/zk"
 )
 
-// AcquireWait implements driver.Waiter: it joins the key's queue and
+// acquireWait is AcquireWait (floor.go) on native tokens: it joins the key's queue and
 // waits, FIFO, watching only its immediate predecessor (no herd effect:
 // a release wakes exactly one waiter). When its predecessor was the lowest
 // znode at the last listing, the predecessor's deletion alone proves this
@@ -25,26 +26,37 @@ import (
 //
 // When ctx ends first, the queue znode is deleted before AcquireWait
 // returns ctx's error (go-zookeeper's own timeouts bound that call; if the
-// server is unreachable, the backend's janitor deletes it later).
-func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+// server is unreachable, a later call deletes it: see sweep).
+func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
+	b.sweep()
 	parent := b.parent(req.Key)
 	e, err := b.enqueue(ctx, parent, req.Owner)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	node := e.node
 	if e.n == 1 {
-		return b.grant(req.Key, req.Owner, node, 0, e.czxid), nil
+		return b.grant(req.Key, req.Owner, e.node, 0, e.czxid), nil
 	}
+	if err := b.waitFirst(ctx, parent, e.node); err != nil {
+		return driver.Grant{}, err
+	}
+	g := b.grant(req.Key, req.Owner, e.node, 0, e.czxid)
+	g.Handle = handle{token: e.czxid, tag: ownerTag(req.Owner), path: e.node, unconfirmed: true, aversion: e.aversion}.String()
+	return g, nil
+}
+
+// errVanished is what a waiter gets when its own queue znode is gone.
+var errVanished = errors.New("zookeeper: our queue znode vanished (session expired?)")
+
+// waitFirst waits until node, a contender znode under parent, is the first
+// of its queue, watching only its immediate predecessor. On an error other
+// than errVanished it has deleted node (or left it to a later sweep or to
+// the end of the session).
+func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 	own := path.Base(node)
-	first := func() (driver.Grant, error) {
-		g := b.grant(req.Key, req.Owner, node, 0, e.czxid)
-		g.Handle = handle{token: e.czxid, tag: ownerTag(req.Owner), path: node, unconfirmed: true, aversion: e.aversion}.String()
-		return g, nil
-	}
 	pred, predLowest := "", false
 	// The watch on the predecessor is the fast path; the queue is also
 	// re-read every recheckEvery as a safety net. A waiter whose client
@@ -57,41 +69,31 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		if pred == "" {
 			if err := ctx.Err(); err != nil {
 				b.deleteOwn(node)
-				return driver.Grant{}, err
+				return err
 			}
-			b.lists.Add(1)
-			names, _, err := b.conn.Children(parent)
-			if err != nil {
+			p, lowest, err := b.predecessor(parent, own)
+			switch {
+			case errors.Is(err, errVanished):
+				return err
+			case err != nil:
 				b.deleteOwn(node)
-				return driver.Grant{}, err
+				return err
+			case p == "":
+				return nil
 			}
-			cs := sortChildren(names)
-			idx := -1
-			for i, c := range cs {
-				if c.name == own {
-					idx = i
-					break
-				}
-			}
-			switch idx {
-			case -1:
-				return driver.Grant{}, errors.New("zookeeper: our queue znode vanished (session expired?)")
-			case 0:
-				return first()
-			}
-			pred, predLowest = parent+"/"+cs[idx-1].name, idx == 1
+			pred, predLowest = p, lowest
 		}
 		_, _, ch, err := b.conn.GetW(pred)
 		if errors.Is(err, zk.ErrNoNode) {
 			if predLowest {
-				return first()
+				return nil
 			}
 			pred = ""
 			continue
 		}
 		if err != nil {
 			b.deleteOwn(node)
-			return driver.Grant{}, err
+			return err
 		}
 		select {
 		case ev := <-ch:
@@ -99,7 +101,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 			switch ev.Type {
 			case zk.EventNodeDeleted:
 				if predLowest {
-					return first()
+					return nil
 				}
 				pred = ""
 			case zk.EventNodeDataChanged:
@@ -109,9 +111,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 				// connection closed.
 				b.deleteOwn(node)
 				if b.closed.Load() {
-					return driver.Grant{}, driver.ErrClosed
+					return driver.ErrClosed
 				}
-				return driver.Grant{}, fmt.Errorf("zookeeper: waiting for %s: %w", pred, ev.Err)
+				return fmt.Errorf("zookeeper: waiting for %s: %w", pred, ev.Err)
 			}
 		case <-recheck.C:
 			b.rechecks.Add(1)
@@ -119,13 +121,33 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 			recheck.Reset(b.recheckEvery())
 		case <-ctx.Done():
 			b.deleteOwn(node)
-			return driver.Grant{}, ctx.Err()
+			return ctx.Err()
 		case <-b.done:
 			if !b.owned {
 				b.deleteOwn(node) // the caller's connection, and session, live on
 			}
-			return driver.Grant{}, driver.ErrClosed
+			return driver.ErrClosed
 		}
+	}
+}
+
+// predecessor lists parent's queue and returns the contender znode just
+// before own ("" if own is first) and whether that one is the lowest; it
+// returns errVanished if own is not in the queue.
+func (b *Backend) predecessor(parent, own string) (pred string, lowest bool, err error) {
+	b.lists.Add(1)
+	names, _, err := b.conn.Children(parent)
+	if err != nil {
+		return "", false, err
+	}
+	cs := sortChildren(names)
+	switch idx := slices.IndexFunc(cs, func(c child) bool { return c.name == own }); idx {
+	case -1:
+		return "", false, errVanished
+	case 0:
+		return "", false, nil
+	default:
+		return parent + "/" + cs[idx-1].name, idx == 1, nil
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // TestRealBackends runs the built binary against every real store named
@@ -24,7 +24,7 @@ import (
 func TestRealBackends(t *testing.T) {
 	for _, name := range []string{"POSTGRES", "REDIS", "ETCD", "ZOOKEEPER", "MONGO"} {
 		t.Run(strings.ToLower(name), func(t *testing.T) {
-			smoke(t, conformance.ServerURL(t, "FENCELOCK_TEST_"+name))
+			smoke(t, testenv.URL(t, "FENCELOCK_TEST_"+name))
 		})
 	}
 }

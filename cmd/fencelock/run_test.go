@@ -23,7 +23,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
-	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // blackholeProxy forwards TCP connections to a store until it goes dark;
@@ -261,7 +261,7 @@ func runPartitioned(t *testing.T, rawURL, mode string, ttl time.Duration) partit
 // run: SIGTERM when the lease enters its danger zone, SIGKILL before its
 // local validity ends, which is before the store frees the key.
 func TestCommandDeadBeforeNextHolder(t *testing.T) {
-	rawURL := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
+	rawURL := testenv.URL(t, "FENCELOCK_TEST_REDIS")
 	const ttl = 3 * time.Second
 	for i := range 3 {
 		r := runPartitioned(t, rawURL, "fifo-ignore", ttl)
@@ -283,7 +283,7 @@ func TestCommandDeadBeforeNextHolder(t *testing.T) {
 // most one RenewInterval in the danger zone) plus Margin to close, not
 // ReleaseTimeout or a client library's own timeouts.
 func TestExitPromptOnceCommandEndsUnreachable(t *testing.T) {
-	rawURL := conformance.ServerURL(t, "FENCELOCK_TEST_REDIS")
+	rawURL := testenv.URL(t, "FENCELOCK_TEST_REDIS")
 	const ttl = 3 * time.Second
 	o := resolvedOptions(t, ttl)
 	r := runPartitioned(t, rawURL, "fifo-trap", ttl)

@@ -115,7 +115,11 @@ func (w *faulty) call(ctx context.Context, name string, rotate bool, owners []st
 
 func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, err error) {
 	err = w.call(ctx, "acquire", false, []string{req.Owner}, func() error {
+		w.rec.attempt(req.Owner)
 		g, err = w.b.Acquire(ctx, req)
+		if debug {
+			w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
+		}
 		return err
 	})
 	return g, err
@@ -124,6 +128,9 @@ func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (g driv
 func (w *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (ng driver.Grant, err error) {
 	err = w.call(ctx, "renew", req.Rotate, []string{g.Owner}, func() error {
 		ng, err = w.b.Renew(ctx, g, req)
+		if debug {
+			w.rec.note("renew rotate %v %v -> %v %v", req.Rotate, g, ng, err)
+		}
 		if err == nil && ng.Token != g.Token {
 			w.rec.rotated(g.Owner, ng.Token)
 		}
@@ -143,7 +150,7 @@ func (w *faulty) Release(ctx context.Context, g driver.Grant) error {
 }
 
 // debug, from FENCELOCK_GEN_DEBUG, adds every engine event and every
-// renewal and release the store answered to a failing program's history.
+// acquire, renewal and release the store answered to a failing program's history.
 var debug = os.Getenv("FENCELOCK_GEN_DEBUG") != ""
 
 func (w *faulty) Inspect(ctx context.Context, key string) (info driver.Info, err error) {
@@ -171,6 +178,7 @@ func (w *faulty) Describe() driver.Description {
 
 func (w *faulty) AcquireWait(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, err error) {
 	err = w.call(ctx, "acquire-wait", false, []string{req.Owner}, func() error {
+		w.rec.attempt(req.Owner)
 		g, err = w.b.(driver.Waiter).AcquireWait(ctx, req)
 		return err
 	})

@@ -31,7 +31,8 @@ type leaseRec struct {
 	tokens []tokObs
 	forced int64 // seq when a forced release that removed it began
 	via    string
-	gone   bool // its own release confirmed its record gone
+	gone   bool  // its own release confirmed its record gone
+	relEnd int64 // seq when its own release returned "not held", if it did
 	stale  []string
 }
 
@@ -79,10 +80,11 @@ type recorder struct {
 	direct  []violation                  // seen while the program ran (records left behind, …)
 	closed  map[int]int64                // seq when each client began to close or crashed
 	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
+	sent    map[string]int64             // seq when the last acquire attempt was sent, per owner
 }
 
 func newRecorder() *recorder {
-	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), issued: make(map[string][]fencelock.Token)}
+	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), issued: make(map[string][]fencelock.Token), sent: make(map[string]int64)}
 }
 
 func (r *recorder) tick() int64 { return r.seq.Add(1) }
@@ -195,11 +197,13 @@ func (r *recorder) rotated(owner string, t fencelock.Token) {
 // lostAtRelease records that the store no longer had the lease's record
 // when its holder released it (the loss was found at release).
 func (r *recorder) lostAtRelease(rec *leaseRec, err error) {
+	s := r.tick()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rec.cause == nil {
 		rec.cause = err
 	}
+	rec.relEnd = s
 }
 
 // released records the outcome of the lease's own release.
@@ -254,6 +258,15 @@ func (r *recorder) fault(client int, op, kind string, owners []string, rotate bo
 	r.mu.Unlock()
 }
 
+// attempt records that an acquire attempt for owner is being sent to the
+// store.
+func (r *recorder) attempt(owner string) {
+	s := r.tick()
+	r.mu.Lock()
+	r.sent[owner] = s
+	r.mu.Unlock()
+}
+
 func (r *recorder) force(key string, before, after int64, owner string, token fencelock.Token) {
 	r.mu.Lock()
 	r.forces = append(r.forces, forceRec{key, before, after, owner, token})
@@ -295,11 +308,22 @@ func (r *recorder) check() []violation {
 			// retry into a new grant before it hands out a lease: a
 			// force that removed an earlier grant has a lower token
 			// than the lease's first (a rotation it removed, seen or
-			// not, has a higher one). Without an owner: any lease whose
-			// window it falls in.
+			// not, has a higher one).
 			hit := f.owner == l.owner && f.token >= l.tokens[0].token
-			if f.owner == "" {
-				hit = l.key == f.key && l.got < f.after && (l.end == 0 || l.end > f.before)
+			// Any lease of the key whose record's life the force
+			// overlapped, whoever the force reported: from the moment
+			// its last acquire attempt was sent until its holder stopped
+			// believing, or until its own release returned "not held".
+			// That covers forces that reported no holder, and composite
+			// backends (migrate.Dual) whose report names one side's
+			// holder and token: a lease half acquired or half released,
+			// or mid-handover between two holders.
+			last := l.end
+			if l.relEnd > last {
+				last = l.relEnd
+			}
+			if s, ok := r.sent[l.owner]; ok && l.key == f.key && s < f.after && (last == 0 || last > f.before) {
+				hit = true
 			}
 			if hit {
 				if l.forced == 0 || f.before < l.forced {

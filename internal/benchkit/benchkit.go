@@ -37,8 +37,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // LockFunc acquires key, with one attempt or blocking as its role says, and
@@ -184,7 +184,7 @@ func each[T any](b *testing.B, shared bool, open func() (T, error), close func(T
 // ServerURL returns the value of the first of the environment variables
 // that is set (a benchmark's own server first, then the test server). If
 // none is, b is skipped locally and fails under CI=true, as
-// conformance.ServerURL does for tests.
+// testenv.URL does for tests.
 func ServerURL(b *testing.B, vars ...string) string {
 	b.Helper()
 	for _, v := range vars {
@@ -193,7 +193,7 @@ func ServerURL(b *testing.B, vars ...string) string {
 		}
 	}
 	// None set: skip locally, fail under CI, like every backend test.
-	return conformance.ServerURL(b, vars[len(vars)-1])
+	return testenv.URL(b, vars[len(vars)-1])
 }
 
 // UniqueKey returns a key no other run uses: "bench-" and 8 random hex

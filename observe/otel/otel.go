@@ -3,11 +3,11 @@ package otel
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/histogram"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -81,14 +81,11 @@ func (o *Options) resolve() (Options, error) {
 		{"HoldBuckets", &r.HoldBuckets, DefaultHoldBuckets},
 		{"LatencyBuckets", &r.LatencyBuckets, DefaultLatencyBuckets},
 	} {
-		if len(*b.v) == 0 {
-			*b.v = b.def
+		v, err := histogram.Buckets(b.name, *b.v, b.def)
+		if err != nil {
+			return r, err
 		}
-		for i := 1; i < len(*b.v); i++ {
-			if !((*b.v)[i] > (*b.v)[i-1]) {
-				return r, &fencelock.InvalidOptionError{Option: b.name, Value: fmt.Sprint(*b.v), Reason: "must be strictly increasing"}
-			}
-		}
+		*b.v = v
 	}
 	return r, nil
 }

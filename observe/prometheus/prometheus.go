@@ -2,10 +2,10 @@ package prometheus
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/histogram"
 	prom "github.com/prometheus/client_golang/prometheus"
 )
 
@@ -67,14 +67,11 @@ func (o *Options) resolve() (Options, error) {
 		{"HoldBuckets", &r.HoldBuckets, DefaultHoldBuckets},
 		{"LatencyBuckets", &r.LatencyBuckets, DefaultLatencyBuckets},
 	} {
-		if len(*b.v) == 0 {
-			*b.v = b.def
+		v, err := histogram.Buckets(b.name, *b.v, b.def)
+		if err != nil {
+			return r, err
 		}
-		for i := 1; i < len(*b.v); i++ {
-			if !((*b.v)[i] > (*b.v)[i-1]) {
-				return r, &fencelock.InvalidOptionError{Option: b.name, Value: fmt.Sprint(*b.v), Reason: "must be strictly increasing"}
-			}
-		}
+		*b.v = v
 	}
 	return r, nil
 }

@@ -9,4 +9,5 @@ import (
 	_ "github.com/fencelock/fencelock/backend/postgres"  // postgres://
 	_ "github.com/fencelock/fencelock/backend/redis"     // redis://
 	_ "github.com/fencelock/fencelock/backend/zookeeper" // zk://
+	_ "github.com/fencelock/fencelock/migrate"           // dual:// (migrate.Dual over two of the above)
 )

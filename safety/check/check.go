@@ -37,7 +37,8 @@
 //
 // The properties (see the Rule of each Property for the exact statement):
 //
-//	P1 no stale write accepted after a newer lease has used the resource
+//	P1 no stale write accepted after a newer lease has used the resource,
+//	   nor a pre-rotation token after its lease's rotated one
 //	P2 tokens unique and strictly increasing per key (incl. rotation)
 //	P3 belief intervals of different leases of one key overlap by ≤ Slack
 //	P4 a lease that ended without release or crash ended (in its holder's
@@ -164,6 +165,24 @@ type Stats struct {
 	// any newer lease had written: allowed (see P1), since the resource
 	// still sees the writes in lease order.
 	StaleAcceptedEarly int `json:"stale_accepted_early"`
+	// Rotations counts the token rotations the holders reported (a
+	// Belief with a higher token than the lease had). RotatedAccepted
+	// counts writes the fence accepted with a lease's rotated token (a
+	// token above one it had already accepted from that lease);
+	// OldTokenWrites counts writes with a token below one the fence had
+	// already accepted from the same lease (a pre-rotation token), and
+	// OldTokenAccepted those it accepted (P1 violations).
+	Rotations        int `json:"rotations,omitempty"`
+	RotatedAccepted  int `json:"rotated_accepted,omitempty"`
+	OldTokenWrites   int `json:"old_token_writes,omitempty"`
+	OldTokenAccepted int `json:"old_token_accepted,omitempty"`
+	// BatchRenewals counts the engine's renewals of two or more leases
+	// in one call (history.BatchRenew), MaxBatch the largest; Waits the
+	// waits through the backend (history.Wait: a driver.Waiter call or
+	// a driver.Watcher subscription).
+	BatchRenewals int `json:"batch_renewals,omitempty"`
+	MaxBatch      int `json:"max_batch,omitempty"`
+	Waits         int `json:"waits,omitempty"`
 	// Tokens is the number of distinct (key, token) pairs acquired;
 	// MaxToken the highest token seen.
 	Tokens   int    `json:"tokens"`

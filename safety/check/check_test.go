@@ -334,6 +334,37 @@ func TestTokenRotation(t *testing.T) {
 	}
 }
 
+// TestOldTokenAfterRotation checks P1 within one lease: once the fence
+// accepted a lease's rotated token, a write of that lease with its
+// pre-rotation token must be rejected; the counts say what happened.
+func TestOldTokenAfterRotation(t *testing.T) {
+	base := []history.Event{
+		{T: 0, Proc: "a", Kind: history.Acquired, Lease: "a1", Token: 1, Until: 500},
+		{T: 1, Proc: "a", Kind: history.Belief, Lease: "a1", Token: 1, Until: 500},
+		{T: 2, Proc: "fence", Kind: history.Write, Lease: "a1", Token: 1, Accepted: true, Reason: "newer", Fencing: true},
+		{T: 10, Proc: "a", Kind: history.Belief, Lease: "a1", Token: 2, Until: 600},
+		{T: 11, Proc: "fence", Kind: history.Write, Lease: "a1", Token: 2, Accepted: true, Reason: "newer", Fencing: true},
+		{T: 12, Proc: "fence", Kind: history.Write, Lease: "a1", Token: 1, Accepted: false, Reason: "stale", Fencing: true},
+		{T: 20, Proc: "a", Kind: history.BatchRenew, N: 3},
+		{T: 21, Proc: "a", Kind: history.Wait, Note: "watch"},
+	}
+	r := Check(hist(slices.Clone(base)...), testConfig)
+	if !r.OK() {
+		t.Fatalf("rotation with the old token refused flagged: %v", r.Failed())
+	}
+	st := r.Stats
+	if st.Rotations != 1 || st.RotatedAccepted != 1 || st.OldTokenWrites != 1 || st.OldTokenAccepted != 0 ||
+		st.BatchRenewals != 1 || st.MaxBatch != 3 || st.Waits != 1 || st.StaleAttempted != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	bad := slices.Clone(base)
+	bad[5].Accepted, bad[5].Reason = true, "same-lease"
+	r = Check(hist(bad...), testConfig)
+	if p, _ := r.Property("P1"); p.OK || r.Stats.OldTokenAccepted != 1 {
+		t.Errorf("pre-rotation token accepted after the rotated one not flagged: %+v", p)
+	}
+}
+
 // TestUnorderedAcquisitions checks that P2 does not judge the order of two
 // acquisitions when the later-reported one's process was paused between
 // its Acquire call and its report, but still requires unique tokens.

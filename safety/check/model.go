@@ -33,8 +33,8 @@ type lease struct {
 
 // attempt is one Acquire call: from AcquireStart to its outcome.
 type attempt struct {
-	proc       string
-	start, end int64 // end is never if the attempt did not end
+	proc, lease string // lease: as AcquireStart named it, if it did
+	start, end  int64  // end is never if the attempt did not end
 }
 
 // interval is a span of the history, e.g. an active fault; proc is the
@@ -75,7 +75,10 @@ func newModel(in history.History, cfg Config) *model {
 	if len(h) > 0 {
 		m.first, m.last = h[0].T, h[len(h)-1].T
 	}
-	pending := map[[2]string]int{}  // proc, key → index in tries[key] of its open attempt
+	// proc, key → indexes in tries[key] of its open attempts, oldest
+	// first (a contender with several workers may try a key twice at
+	// once; an outcome ends the attempt of its lease, else the oldest).
+	pending := map[[2]string][]int{}
 	paused := map[string]int64{}    // proc → Pause T
 	var faultStarts []history.Event // open faults, in order
 	for i := range h {
@@ -83,14 +86,25 @@ func newModel(in history.History, cfg Config) *model {
 		switch e.Kind {
 		case history.AcquireStart:
 			m.tries[e.Key] = append(m.tries[e.Key], attempt{proc: e.Proc, start: e.T, end: never})
-			pending[[2]string{e.Proc, e.Key}] = len(m.tries[e.Key]) - 1
+			pk := [2]string{e.Proc, e.Key}
+			m.tries[e.Key][len(m.tries[e.Key])-1].lease = e.Lease
+			pending[pk] = append(pending[pk], len(m.tries[e.Key])-1)
 		case history.Acquired, history.AcquireFailed:
 			pk := [2]string{e.Proc, e.Key}
 			st := int64(-1)
-			if j, ok := pending[pk]; ok {
+			if open := pending[pk]; len(open) > 0 {
+				i := slices.IndexFunc(open, func(j int) bool { return e.Lease != "" && m.tries[e.Key][j].lease == e.Lease })
+				if i < 0 {
+					i = 0
+				}
+				j := open[i]
 				m.tries[e.Key][j].end = e.T
 				st = m.tries[e.Key][j].start
-				delete(pending, pk)
+				if open = slices.Delete(open, i, i+1); len(open) == 0 {
+					delete(pending, pk)
+				} else {
+					pending[pk] = open
+				}
 			}
 			if e.Kind == history.Acquired && e.Lease != "" && m.leases[e.Lease] == nil {
 				l := &lease{id: e.Lease, proc: e.Proc, key: e.Key, acq: *e, start: e.T, until: e.Until, acquireStart: st}
@@ -116,9 +130,11 @@ func newModel(in history.History, cfg Config) *model {
 			}
 		case history.Crash:
 			m.crashes[e.Proc] = append(m.crashes[e.Proc], *e)
-			for pk, j := range pending { // a killed process's attempts end with it
+			for pk, open := range pending { // a killed process's attempts end with it
 				if pk[0] == e.Proc {
-					m.tries[pk[1]][j].end = e.T
+					for _, j := range open {
+						m.tries[pk[1]][j].end = e.T
+					}
 					delete(pending, pk)
 				}
 			}

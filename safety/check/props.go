@@ -67,6 +67,11 @@ func (m *model) count(st *Stats) {
 			st.Crashes++
 		case history.Pause:
 			st.Pauses++
+		case history.BatchRenew:
+			st.BatchRenewals++
+			st.MaxBatch = max(st.MaxBatch, e.N)
+		case history.Wait:
+			st.Waits++
 		case history.StaleOp:
 			st.StaleOps++
 		case history.Write:
@@ -90,7 +95,9 @@ func (m *model) count(st *Stats) {
 const ruleP1 = `A write attempt by lease L is stale if another lease of its key was acquired after L (by Acquired time) and before the fence received the write. ` +
 	`Once such a newer lease has used the resource (the fence received a write from it), the fence must reject every write of L: ` +
 	`otherwise an old holder overwrites a newer holder's work. A stale write that reaches the fence before the newer holder's first write is ` +
-	`counted (stale_accepted_early) but not a violation: the resource sees the writes in lease order. With fencing off this must fail.`
+	`counted (stale_accepted_early) but not a violation: the resource sees the writes in lease order. Likewise, once the fence has accepted a ` +
+	`lease's rotated token, it must reject that lease's writes with a lower (pre-rotation) token (old_token_writes, old_token_accepted). ` +
+	`With fencing off this must fail.`
 
 // noStaleWriteAccepted is P1.
 func (m *model) noStaleWriteAccepted(st *Stats) Property {
@@ -110,6 +117,11 @@ func (m *model) noStaleWriteAccepted(st *Stats) Property {
 		}
 		return s
 	}
+	type accepted struct {
+		token uint64
+		at    history.Event
+	}
+	high := map[string]accepted{} // per lease: its highest accepted token
 	for _, e := range m.h {
 		switch e.Kind {
 		case history.Acquired:
@@ -118,6 +130,23 @@ func (m *model) noStaleWriteAccepted(st *Stats) Property {
 			}
 		case history.Write:
 			c.check()
+			if h, ok := high[e.Lease]; ok && e.Token < h.token {
+				st.OldTokenWrites++
+				if e.Accepted {
+					st.OldTokenAccepted++
+					c.violate([]history.Event{h.at, e},
+						"%s: write of lease %s with its pre-rotation token %d accepted at %s after its rotated token %d was accepted at %s (fencing %v)",
+						e.Key, e.Lease, e.Token, m.at(e.T), h.token, m.at(h.at.T), e.Fencing)
+				}
+			}
+			if e.Accepted {
+				if h, ok := high[e.Lease]; !ok || e.Token > h.token {
+					if ok {
+						st.RotatedAccepted++
+					}
+					high[e.Lease] = accepted{e.Token, e}
+				}
+			}
 			s := state(e.Key)
 			rank := -1 // a lease never acquired is older than all
 			if l := m.leases[e.Lease]; l != nil {
@@ -217,6 +246,7 @@ func (m *model) tokensIncrease(st *Stats) Property {
 			c.check()
 			c.violate([]history.Event{l.acq, e}, "%s: lease %s token went down from %d to %d at %s", l.key, l.id, prev, e.Token, m.at(e.T))
 		} else {
+			st.Rotations++
 			issue(s, l, e, true)
 		}
 		s.tokens[l] = e.Token

@@ -30,7 +30,7 @@ func clusterUnderTest(t *testing.T, name string) (*cluster.Testenv, string) {
 	if url := os.Getenv(v); url != "" {
 		te, err := cluster.FromEnv()
 		if err != nil {
-			t.Fatalf("%s is set but its state dir is not: %v (only a cluster that scripts/testenv started can have members killed)", v, err)
+			t.Fatalf("%s is set but its state dir is not: %v (only a cluster that testenv started can have members killed)", v, err)
 		}
 		return te, url
 	}
@@ -49,7 +49,7 @@ func clusterUnderTest(t *testing.T, name string) (*cluster.Testenv, string) {
 			}
 		})
 		if te.URL(name) == "" {
-			t.Fatalf("scripts/testenv up %s did not start it (see its messages above)", name)
+			t.Fatalf("cluster.Up(%s) did not start it (see its messages above)", name)
 		}
 		return te, te.URL(name)
 	}

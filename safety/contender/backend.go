@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/safety/faultproxy"
+	"github.com/fencelock/fencelock/safety/history"
 )
 
 // Mutant names a deliberately broken backend behaviour, for the negative
@@ -68,13 +69,15 @@ func withCall(ctx context.Context, cs *callState) context.Context {
 
 // recorder decorates a driver.Backend: it records the raw grant of every
 // owner (for stale operations), drops replies on request through the
-// contender's proxy, and implements the mutants. It keeps the optional
-// capabilities of the backend it wraps (see decorate).
+// contender's proxy, implements the mutants, and reports batches of
+// renewals and waits as events. It keeps the optional capabilities of the
+// backend it wraps (see decorate).
 type recorder struct {
 	inner  driver.Backend
 	proxy  *faultproxy.Proxy // nil: no proxy
 	mutant Mutant
 	ttl    time.Duration
+	emit   func(history.Event)
 
 	batch  driver.BatchRenewer
 	forcer driver.ForceReleaser
@@ -92,12 +95,13 @@ type recorder struct {
 	wg   sync.WaitGroup
 }
 
-func newRecorder(inner driver.Backend, proxy *faultproxy.Proxy, mutant Mutant, ttl time.Duration) *recorder {
+func newRecorder(inner driver.Backend, proxy *faultproxy.Proxy, mutant Mutant, ttl time.Duration, emit func(history.Event)) *recorder {
 	r := &recorder{
 		inner:   inner,
 		proxy:   proxy,
 		mutant:  mutant,
 		ttl:     ttl,
+		emit:    emit,
 		grants:  make(map[string]driver.Grant),
 		real:    make(map[string]driver.Token),
 		zombies: make(map[string]bool),
@@ -120,15 +124,25 @@ type (
 )
 
 func (p watchPart) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	return p.r.watch.Watch(ctx, key)
+	ch, err := p.r.watch.Watch(ctx, key)
+	p.r.emit(history.Event{Kind: history.Wait, Key: key, Note: "watch", Err: errString(err)})
+	return ch, err
 }
 
 func (p waitPart) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	p.r.emit(history.Event{Kind: history.Wait, Key: req.Key, Note: "acquire_wait"})
 	g, err := p.r.waiter.AcquireWait(ctx, req)
 	if err != nil {
 		return g, err
 	}
 	return p.r.granted(g), nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func (p lossPart) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
@@ -288,6 +302,9 @@ func (r *recorder) RenewBatch(ctx context.Context, grants []driver.Grant, req dr
 		real[i] = r.unmutate(g)
 	}
 	out, err := r.batch.RenewBatch(ctx, real, req)
+	if len(grants) > 1 {
+		r.emit(history.Event{Kind: history.BatchRenew, N: len(grants), Err: errString(err)})
+	}
 	if err != nil {
 		return out, err
 	}

@@ -16,7 +16,16 @@
 // fenced resource every Config.WriteEvery with the lease's token, each
 // write preceded by a check that lease.Remaining() > 0 and a Belief event;
 // then Release. A goroutine per lease reports Lost as soon as the lease's
-// Done channel closes with a loss.
+// Done channel closes with a loss. With Config.Workers > 1, that many such
+// loops share one client, so a contender holds several leases at once and
+// the engine renews them in batches. With Config.RotateEvery, renewals
+// rotate the tokens, and after each rotation the holder writes once more
+// with its previous token, which the fenced resource must refuse.
+//
+// The backend decorator also reports how the engine used the backend's
+// optional capabilities: a BatchRenew event per batch of two or more
+// grants, a Wait event per blocking wait (driver.Waiter) or subscription
+// (driver.Watcher).
 //
 // Its store connection goes through its own in-process faultproxy (the
 // host:port of Config.URL is rewritten), so the harness can cut, slow,
@@ -94,6 +103,18 @@ type Config struct {
 	AcquireTimeout time.Duration `json:"acquire_timeout,omitempty"`
 	// Seed seeds the contender's random choices.
 	Seed uint64 `json:"seed,omitempty"`
+	// RotateEvery, if positive, is the engine's Options.RotateEvery: a
+	// held lease's token is rotated (raised) by its renewals at least
+	// this often. After each rotation it observes, the contender first
+	// writes with the new token and then once more with the token it
+	// had before (a probe the fenced resource must refuse; it is not
+	// preceded by a Belief event).
+	RotateEvery time.Duration `json:"rotate_every,omitempty"`
+	// Workers is how many leases the contender may hold at once: that
+	// many loops of acquire, hold and release run side by side on one
+	// client, so that the engine renews several leases together (a
+	// driver.BatchRenewer batch). Default 1.
+	Workers int `json:"workers,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -122,6 +143,9 @@ func (c *Config) resolve() error {
 	}
 	if c.AcquireTimeout <= 0 {
 		c.AcquireTimeout = 5 * c.TTL
+	}
+	if c.Workers <= 0 {
+		c.Workers = 1
 	}
 	return nil
 }
@@ -203,18 +227,26 @@ func Main(cfg Config, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	k := &contender{cfg: cfg, out: newEmitter(cfg.Proc, stdout)}
-	k.rng = rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid())))
 	if err := k.open(); err != nil {
 		k.closeAll()
 		return err
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		k.run(ctx)
-	}()
+	for i := range cfg.Workers {
+		w := &worker{k: k, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid())<<8|uint64(i)))}
+		if i == 0 {
+			w.fc, k.fc = k.fc, nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+			if w.fc != nil {
+				w.fc.Close()
+			}
+		}()
+	}
 	k.commands(ctx, stdin) // returns on OpStop or end of stdin
 	stop()
 	wg.Wait()
@@ -225,11 +257,10 @@ func Main(cfg Config, stdin io.Reader, stdout io.Writer) error {
 type contender struct {
 	cfg   Config
 	out   *emitter
-	rng   *rand.Rand // used by run only
 	proxy *faultproxy.Proxy
 	rec   *recorder
 	cli   *fencelock.Client
-	fc    *fence.Client // used by run only
+	fc    *fence.Client // dialled by open, then handed to the first worker
 
 	mu           sync.Mutex
 	seq          int
@@ -286,8 +317,9 @@ func (k *contender) open() error {
 	if err != nil {
 		return fmt.Errorf("contender: open backend: %w", err)
 	}
-	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL)
+	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL, k.out.emit)
 	opts.TTL = cfg.TTL
+	opts.RotateEvery = cfg.RotateEvery
 	opts.Owner = cfg.Proc
 	opts.MaxBackoff = max(cfg.TTL/8, 5*time.Millisecond)
 	opts.ReleaseTimeout = 2 * cfg.TTL
@@ -310,7 +342,7 @@ func (k *contender) closeAll() {
 		k.rec.Close()
 	}
 	k.leaseWatches.Wait()
-	if k.fc != nil {
+	if k.fc != nil { // not handed to a worker
 		k.fc.Close()
 	}
 	if k.proxy != nil {
@@ -415,15 +447,23 @@ func (k *contender) clear(flag *bool) {
 	k.mu.Unlock()
 }
 
-// run is the contender's loop: acquire, write while holding, release.
-func (k *contender) run(ctx context.Context) {
+// worker is one loop of the contender: acquire, write while holding,
+// release. Config.Workers of them share the contender's client.
+type worker struct {
+	k   *contender
+	rng *rand.Rand
+	fc  *fence.Client // nil until dialled
+}
+
+// run is the worker's loop: acquire, write while holding, release.
+func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		k.round(ctx)
-		k.sleep(ctx, time.Duration(k.rng.Int64N(int64(k.cfg.Idle)+1)))
+		w.round(ctx)
+		sleep(ctx, time.Duration(w.rng.Int64N(int64(w.k.cfg.Idle)+1)))
 	}
 }
 
-func (k *contender) sleep(ctx context.Context, d time.Duration) {
+func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -433,9 +473,10 @@ func (k *contender) sleep(ctx context.Context, d time.Duration) {
 }
 
 // round is one lease: acquire, hold and write, release.
-func (k *contender) round(ctx context.Context) {
+func (w *worker) round(ctx context.Context) {
+	k := w.k
 	cfg := k.cfg
-	key := cfg.Keys[k.rng.IntN(len(cfg.Keys))]
+	key := cfg.Keys[w.rng.IntN(len(cfg.Keys))]
 	k.mu.Lock()
 	k.seq++
 	id := cfg.Proc + "-" + strconv.Itoa(k.seq)
@@ -480,7 +521,7 @@ func (k *contender) round(ctx context.Context) {
 		}
 	}()
 
-	if lost := k.hold(ctx, l, key, id); lost {
+	if lost := w.hold(ctx, l, key, id); lost {
 		return
 	}
 	k.mu.Lock()
@@ -505,10 +546,12 @@ func (k *contender) round(ctx context.Context) {
 
 // hold writes to the fenced resource while the lease is believed held,
 // for the round's hold time. It reports whether the lease was lost.
-func (k *contender) hold(ctx context.Context, l *fencelock.Lease, key, id string) (lost bool) {
+func (w *worker) hold(ctx context.Context, l *fencelock.Lease, key, id string) (lost bool) {
+	k := w.k
 	cfg := k.cfg
-	hold := cfg.Hold/2 + time.Duration(k.rng.Int64N(int64(cfg.Hold/2)+1))
+	hold := cfg.Hold/2 + time.Duration(w.rng.Int64N(int64(cfg.Hold/2)+1))
 	end := time.Now().Add(hold)
+	var prev uint64 // the token of the last write
 loop:
 	for ctx.Err() == nil && time.Now().Before(end) {
 		// Stamp first: the belief cannot start after the check.
@@ -532,7 +575,12 @@ loop:
 			k.out.emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lease check and write"})
 			stopSelf()
 		}
-		k.write(ctx, key, id, tok)
+		w.write(ctx, key, id, tok)
+		if prev != 0 && tok > prev {
+			// Rotated: the token we had before must now be refused.
+			w.write(ctx, key, id, prev)
+		}
+		prev = tok
 		select {
 		case <-l.Done():
 		case <-ctx.Done():
@@ -553,21 +601,21 @@ func stopSelf() {
 }
 
 // write sends one write to the fenced resource; the fence logs it.
-func (k *contender) write(ctx context.Context, key, id string, tok uint64) {
-	if k.fc == nil {
+func (w *worker) write(ctx context.Context, key, id string, tok uint64) {
+	if w.fc == nil {
 		ctx2, cancel := context.WithTimeout(ctx, 2*time.Second)
-		fc, err := fence.Dial(ctx2, k.cfg.Fence)
+		fc, err := fence.Dial(ctx2, w.k.cfg.Fence)
 		cancel()
 		if err != nil {
 			return
 		}
-		k.fc = fc
+		w.fc = fc
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := k.fc.Write(wctx, key, id, k.cfg.Proc, tok); err != nil {
-		k.fc.Close()
-		k.fc = nil
+	if _, err := w.fc.Write(wctx, key, id, w.k.cfg.Proc, tok); err != nil {
+		w.fc.Close()
+		w.fc = nil
 	}
 }
 

@@ -198,6 +198,55 @@ func TestContenderHistory(t *testing.T) {
 	}
 }
 
+// TestContenderRotationBatchWait: with RotateEvery and several workers,
+// a contender's leases rotate their tokens (each rotated token accepted by
+// the fence, then the previous one refused), several of its leases are
+// renewed in one batch, and workers that find a key held wait through the
+// backend's Watcher.
+func TestContenderRotationBatchWait(t *testing.T) {
+	ttl := 300 * time.Millisecond
+	r := startContender(t, Config{Proc: "c1", URL: "mem://contender-rotation", Keys: []string{"a", "b", "c"}, TTL: ttl,
+		Hold: 3 * ttl, RotateEvery: ttl / 2, Workers: 4})
+	r.await(1, "batch_renew", kind(history.BatchRenew))
+	r.await(1, "wait", kind(history.Wait))
+	r.await(4, "released", kind(history.Released))
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range r.events() {
+		if ev.Kind == history.BatchRenew && (ev.N < 2 || ev.Err != "") {
+			t.Errorf("bad batch: %+v", ev)
+		}
+		if ev.Kind == history.Wait && (ev.Note != "watch" || ev.Key == "") {
+			t.Errorf("bad wait: %+v (the memory backend is a Watcher)", ev)
+		}
+	}
+	// Per lease: the highest token the fence accepted so far.
+	high := map[string]uint64{}
+	rotated, probes := 0, 0
+	for _, w := range r.fence.Log() {
+		h := high[w.Lease]
+		switch {
+		case w.Token > h && h != 0:
+			rotated++
+			if !w.Accepted {
+				t.Errorf("rotated token refused: %+v", w)
+			}
+		case w.Token < h:
+			probes++
+			if w.Accepted {
+				t.Errorf("pre-rotation token accepted after the rotated one: %+v", w)
+			}
+		}
+		if w.Accepted && w.Token > h {
+			high[w.Lease] = w.Token
+		}
+	}
+	if rotated == 0 || probes == 0 {
+		t.Fatalf("%d rotated writes, %d writes with a pre-rotation token; want some of each", rotated, probes)
+	}
+}
+
 // TestStaleRelease: a stale release of an ended lease reaches the store and
 // is refused there; the newer holder keeps its lease.
 func TestStaleRelease(t *testing.T) {
@@ -260,7 +309,7 @@ func TestEnvRoundTrip(t *testing.T) {
 // TestDecorateKeepsCapabilities: the decorator offers exactly the optional
 // capabilities of the backend it wraps.
 func TestDecorateKeepsCapabilities(t *testing.T) {
-	b := newRecorder(memory.New(), nil, NoMutant, time.Second).decorate()
+	b := newRecorder(memory.New(), nil, NoMutant, time.Second, noEmit).decorate()
 	defer b.Close()
 	if _, ok := b.(driver.Watcher); !ok {
 		t.Error("Watcher of the memory backend lost")
@@ -289,7 +338,7 @@ func acquire(t *testing.T, b driver.Backend, key, owner string) driver.Grant {
 // token (renewal and release still work).
 func TestMutantToken(t *testing.T) {
 	st := memory.NewStore()
-	r := newRecorder(st.Backend(), nil, MutantToken, time.Second)
+	r := newRecorder(st.Backend(), nil, MutantToken, time.Second, noEmit)
 	defer r.Close()
 	ctx := context.Background()
 	for i := range 3 {
@@ -313,7 +362,7 @@ func TestMutantToken(t *testing.T) {
 // grant.
 func TestMutantExpiry(t *testing.T) {
 	st := memory.NewStore()
-	r := newRecorder(st.Backend(), nil, MutantExpiry, time.Second)
+	r := newRecorder(st.Backend(), nil, MutantExpiry, time.Second, noEmit)
 	defer r.Close()
 	g := acquire(t, r, "k", "o1")
 	st.Expire("k")
@@ -332,7 +381,7 @@ func TestMutantExpiry(t *testing.T) {
 // TestMutantRelease: a stale release frees the current holder's lock.
 func TestMutantRelease(t *testing.T) {
 	st := memory.NewStore()
-	r := newRecorder(st.Backend(), nil, MutantRelease, time.Second)
+	r := newRecorder(st.Backend(), nil, MutantRelease, time.Second, noEmit)
 	defer r.Close()
 	old := acquire(t, r, "k", "old")
 	st.Expire("k")
@@ -350,7 +399,7 @@ func TestMutantRelease(t *testing.T) {
 func TestMutantRenewAfterRelease(t *testing.T) {
 	st := memory.NewStore()
 	const ttl = 100 * time.Millisecond
-	r := newRecorder(st.Backend(), nil, MutantRenewAfterRelease, ttl)
+	r := newRecorder(st.Backend(), nil, MutantRenewAfterRelease, ttl, noEmit)
 	g, err := r.Acquire(context.Background(), driver.AcquireRequest{Key: "k", Owner: "o1", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
@@ -367,3 +416,6 @@ func TestMutantRenewAfterRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// noEmit discards the decorator's events.
+func noEmit(history.Event) {}

@@ -44,6 +44,14 @@ const (
 	// (Note says which) for an old grant straight to the backend, bypassing
 	// the engine, to check that it does not disturb a newer holder.
 	StaleOp Kind = "stale_op"
+	// BatchRenew: the engine renewed N (two or more) of the contender's
+	// leases in one driver.BatchRenewer call (Err if the whole batch
+	// failed).
+	BatchRenew Kind = "batch_renew"
+	// Wait: the engine waited for Key through the backend: a blocking
+	// driver.Waiter call (Note "acquire_wait") or a driver.Watcher
+	// subscription (Note "watch").
+	Wait Kind = "wait"
 	// Write: the fenced resource received a write attempt (see the Write*
 	// fields).
 	Write Kind = "write"
@@ -78,9 +86,11 @@ type Event struct {
 	Reason   string `json:"reason,omitempty"`
 	Fencing  bool   `json:"fencing,omitempty"`
 	// Ambiguous marks an acquire or release whose reply was dropped.
-	Ambiguous bool   `json:"ambiguous,omitempty"`
-	Err       string `json:"err,omitempty"`
-	Note      string `json:"note,omitempty"`
+	Ambiguous bool `json:"ambiguous,omitempty"`
+	// N is a count (BatchRenew: the grants in the batch).
+	N    int    `json:"n,omitempty"`
+	Err  string `json:"err,omitempty"`
+	Note string `json:"note,omitempty"`
 }
 
 // History is a run's events, in any order; Sort orders them by T.

@@ -181,7 +181,7 @@ func (m *mdWriter) claims() {
 			}
 			n++
 			st := c.Result.Stats
-			stale += st.StaleAccepted
+			stale += st.StaleAccepted + st.OldTokenAccepted
 			overlap = max(overlap, st.MaxOverlap)
 			orphan = max(orphan, st.OrphanTime.Max)
 			if st.DetectionMargin.N > 0 && (margin == nil || st.DetectionMargin.Min < *margin) {
@@ -206,13 +206,16 @@ func (m *mdWriter) numbers() {
 	m.p("")
 	m.p("Detection margin: how long before the next holder acquired a lost lease's holder stopped believing (P4; negative is a violation). Orphan time: from a holder's crash or an ambiguous operation to the next acquisition of its key (P5, P8). Recovery: from the end of a fault to the next acquisition (P6).")
 	m.p("")
-	m.p("| backend | fault | setup | verdict | rounds | acquisitions | faults | writes (accepted) | stale attempted / accepted | margin p50 / p99 | orphan p99 / max | recovery p99 | max overlap | took | seed |")
-	m.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	m.p("Rotations: token rotations the holders saw, and their writes with the pre-rotation token after it (all must be refused). Batches: renewals of two or more leases in one call (largest). Waits: waits through the backend's Waiter or Watcher.")
+	m.p("")
+	m.p("| backend | fault | setup | verdict | rounds | acquisitions | faults | writes (accepted) | stale attempted / accepted | rotations (old token refused / accepted) | batches (max) | waits | margin p50 / p99 | orphan p99 / max | recovery p99 | max overlap | took | seed |")
+	m.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, c := range m.r.Cells {
 		st := c.Result.Stats
-		m.p("| %s | %s | %s | %s | %d | %d | %d | %d (%d) | %d / %d | %s | %s | %s | %s | %s | %d |",
+		m.p("| %s | %s | %s | %s | %d | %d | %d | %d (%d) | %d / %d | %s | %s | %d | %s | %s | %s | %s | %s | %d |",
 			c.Backend, c.Fault, cell(orDash(c.Setup)), c.Verdict, c.Rounds, st.Acquisitions, st.Faults,
 			st.Writes, st.WritesAccepted, st.StaleAttempted, st.StaleAccepted,
+			rotations(st), batches(st), st.Waits,
 			pair(st.DetectionMargin, st.DetectionMargin.P50, st.DetectionMargin.P99),
 			pair(st.OrphanTime, st.OrphanTime.P99, st.OrphanTime.Max),
 			one(st.Recovery, st.Recovery.P99), dur(st.MaxOverlap), dur(c.Duration), c.Seed)
@@ -326,6 +329,22 @@ func (r Report) ReproCommand(c Cell) string {
 // cell makes s safe inside a markdown table cell.
 func cell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ", "\r", "").Replace(s)
+}
+
+// rotations is the rotations column of the numbers: "–" without any.
+func rotations(st check.Stats) string {
+	if st.Rotations == 0 && st.OldTokenWrites == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d (%d / %d)", st.Rotations, st.OldTokenWrites-st.OldTokenAccepted, st.OldTokenAccepted)
+}
+
+// batches is the batch-renewal column of the numbers: "–" without any.
+func batches(st check.Stats) string {
+	if st.BatchRenewals == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d (%d)", st.BatchRenewals, st.MaxBatch)
 }
 
 func orDash(s string) string {

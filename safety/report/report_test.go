@@ -125,6 +125,8 @@ func sample() Report {
 		}
 		cells[i].Result.Stats.DetectionMargin = check.Dist{N: 4, Min: 80 * time.Millisecond, P50: 95 * time.Millisecond, P99: 120 * time.Millisecond, Max: 130 * time.Millisecond}
 	}
+	st := &cells[1].Result.Stats // the engine's optional paths
+	st.Rotations, st.RotatedAccepted, st.OldTokenWrites, st.BatchRenewals, st.MaxBatch, st.Waits = 4, 4, 4, 3, 2, 7
 	return Report{
 		Profile:  "quick",
 		Seed:     7,
@@ -168,7 +170,8 @@ func TestMarkdown(t *testing.T) {
 		"| redis | safe-with-fencing | unsafe-expected |",
 		"| memory | fencing-off | P1 | P1 | caught |",
 		"| redis | per-key INCR counter | server | TTL | appendfsync everysec \\| not always | 2 |",
-		"| redis | server-restart | appendfsync everysec | unsafe-expected | 10 | 300 | 0 | 3000 (0) | 3 / 0 | 95ms / 120ms |",
+		"| redis | server-restart | appendfsync everysec | unsafe-expected | 10 | 300 | 0 | 3000 (0) | 3 / 0 | – | – | 0 | 95ms / 120ms |",
+		"| postgres | server-restart | – | safe | 10 | 300 | 0 | 3000 (0) | 0 / 0 | 4 (4 / 0) | 3 (2) | 7 | 95ms / 120ms |",
 		"### redis / server-restart: unsafe-expected",
 		"Why: the token counter is lost with the last second of writes",
 		"Fix: appendfsync always",

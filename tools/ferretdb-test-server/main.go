@@ -1,11 +1,8 @@
 // Command ferretdb-test-server runs FerretDB v1 (embedded from
 // github.com/FerretDB/FerretDB/ferretdb) on loopback, as a MongoDB
-// wire-protocol server for fencelock's tests.
-//
-// -handler selects FerretDB's storage handler: "sqlite" (the default) keeps
-// its databases in -data-dir; "postgresql" keeps them in the PostgreSQL
-// database named by -postgresql-url (FerretDB 1.x's production handler).
-// The PostgreSQL URL may carry a password; it is never printed.
+// wire-protocol server for fencelock's tests: with its SQLite handler
+// (the default, data in -data-dir) or, with -handler=postgresql, its
+// PostgreSQL handler on the database of -postgresql-url.
 //
 // It is started by scripts/testenv; it is not part of the library module.
 // It prints "ready" on stdout once the listener accepts connections and exits
@@ -32,32 +29,20 @@ import (
 
 func main() {
 	var (
+		dataDir   = flag.String("data-dir", "", "directory for the SQLite databases (required for -handler=sqlite)")
 		handler   = flag.String("handler", "sqlite", "FerretDB handler: sqlite or postgresql")
-		dataDir   = flag.String("data-dir", "", "directory for the SQLite databases (required with -handler=sqlite)")
-		pgURL     = flag.String("postgresql-url", "", "PostgreSQL database URL (required with -handler=postgresql)")
+		pgURL     = flag.String("postgresql-url", "", "PostgreSQL URL of the database to use (required for -handler=postgresql)")
 		host      = flag.String("host", "127.0.0.1", "address to listen on")
 		port      = flag.Int("port", 0, "TCP port (required)")
 		logLevel  = flag.String("log-level", "warn", "log level: debug, info, warn, error")
 		startWait = flag.Duration("start-timeout", 60*time.Second, "how long to wait for the listener")
 	)
 	flag.Parse()
-	if *port <= 0 {
+	if *port <= 0 ||
+		(*handler == "sqlite" && *dataDir == "") ||
+		(*handler == "postgresql" && *pgURL == "") ||
+		(*handler != "sqlite" && *handler != "postgresql") {
 		flag.Usage()
-		os.Exit(2)
-	}
-	switch *handler {
-	case "sqlite":
-		if *dataDir == "" {
-			fmt.Fprintln(os.Stderr, "ferretdb-test-server: -handler=sqlite needs -data-dir")
-			os.Exit(2)
-		}
-	case "postgresql":
-		if *pgURL == "" {
-			fmt.Fprintln(os.Stderr, "ferretdb-test-server: -handler=postgresql needs -postgresql-url")
-			os.Exit(2)
-		}
-	default:
-		fmt.Fprintf(os.Stderr, "ferretdb-test-server: -handler must be sqlite or postgresql, not %q\n", *handler)
 		os.Exit(2)
 	}
 
@@ -69,9 +54,10 @@ func main() {
 
 	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
 	cfg := &ferretdb.Config{
-		Listener: ferretdb.ListenerConfig{TCP: addr},
-		Logger:   logger,
-		Handler:  *handler,
+		Listener:      ferretdb.ListenerConfig{TCP: addr},
+		Logger:        logger,
+		Handler:       *handler,
+		PostgreSQLURL: *pgURL,
 	}
 	if *handler == "sqlite" {
 		dir, err := filepath.Abs(*dataDir)
@@ -82,8 +68,6 @@ func main() {
 			log.Fatalf("ferretdb-test-server: %v", err)
 		}
 		cfg.SQLiteURL = "file:" + dir + "/"
-	} else {
-		cfg.PostgreSQLURL = *pgURL
 	}
 	f, err := ferretdb.New(cfg)
 	if err != nil {

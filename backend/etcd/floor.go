@@ -1,0 +1,507 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Token floors.
+//
+// A token is a native token (a mod revision, see doc.go) plus the offset
+// in force at that revision:
+//
+//	token(r) = r + off(r)
+//
+// off is kept in the floor key (PREFIX + "%floor") as a list of segments
+// "start offset": off(r) is the offset of the last segment whose start is
+// below r. RaiseFloor only ever appends a segment, with a larger offset,
+// whose start is the floor key's own mod revision W, the revision of the
+// write that appended it; no lock entry has revision W (the write touches
+// only the floor key), so every revision is on one side of it. So off never
+// decreases as r grows, and token is strictly increasing in r: the order
+// of tokens is the order of native tokens, and every argument in doc.go
+// about native tokens (per key, strictly increasing across holders) holds
+// for tokens unchanged. The mapping is a function of r alone, whenever
+// it is evaluated: a holder's token does not change when the floor is
+// raised while it holds, and Renew, Release and Inspect map between the
+// two exactly.
+//
+// RaiseFloor(floor), reading the floor key at revision C: every later
+// grant's revision is above W > C, so with an offset of at least floor-C
+// its token is above floor. The one grant whose revision predates W but
+// which is handed out later is a waiter that queued before the raise:
+// AcquireWait re-puts its entry (bump, marker included) when the floor key
+// is newer than the entry, so it too gets a revision above W. An offset of
+// at least floor needs no write: every revision's token under it is above
+// floor, and a waiter older than the last segment is re-put into it.
+//
+// The history is never pruned: a held lock or a waiter may come from any
+// segment. To keep it short, a new offset is at least twice the previous
+// one (a backend may raise more than asked), so there are at most 63
+// segments. Offsets stay at or below 2^62, so tokens stay below 2^63
+// (revisions are far below 2^62).
+
+// floorName is the floor key's name under the prefix. It contains "%f",
+// which escape never produces ('%' only before "25" or "2F"), so it is
+// never a key's queue or marker.
+const floorName = "%floor"
+
+// maxOffset bounds offsets and floors: token = revision + offset stays
+// below 2^63 while revisions are below 2^62.
+const maxOffset = 1 << 62
+
+// errFloorKey reports a floor key that does not parse: no token can be
+// mapped until it is repaired.
+var errFloorKey = errors.New("etcd: the token floor key does not parse")
+
+func (b *Backend) floorKey() string { return b.prefix + floorName }
+
+// history is the offset function: segment i covers revisions above
+// starts[i] (up to starts[i+1]), with offset offs[i]. starts[0] = 0 and
+// offs[0] = 0: the revisions before any raise.
+type history struct {
+	starts, offs []int64
+}
+
+// parseHistory reads the floor key's value: lines "start offset", the
+// last one with start "-", meaning kv's own mod revision. A nil kv is the
+// empty history.
+func parseHistory(kv *mvccpb.KeyValue) (history, error) {
+	h := history{starts: []int64{0}, offs: []int64{0}}
+	if kv == nil || len(strings.TrimSpace(string(kv.Value))) == 0 {
+		return h, nil
+	}
+	lines := strings.Split(strings.TrimSpace(string(kv.Value)), "\n")
+	for i, line := range lines {
+		s, o, ok := strings.Cut(line, " ")
+		if !ok {
+			return history{}, errFloorKey
+		}
+		var start int64
+		if s == "-" && i == len(lines)-1 {
+			start = kv.ModRevision
+		} else {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return history{}, errFloorKey
+			}
+			start = v
+		}
+		off, err := strconv.ParseInt(o, 10, 64)
+		if err != nil || start <= h.starts[len(h.starts)-1] || off <= h.offs[len(h.offs)-1] || off > maxOffset {
+			return history{}, errFloorKey
+		}
+		h.starts = append(h.starts, start)
+		h.offs = append(h.offs, off)
+	}
+	return h, nil
+}
+
+// encode writes h; a last segment with start 0 is written "-": it starts
+// at the revision of the write.
+func (h history) encode() string {
+	var sb strings.Builder
+	for i := 1; i < len(h.starts); i++ {
+		if i == len(h.starts)-1 && h.starts[i] == 0 {
+			sb.WriteString("-")
+		} else {
+			sb.WriteString(strconv.FormatInt(h.starts[i], 10))
+		}
+		sb.WriteByte(' ')
+		sb.WriteString(strconv.FormatInt(h.offs[i], 10))
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+func (h history) last() int64 { return h.offs[len(h.offs)-1] }
+
+// off returns the offset in force at revision r.
+func (h history) off(r int64) int64 {
+	i := len(h.starts) - 1
+	for i > 0 && h.starts[i] >= r {
+		i--
+	}
+	return h.offs[i]
+}
+
+// native maps a token back to its revision, or 0 if no revision maps to
+// it. token is strictly increasing, so at most one segment matches.
+func (h history) native(t driver.Token) int64 {
+	if t == 0 || t > math.MaxInt64 {
+		return 0
+	}
+	for i := len(h.starts) - 1; i >= 0; i-- {
+		r := int64(t) - h.offs[i]
+		if r > h.starts[i] && (i == len(h.starts)-1 || r <= h.starts[i+1]) {
+			return r
+		}
+	}
+	return 0
+}
+
+// floors caches the history as read at revision at: exact for every
+// revision up to at (a later raise starts a segment above at).
+type floors struct {
+	mu sync.Mutex
+	at int64
+	h  history
+}
+
+// observe records the floor key as read at revision at (kv nil: absent).
+func (f *floors) observe(at int64, kv *mvccpb.KeyValue) error {
+	h, err := parseHistory(kv)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if at > f.at {
+		f.at, f.h = at, h
+	}
+	return nil
+}
+
+// cached returns the history if it is exact up to revision r.
+func (f *floors) cached(r int64) (history, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h, f.h.starts != nil && r <= f.at
+}
+
+// readFloor reads the floor key (linearizable) and records it.
+func (b *Backend) readFloor(ctx context.Context) (*clientv3.GetResponse, history, error) {
+	resp, err := b.cli.Get(ctx, b.floorKey())
+	if err != nil {
+		return nil, history{}, err
+	}
+	var kv *mvccpb.KeyValue
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
+	}
+	if err := b.fl.observe(resp.Header.Revision, kv); err != nil {
+		return nil, history{}, err
+	}
+	h, _ := parseHistory(kv)
+	return resp, h, nil
+}
+
+// token maps revision r (at or below a revision already read) to its
+// token, reading the floor key if the cache is older than r.
+func (b *Backend) token(ctx context.Context, r int64) (driver.Token, error) {
+	if r <= 0 {
+		return 0, nil
+	}
+	h, ok := b.fl.cached(r)
+	if !ok {
+		var err error
+		if _, h, err = b.readFloor(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return driver.Token(r + h.off(r)), nil
+}
+
+// native maps a token a caller passed in to its revision (0: none maps
+// to it, so the grant is not held), reading the floor key if the cache
+// may miss its segment.
+func (b *Backend) native(ctx context.Context, t driver.Token) (int64, error) {
+	f := &b.fl
+	f.mu.Lock()
+	h, at := f.h, f.at
+	f.mu.Unlock()
+	if h.starts != nil {
+		// A token from a segment the cache lacks maps, under the cache,
+		// to a revision above at.
+		if r := h.native(t); r <= at {
+			return r, nil
+		}
+	}
+	_, h, err := b.readFloor(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return h.native(t), nil
+}
+
+// nativeGrant returns g with its native token (0 if none maps to it).
+func (b *Backend) nativeGrant(ctx context.Context, g driver.Grant) (driver.Grant, error) {
+	r, err := b.native(ctx, g.Token)
+	g.Token = driver.Token(r)
+	return g, err
+}
+
+// tokenInfo maps info's token.
+func (b *Backend) tokenInfo(ctx context.Context, info driver.Info) (driver.Info, error) {
+	t, err := b.token(ctx, int64(info.Token))
+	info.Token = t
+	return info, err
+}
+
+// tokenErr maps the holder's token in a *driver.HeldError.
+func (b *Backend) tokenErr(ctx context.Context, err error) error {
+	var held *driver.HeldError
+	if errors.As(err, &held) && held.Holder.Token != 0 {
+		info, terr := b.tokenInfo(ctx, held.Holder)
+		if terr != nil {
+			return terr
+		}
+		held.Holder = info
+	}
+	return err
+}
+
+var _ driver.TokenFloorer = (*Backend)(nil)
+
+// Acquire implements driver.Backend (see acquire); the token offset is
+// read in the acquiring transaction itself.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquire(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokenErr(ctx, err)
+	}
+	g.Token, err = b.token(ctx, int64(g.Token))
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
+// AcquireWait implements driver.Waiter (see acquireWait). If the floor was
+// raised after the waiter queued, its entry is re-put (bump) before the
+// grant is returned, so that its token is above the floor.
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquireWait(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokenErr(ctx, err)
+	}
+	resp, _, err := b.readFloor(ctx)
+	if err == nil && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > int64(g.Token) {
+		var tok driver.Token
+		if tok, err = b.bump(ctx, req.Key, b.entryKey(req.Key, req.Owner), req.Owner, int64(g.Token)); err == nil {
+			g.Token = tok
+		}
+	}
+	if err == nil {
+		g.Token, err = b.token(ctx, int64(g.Token))
+	}
+	if err != nil {
+		// Leave no entry behind (as acquireWait does on failure).
+		cctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+		_ = b.release(cctx, g)
+		cancel()
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
+// Renew implements driver.Backend (see renew).
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	n, err := b.nativeGrant(ctx, g)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	r, err := b.renew(ctx, n, req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if r.Token == n.Token {
+		r.Token = g.Token
+	} else if r.Token, err = b.token(ctx, int64(r.Token)); err != nil {
+		return driver.Grant{}, err
+	}
+	return r, nil
+}
+
+// RenewBatch implements driver.BatchRenewer (see renewBatch).
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	ns := make([]driver.Grant, len(grants))
+	for i, g := range grants {
+		n, err := b.nativeGrant(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		ns[i] = n
+	}
+	out, err := b.renewBatch(ctx, ns, req)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].Err != nil {
+			continue
+		}
+		if out[i].Grant.Token == ns[i].Token {
+			out[i].Grant.Token = grants[i].Token
+		} else if out[i].Grant.Token, out[i].Err = b.token(ctx, int64(out[i].Grant.Token)); out[i].Err != nil {
+			out[i].Grant = driver.Grant{}
+		}
+	}
+	return out, nil
+}
+
+// Release implements driver.Backend (see release).
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	n, err := b.nativeGrant(ctx, g)
+	if err != nil {
+		return err
+	}
+	return b.release(ctx, n)
+}
+
+// NotifyLoss implements driver.LossNotifier (see notifyLoss). A token
+// that no revision maps to is reported lost at once.
+func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+	ctx, cancel := context.WithTimeout(b.ctx, b.cleanupTimeout)
+	n, err := b.nativeGrant(ctx, g)
+	cancel()
+	if err == nil && n.Token == 0 && g.Token != 0 {
+		err = driver.ErrNotHeld
+	}
+	if err != nil {
+		var once sync.Once
+		t := time.AfterFunc(0, func() { once.Do(func() { lost(err) }) })
+		return func() { t.Stop(); once.Do(func() {}) }
+	}
+	return b.notifyLoss(n, lost)
+}
+
+// Inspect implements driver.Backend (see inspect).
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.inspect(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokenInfo(ctx, info)
+}
+
+// List implements driver.Backend (see list).
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	infos, err := b.list(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	for i := range infos {
+		if infos[i], err = b.tokenInfo(ctx, infos[i]); err != nil {
+			return nil, err
+		}
+	}
+	return infos, nil
+}
+
+// ForceRelease implements driver.ForceReleaser (see forceRelease).
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.forceRelease(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokenInfo(ctx, info)
+}
+
+// HighWater implements driver.TokenFloorer, in one read of the keys
+// under prefix: Keys holds, for each key with entries or a rotation marker,
+// the highest token among them; Global is the token of the read's
+// revision, above every token ever issued under this prefix (etcd's
+// revision counts every write of the cluster, so it is far above most
+// keys' marks).
+func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return driver.HighWater{}, err
+	}
+	if b.closed.Load() {
+		return driver.HighWater{}, driver.ErrClosed
+	}
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpGet(b.prefix+escape(prefix), clientv3.WithPrefix()),
+		clientv3.OpGet(b.floorKey()),
+	).Commit()
+	if err != nil {
+		return driver.HighWater{}, err
+	}
+	if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
+		return driver.HighWater{}, err
+	}
+	h, _ := parseHistory(firstOf(resp, 1))
+	hw := driver.HighWater{Keys: make(map[string]driver.Token)}
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		k := string(kv.Key)
+		key, _, ok := b.parseEntry(k)
+		if !ok {
+			// A rotation marker: PREFIX + escape(key).
+			rest, _ := strings.CutPrefix(k, b.prefix)
+			if key, ok = unescape(rest); !ok || driver.ValidateKey(key) != nil {
+				continue
+			}
+		}
+		hw.Keys[key] = max(hw.Keys[key], driver.Token(kv.ModRevision+h.off(kv.ModRevision)))
+	}
+	hw.Global = driver.Token(resp.Header.Revision + h.off(resp.Header.Revision))
+	return hw, nil
+}
+
+// RaiseFloor implements driver.TokenFloorer. The offset is one for the
+// whole prefix, so raising any key's floor (or "") raises every key's: the
+// floor key is rewritten, compare-and-swap on its mod revision, with a new
+// segment whose offset is at least floor minus the revision it was read
+// at, and at least twice the previous offset (see the comment at the top
+// of floor.go for why every later token is above floor). A floor at or
+// below the current offset changes nothing. Floors must be below 2^62.
+func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
+	if key != "" {
+		if err := driver.ValidateKey(key); err != nil {
+			return err
+		}
+	}
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if floor >= maxOffset {
+		return &driver.InvalidOptionError{Option: "token floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: "must be below 2^62 on etcd, which keeps room for the revision the offset is added to"}
+	}
+	for {
+		resp, h, err := b.readFloor(ctx)
+		if err != nil {
+			return err
+		}
+		cur := h.last()
+		if cur >= int64(floor) {
+			return nil
+		}
+		var mod int64
+		if len(resp.Kvs) > 0 {
+			mod = resp.Kvs[0].ModRevision
+		}
+		// The current segment's start becomes explicit; the new one
+		// starts at this write's revision.
+		next := history{starts: append([]int64(nil), h.starts...), offs: append([]int64(nil), h.offs...)}
+		// If the offset need not grow (new grants are above floor
+		// already), the write only moves the floor key's revision, so that
+		// older waiters re-put their entries when they are granted.
+		if off := min(max(int64(floor)-resp.Header.Revision, 2*cur), maxOffset); off > cur {
+			next.starts = append(next.starts, 0)
+			next.offs = append(next.offs, off)
+		}
+		t, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(b.floorKey()), "=", mod)).
+			Then(clientv3.OpPut(b.floorKey(), next.encode()), clientv3.OpGet(b.floorKey())).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("etcd: raising the token floor: %w", err)
+		}
+		if t.Succeeded {
+			return b.fl.observe(t.Header.Revision, firstOf(t, 1))
+		}
+		// Raised concurrently: read again.
+	}
+}

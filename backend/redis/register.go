@@ -1,0 +1,27 @@
+package redis
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Scheme is the URL scheme of this backend: fencelock.Open("redis://…")
+// opens it. Schemes lists the others (TLS, Sentinel, Cluster).
+const Scheme = "redis"
+
+// Schemes are the URL schemes this package registers with fencelock.Open.
+var Schemes = []string{Scheme, "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
+
+func init() {
+	for _, s := range Schemes {
+		fencelock.Register(s, func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
+			b, err := OpenURL(ctx, u)
+			if err != nil {
+				return nil, err
+			}
+			return b, nil
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// acquire is Acquire (floor.go) on native tokens: one attempt. It joins the key's queue
+// and, unless it is first, leaves it again and reports the holder.
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.validate(ctx, req); err != nil {
+		return driver.Grant{}, err
+	}
+	b.sweep()
+	parent := b.parent(req.Key)
+	if b.hot.Hot(req.Key) {
+		// Contended lately: look before writing, so a contender that
+		// will wait anyway costs the server two reads instead of two
+		// writes.
+		node, data, st, err := b.holder(parent)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if node != "" && (string(data) != req.Owner || st.EphemeralOwner != b.conn.SessionID()) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(data), Token: driver.Token(st.Mzxid)}}
+		}
+	}
+	e, err := b.enqueue(ctx, parent, req.Owner)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	node := e.node
+	if e.n == 1 {
+		// Alone: every earlier holder's znode was deleted before ours was
+		// created, so our czxid is above all their tokens.
+		return b.grant(req.Key, req.Owner, node, 0, e.czxid), nil
+	}
+	b.hot.Mark(req.Key)
+	for range 5 {
+		names, pst, err := b.conn.Children(parent)
+		if err != nil {
+			b.deleteOwn(node)
+			return driver.Grant{}, err
+		}
+		cs := sortChildren(names)
+		own := path.Base(node)
+		if len(cs) == 0 || !slices.ContainsFunc(cs, func(c child) bool { return c.name == own }) {
+			return driver.Grant{}, errors.New("zookeeper: our contender znode vanished (session expired?)")
+		}
+		if cs[0].name == own {
+			// The holder left meanwhile.
+			if pst.Aversion == e.aversion {
+				return b.acquiredLate(b.grant(req.Key, req.Owner, node, 0, e.czxid), nil)
+			}
+			return b.acquiredLate(b.bump(req, node, 0))
+		}
+		lowest := parent + "/" + cs[0].name
+		data, st, err := b.conn.Get(lowest)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			b.deleteOwn(node)
+			return driver.Grant{}, err
+		}
+		b.deleteOwn(node)
+		if string(data) == req.Owner && st.EphemeralOwner == b.conn.SessionID() {
+			// A retry of an acquire whose reply was lost: the lock is
+			// already ours.
+			return b.acquiredLate(b.bump(req, lowest, st.Version))
+		}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(data), Token: driver.Token(st.Mzxid)}}
+	}
+	b.deleteOwn(node)
+	return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+}
+
+// Acquire reads before writing for a key found held less than hotFor ago
+// (remembering at most maxHot keys). Joining a queue costs two writes (the
+// multi, then the delete of a contender that lost), each fsynced by a
+// quorum, against two reads served by the connected server; two seconds
+// span the engine's first backoff steps for a contended key.
+const (
+	hotFor = 2 * time.Second
+	maxHot = 4096
+)
+
+// bump rewrites the holder znode's data (version-checked) so that its mzxid,
+// the grant's token, is a fresh zxid: higher than every token issued for
+// the key before, including rotated ones.
+func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (driver.Grant, error) {
+	st, err := b.markedSet(node, req.Owner, version)
+	if err != nil {
+		if !definiteZK(err) {
+			b.deleteOwn(node)
+		}
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+		}
+		return driver.Grant{}, err
+	}
+	return b.grant(req.Key, req.Owner, node, st.Version, st.Mzxid), nil
+}
+
+// markedSet rewrites a holder znode (version-checked) to give it a fresh
+// mzxid: a rotated token, or a hand-off token above a rotated one. Then it
+// rewrites the parent's ACL (unchanged) to bump the parent's ACL version,
+// the key's "a token above some czxid was issued" mark: a contender whose
+// predecessors all left compares the parent's ACL version with the one at
+// its own creation, and only if it changed does it need a fresh zxid of
+// its own (see confirm). The token counts as issued only once both writes
+// succeeded, so a crash in between issues nothing.
+//
+// While the outcome is unknown (no reply, or the mark not yet set), the
+// node stays in b.rotating, so that a later Renew or Release of the grant
+// (which still names the old version) can finish the job instead of taking
+// the lock for lost while its znode lives on.
+func (b *Backend) markedSet(node, owner string, version int32) (*zk.Stat, error) {
+	b.setRotating(node, version)
+	st, err := b.conn.Set(node, []byte(owner), version)
+	if err != nil {
+		if definiteZK(err) {
+			b.clearRotating(node)
+		}
+		return nil, err
+	}
+	if err := b.mark(node); err != nil {
+		return nil, err
+	}
+	b.clearRotating(node)
+	return st, nil
+}
+
+func (b *Backend) setRotating(node string, version int32) {
+	b.mu.Lock()
+	b.rotating[node] = version
+	b.mu.Unlock()
+}
+
+func (b *Backend) clearRotating(node string) {
+	b.mu.Lock()
+	delete(b.rotating, node)
+	b.mu.Unlock()
+}
+
+func (b *Backend) mark(node string) error {
+	_, err := b.conn.SetACL(path.Dir(node), b.acl, -1)
+	return err
+}
+
+func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	return driver.CheckAcquire(req)
+}

@@ -1,0 +1,64 @@
+package zookeeper
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// TestFloorHistory checks the floor znode's format: the last segment's
+// offset is resolved from its floor and the znode's mzxid, a later write
+// spells it out unchanged, tokens map back to exactly one zxid, and data
+// that would make tokens decrease is refused.
+func TestFloorHistory(t *testing.T) {
+	h, err := parseHistory([]byte("- 1000\n"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every zxid above the write (100) is above the floor once offset.
+	if got := h.off(101); 101+got <= 1000 {
+		t.Fatalf("off(101) = %d: token %d not above the floor 1000", got, 101+got)
+	}
+	if h.off(100) != 0 || h.off(50) != 0 {
+		t.Fatalf("zxids up to the write keep offset 0: off(100) = %d, off(50) = %d", h.off(100), h.off(50))
+	}
+	for _, z := range []int64{1, 99, 100, 101, 5000} {
+		if got := h.native(driver.Token(z + h.off(z))); got != z {
+			t.Fatalf("native(token(%d)) = %d", z, got)
+		}
+	}
+	if got := h.native(950); got != 0 {
+		t.Fatalf("native(950) = %d: token 950 is in the gap no zxid maps to", got)
+	}
+
+	// Spelled out, then raised again at mzxid 200: the old segment keeps
+	// its start and offset, the new one at least doubles it.
+	data := h.encode(1100)
+	if data != "100 900\n- 1100\n" {
+		t.Fatalf("encode = %q", data)
+	}
+	h2, err := parseHistory([]byte(data), 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.off(150) != 900 || h2.off(201) != 1800 {
+		t.Fatalf("off(150) = %d (want 900), off(201) = %d (want 2 × 900)", h2.off(150), h2.off(201))
+	}
+
+	// A floor below the write's zxid gives an equal offset, which the next
+	// write leaves out.
+	h3, err := parseHistory([]byte("- 10\n"), 100)
+	if err != nil || h3.off(101) != 0 {
+		t.Fatalf("parse(- 10) = %+v, %v", h3, err)
+	}
+	if got := h3.encode(0); got != "" {
+		t.Fatalf("encode of a history with only a zero offset = %q, want empty", got)
+	}
+
+	for _, bad := range []string{"x 1\n", "100 0\n", "100 5\n50 9\n", "100 9\n200 9\n", "100 9\n200 5\n", "- 5\n100 9\n", "100\n"} {
+		if _, err := parseHistory([]byte(bad), 300); !errors.Is(err, errFloorZnode) {
+			t.Errorf("parseHistory(%q) = %v, want errFloorZnode", bad, err)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// inspectKey is Inspect (floor.go) on native tokens. Remaining is always zero: the lock
+// lives as long as its holder's session.
+func (b *Backend) inspectKey(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	b.sweep()
+	if b.pendingUnder(b.parent(key)) {
+		return driver.Info{}, errCleanupPending
+	}
+	return b.inspect(key)
+}
+
+func (b *Backend) inspect(key string) (driver.Info, error) {
+	node, data, st, err := b.holder(b.parent(key))
+	if err != nil || node == "" {
+		return driver.Info{Key: key}, err
+	}
+	return driver.Info{Key: key, Owner: string(data), Token: driver.Token(st.Mzxid)}, nil
+}
+
+// list is List (floor.go) on native tokens. It reads the key znodes under the root
+// and the holder of each (up to 16 at a time, pipelined on the session).
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	names, _, err := b.conn.Children(b.root)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, n := range names {
+		if k, ok := unescapeKey(n); ok && strings.HasPrefix(k, prefix) && driver.ValidateKey(k) == nil {
+			keys = append(keys, k)
+		}
+	}
+	infos := make([]driver.Info, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, k := range keys {
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			infos[i], errs[i] = b.inspect(k)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := infos[:0]
+	for i, in := range infos {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if in.Locked() {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}

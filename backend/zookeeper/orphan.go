@@ -1,0 +1,130 @@
+package zookeeper
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// errCleanupPending is what Inspect returns for a key with a contender
+// znode of this backend still to be deleted, or to be searched for (a
+// create whose reply was lost may be executed later). The engine takes it
+// as a failed clean-up and looks again with backoff (see driver), which
+// sweeps again: the engine's retries, not a loop in the backend, finish
+// the clean-up.
+var errCleanupPending = errors.New("zookeeper: a clean-up of this key's contender znodes is pending")
+
+// Sweep pacing: after a sweep that left work pending, the next one waits
+// sweepMinWait, doubling up to sweepMaxWait, so a pending nonce search
+// does not cost a read per call; maxSweep bounds the clean-ups of one
+// sweep.
+const (
+	sweepMinWait = 50 * time.Millisecond
+	sweepMaxWait = 2 * time.Second
+	maxSweep     = 64
+)
+
+// orphan is a contender znode that may exist although nobody will use it:
+// a create whose reply was lost (nonce set, path unknown) or a delete that
+// failed (path set).
+type orphan struct {
+	parent string
+	nonce  string
+	path   string
+	// until: a create whose reply was lost may still be executed a little
+	// later (the server can read the request from the dead connection
+	// after the client has reconnected), so a nonce is searched for until
+	// a session timeout has passed.
+	until time.Time
+}
+
+// key is the orphan's name in b.orphans.
+func (o orphan) key() string {
+	if o.path != "" {
+		return o.path
+	}
+	return "nonce:" + o.nonce
+}
+
+// under reports whether the orphan is in the queue of parent.
+func (o orphan) under(parent string) bool {
+	return o.parent == parent || strings.HasPrefix(o.path, parent+"/")
+}
+
+func (b *Backend) addOrphan(o orphan) {
+	b.orphans.Add(o.key(), o)
+	b.mu.Lock()
+	b.nextSweep = time.Time{} // the next call sweeps
+	b.mu.Unlock()
+}
+
+// sweep tries the pending clean-ups once each. The calls the engine drives
+// (Acquire, AcquireWait, Renew, RenewBatch, Release, Inspect) run it
+// first; the backend never loops or waits to retry (see driver). It costs
+// nothing when nothing is pending, and one sweep at a time runs.
+func (b *Backend) sweep() {
+	if b.orphans.Len() == 0 || !b.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.sweeping.Store(false)
+	b.mu.Lock()
+	early := time.Now().Before(b.nextSweep)
+	b.mu.Unlock()
+	if early {
+		return
+	}
+	left := false
+	for k, o := range b.orphans.Batch(maxSweep) {
+		if b.closed.Load() {
+			return
+		}
+		if err := b.cleanOrphan(o); err != nil {
+			left = true
+			b.log.Warn("zookeeper: could not delete an orphaned contender znode yet; retrying on a later call", "znode", o.path, "parent", o.parent, "err", err)
+			continue
+		}
+		if o.nonce != "" && time.Now().Before(o.until) {
+			left = true // look again later
+			continue
+		}
+		b.orphans.Done(k, o)
+	}
+	b.mu.Lock()
+	if left {
+		b.sweepWait = min(max(2*b.sweepWait, sweepMinWait), sweepMaxWait)
+		b.nextSweep = time.Now().Add(b.sweepWait)
+	} else {
+		b.sweepWait = 0
+	}
+	b.mu.Unlock()
+}
+
+// cleanOrphan deletes an orphaned znode, or every znode of its nonce.
+func (b *Backend) cleanOrphan(o orphan) error {
+	if o.path != "" {
+		if err := b.conn.Delete(o.path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		return nil
+	}
+	names, _, err := b.conn.Children(o.parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		err = nil
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, nodePrefix+o.nonce+seqMarker) {
+			if e := b.conn.Delete(o.parent+"/"+n, -1); e != nil && !errors.Is(e, zk.ErrNoNode) {
+				err = e
+			}
+		}
+	}
+	return err
+}
+
+// pendingUnder reports whether a clean-up in the queue of parent is
+// pending.
+func (b *Backend) pendingUnder(parent string) bool {
+	return b.orphans.Any(func(_ string, o orphan) bool { return o.under(parent) })
+}

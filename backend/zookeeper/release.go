@@ -1,0 +1,74 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// release is Release (floor.go) on native tokens: it deletes the grant's own znode,
+// version-checked, and nothing else.
+func (b *Backend) release(ctx context.Context, g driver.Grant) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	b.sweep()
+	h, ok, err := b.ownHandle(g)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return driver.ErrNotHeld
+	}
+	if h.unconfirmed {
+		h.version = -1 // the path is this grant's alone
+	}
+	b.mu.Lock()
+	from, amb := b.rotating[h.path]
+	b.mu.Unlock()
+	err = b.conn.Delete(h.path, h.version)
+	if errors.Is(err, zk.ErrBadVersion) && amb && from == h.version {
+		err = b.conn.Delete(h.path, h.version+1) // our rotation did go through
+	}
+	switch {
+	case err == nil:
+		if amb {
+			b.mu.Lock()
+			delete(b.rotating, h.path)
+			b.mu.Unlock()
+		}
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		return driver.ErrNotHeld
+	}
+	return err
+}
+
+// forceRelease is ForceRelease (floor.go) on native tokens: it deletes the key's
+// current holder znode. The holder's NotifyLoss watch fires at once; the
+// next contender in the queue becomes the holder with a higher token.
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	for range 5 {
+		node, data, st, err := b.holder(b.parent(key))
+		if err != nil || node == "" {
+			return driver.Info{Key: key}, err
+		}
+		err = b.conn.Delete(node, st.Version)
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+			continue
+		}
+		if err != nil {
+			return driver.Info{}, err
+		}
+		return driver.Info{Key: key, Owner: string(data), Token: driver.Token(st.Mzxid)}, nil
+	}
+	return driver.Info{}, errors.New("zookeeper: the lock's holder kept changing during ForceRelease")
+}

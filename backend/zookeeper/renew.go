@@ -1,0 +1,67 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fencelock/fencelock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// renew is Renew (floor.go) on native tokens. The lock lives as long as the session,
+// so a renewal proves two things in one round trip: the session is alive
+// (the server answered on it) and the znode is still ours (same version and
+// zxid, owned by this session). With Rotate it rewrites the znode's data,
+// version-checked, and the new mzxid is the new token.
+func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := driver.CheckRenew(req); err != nil {
+		return driver.Grant{}, err
+	}
+	b.sweep()
+	h, ok, err := b.ownHandle(g)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if !ok {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	if h.unconfirmed {
+		return b.confirmedLate(b.confirm(g, h))
+	}
+	exists, st, err := b.conn.Exists(h.path)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	sid := b.conn.SessionID()
+	if !exists || st.EphemeralOwner != sid {
+		return driver.Grant{}, driver.ErrNotHeld
+	}
+	if st.Version != h.version || st.Mzxid != h.token {
+		// A rotation of ours whose reply was lost may have gone through.
+		b.mu.Lock()
+		from, amb := b.rotating[h.path]
+		b.mu.Unlock()
+		if !amb || from != h.version || st.Version != h.version+1 {
+			return driver.Grant{}, driver.ErrNotHeld
+		}
+		if err := b.mark(h.path); err != nil {
+			return driver.Grant{}, err
+		}
+		h.version, h.token = st.Version, st.Mzxid
+	}
+	b.clearRotating(h.path)
+	if !req.Rotate {
+		return b.grant(g.Key, g.Owner, h.path, h.version, h.token), nil
+	}
+	st, err = b.markedSet(h.path, g.Owner, h.version)
+	if err != nil {
+		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+			return driver.Grant{}, driver.ErrNotHeld
+		}
+		return driver.Grant{}, err
+	}
+	return b.grant(g.Key, g.Owner, h.path, st.Version, st.Mzxid), nil
+}

@@ -1,0 +1,42 @@
+package driver
+
+import (
+	"errors"
+	"strconv"
+)
+
+// CheckAcquire checks an AcquireRequest by the rules every backend shares:
+// Key by ValidateKey, Owner by the same rules as a key (1 to MaxKeyLen
+// bytes of valid UTF-8 without control characters, reported as an
+// *InvalidOptionError for "Owner"), TTL by ValidateTTL. Backends call it
+// first in Acquire and AcquireWait (see "Validation" in the package doc).
+func CheckAcquire(req AcquireRequest) error {
+	if err := ValidateKey(req.Key); err != nil {
+		return err
+	}
+	if err := ValidateOwner(req.Owner); err != nil {
+		return err
+	}
+	return ValidateTTL(req.TTL)
+}
+
+// CheckRenew checks a RenewRequest (its TTL, by ValidateTTL). Backends
+// call it first in Renew and RenewBatch.
+func CheckRenew(req RenewRequest) error {
+	return ValidateTTL(req.TTL)
+}
+
+// ValidateOwner checks an owner string by the rules of a key, and reports
+// a violation as an *InvalidOptionError for "Owner". The engine's owners
+// (host, process and a random suffix) always pass.
+func ValidateOwner(owner string) error {
+	if err := ValidateKey(owner); err != nil {
+		reason := "invalid"
+		var ke *InvalidKeyError
+		if errors.As(err, &ke) {
+			reason = ke.Reason
+		}
+		return &InvalidOptionError{Option: "Owner", Value: strconv.Quote(owner), Reason: reason}
+	}
+	return nil
+}

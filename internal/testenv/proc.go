@@ -1,0 +1,234 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// procInfo is what /proc/PID/stat says about a process.
+type procInfo struct {
+	state byte   // R, S, D, T, t, Z, X, ...
+	ppid  int    // parent
+	pgrp  int    // process group
+	start uint64 // start time in clock ticks after boot
+}
+
+// procStat reads /proc/PID/stat.
+func procStat(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procInfo{}, false
+	}
+	var p procInfo
+	p.state = f[0][0]
+	p.ppid, _ = strconv.Atoi(f[1])
+	p.pgrp, _ = strconv.Atoi(f[2])
+	p.start, _ = strconv.ParseUint(f[19], 10, 64)
+	return p, true
+}
+
+func (p procInfo) gone() bool    { return p.state == 'Z' || p.state == 'X' }
+func (p procInfo) stopped() bool { return p.state == 'T' || p.state == 't' }
+
+// running reports whether pid runs (not a zombie); zombies hold no ports
+// or files, so they count as gone.
+func running(pid int) bool {
+	p, ok := procStat(pid)
+	return ok && !p.gone()
+}
+
+// readPID returns the PID in a pid file ("PID STARTTIME") if that process
+// runs and started at STARTTIME: only then is it the server testenv
+// started, not a reused PID.
+func readPID(file string) (int, bool) {
+	f := strings.Fields(readTrimmed(file))
+	if len(f) != 2 {
+		return 0, false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return 0, false
+	}
+	p, ok := procStat(pid)
+	if !ok || p.gone() || p.start != start {
+		return 0, false
+	}
+	return pid, true
+}
+
+// procTree returns root, its descendants and the members of its process
+// group (PostgreSQL's children call setsid themselves, so both are needed).
+func procTree(root int) []int {
+	kids := map[int][]int{}
+	seen := map[int]bool{root: true}
+	tree := []int{root}
+	queue := []int{root}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, ok := procStat(pid)
+		if !ok {
+			continue
+		}
+		kids[p.ppid] = append(kids[p.ppid], pid)
+		if p.pgrp == root && !seen[pid] {
+			seen[pid] = true
+			tree = append(tree, pid)
+			queue = append(queue, pid)
+		}
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, k := range kids[p] {
+			if !seen[k] {
+				seen[k] = true
+				tree = append(tree, k)
+				queue = append(queue, k)
+			}
+		}
+	}
+	return tree
+}
+
+func signalAll(pids []int, sig syscall.Signal) {
+	for _, p := range pids {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// pollInterval is how often a wait for a process or a server polls: there
+// is no event to wait for when a process that is not our child exits or
+// stops, or when a server starts to answer.
+const pollInterval = 50 * time.Millisecond
+
+// waitGone waits until none of pids runs, at most d.
+func waitGone(d time.Duration, pids []int) bool {
+	deadline := time.Now().Add(d)
+	for {
+		alive := false
+		for _, p := range pids {
+			if running(p) {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// spawnSpec is one server process to start.
+type spawnSpec struct {
+	argv    []string
+	dir     string // working dir, and where the pid file goes
+	log     string // stdout and stderr are appended here
+	cred    *syscall.Credential
+	pidFile string
+}
+
+// spawn starts a server in a session and process group of its own, stdin
+// from /dev/null, stdout and stderr appended to its log, and records its
+// PID and start time in its pid file. The server is not this process's
+// child: a short-lived /bin/sh starts it in the background with setsid(1)
+// and exits, so the server belongs to init (or the nearest subreaper), as
+// a daemon would, and a test that started it leaves no goroutine waiting
+// for it.
+func spawn(s spawnSpec) (int, error) {
+	logf, err := os.OpenFile(s.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "\n===== testenv %s: starting: %s\n", time.Now().Format("2006-01-02 15:04:05"), strings.Join(redactArgs(s.argv), " "))
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		return 0, fmt.Errorf("setsid (util-linux) not found: %w", err)
+	}
+	// The shell is a session leader, so its background job is not a group
+	// leader and setsid execs the server without forking: $! is its PID.
+	cmd := exec.Command("/bin/sh", "-c", `"$@" </dev/null >&3 2>&3 3>&- & echo $!`, "sh", setsid)
+	cmd.Args = append(cmd.Args, s.argv...)
+	cmd.Dir = s.dir
+	cmd.ExtraFiles = []*os.File{logf}
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: s.cred}
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("starting %s: %w", filepath.Base(s.argv[0]), err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("starting %s: no PID (%q)", filepath.Base(s.argv[0]), out)
+	}
+	var start uint64
+	if p, ok := procStat(pid); ok {
+		start = p.start
+	}
+	if err := os.WriteFile(s.pidFile, fmt.Appendf(nil, "%d %d\n", pid, start), 0o644); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return 0, err
+	}
+	return pid, nil
+}
+
+// pauseTree sends SIGSTOP (stop) or SIGCONT to the process tree of the
+// server in pidFile until every process is stopped (running again), and
+// returns then. A process forked meanwhile is caught too: the tree is read
+// again each round.
+func pauseTree(ctx context.Context, pidFile string, stop bool) error {
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	var pending []int
+	for range 100 {
+		pid, ok := readPID(pidFile)
+		if !ok {
+			return ErrNotRunning
+		}
+		pending = pending[:0]
+		for _, p := range procTree(pid) {
+			pi, ok := procStat(p)
+			if !ok || pi.gone() || pi.stopped() == stop {
+				continue
+			}
+			pending = append(pending, p)
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		signalAll(pending, sig)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+	return fmt.Errorf("testenv: processes %v still not %s after 5s", pending, map[bool]string{true: "stopped", false: "running"}[stop])
+}
