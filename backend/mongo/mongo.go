@@ -673,7 +673,7 @@ const maxBatch = 500
 
 // RenewBatch implements driver.BatchRenewer. Without rotation it renews
 // up to 500 grants with four commands: one unordered insert of their epoch
-// claims, one update command with a statement per record, one find
+// claims, one updateMany (one per distinct epoch and owner), one find
 // reading the records back (a record carrying the claimed epoch and
 // expiry was renewed), and one delete of the previous claims. A grant
 // whose claim collides (a retry, or an end of its record), or that came
@@ -764,26 +764,46 @@ type renewItem struct {
 
 // applyClaims writes won epoch claims into their records, reads the
 // records back and deletes the previous claims.
+//
+// The records are written with one single-statement updateMany per
+// (epoch, owner) group, filtered on _id ∈ group and that epoch, never
+// with a bulk of one statement per record: FerretDB 1.24 keeps every
+// statement's read open until the whole update command ends and takes a
+// second pooled connection for each write, so a bulk of as many
+// statements as its connection pool holds (50 on PostgreSQL, 100 on
+// SQLite) deadlocks the server. A group's records all share the claimed
+// expiry (the chunk's), and each was claimed at its next epoch by this
+// call, so the filter holds at FerretDB's write as it held at its read.
 func (b *Backend) applyClaims(ctx context.Context, grants []driver.Grant, won []renewItem, out []driver.RenewResult) error {
 	if len(won) == 0 {
 		return nil
 	}
-	ups := make([]mongo.WriteModel, len(won))
+	type groupKey struct {
+		epoch int64
+		owner string
+		exp   bson.DateTime
+	}
+	groups := make(map[groupKey]bson.A)
+	var order []groupKey
 	ids := make(bson.A, len(won))
 	var dels []mongo.WriteModel
 	for j, it := range won {
-		g := grants[it.i]
-		ups[j] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: it.r.x}, {Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)},
-				{Key: "epoch", Value: bson.D{{Key: "$in", Value: bson.A{it.r.epoch, it.r.epoch + 1}}}}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "epoch", Value: it.r.epoch + 1}, {Key: "expiresAt", Value: it.c.ExpiresAt}}}})
+		k := groupKey{epoch: it.r.epoch, owner: grants[it.i].Owner, exp: it.c.ExpiresAt}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], it.r.x)
 		ids[j] = it.r.x
 		if it.r.epoch > 0 {
 			dels = append(dels, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: epochID(it.r.x, it.r.epoch)}}))
 		}
 	}
-	if _, err := b.locks.BulkWrite(ctx, ups, options.BulkWrite().SetOrdered(false)); err != nil {
-		return err
+	for _, k := range order {
+		if _, err := b.locks.UpdateMany(ctx,
+			bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: groups[k]}}}, {Key: "owner", Value: k.owner}, {Key: "epoch", Value: k.epoch}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "epoch", Value: k.epoch + 1}, {Key: "expiresAt", Value: k.exp}}}}); err != nil {
+			return err
+		}
 	}
 	cur, err := b.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "owner", Value: 1}, {Key: "token", Value: 1}, {Key: "epoch", Value: 1}, {Key: "expiresAt", Value: 1}}))
