@@ -41,6 +41,7 @@ var backendDefs = []backendDef{
 	{"etcd", "FENCELOCK_TEST_ETCD", 2 * time.Second, 700 * time.Millisecond},
 	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
+	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
 }
 
 // dualDef is the dual backend of a migration's rolling deploy

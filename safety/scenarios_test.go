@@ -107,22 +107,10 @@ var expectations = report.Table{
 // claimedRules are expectations a backend announces itself: weaknesses of
 // the server it detected and reports in its Description's Warnings. They
 // come after the fault-specific rules (the negative controls keep theirs).
-func claimedRules(d driver.Description) report.Table {
-	var t report.Table
-	for _, w := range d.Warnings {
-		if d.Name == "mongo" && strings.Contains(w, "FerretDB") {
-			t = append(t, report.Rule{Backend: "mongo", Fault: "*", Expectation: report.Expectation{
-				Unsafe:     true,
-				Properties: []string{"P1", "P2", "P3", "P4"},
-				Why: "The backend warns: " + w + ". Measured: when a lock record expires while contenders wait (a paused, " +
-					"cut-off or crashed holder), two of them can take it over at the same moment and both succeed with the " +
-					"same token; the fenced resource cannot tell them apart.",
-				Fix: "Use MongoDB (a replica set, write concern majority with journal), not FerretDB.",
-			}})
-		}
-	}
-	return t
-}
+// No backend claims one today: the MongoDB backend's FerretDB takeover
+// race is gone (it rests on unique inserts only), and a weak write or read
+// concern it warns about is measured, not excused.
+func claimedRules(driver.Description) report.Table { return nil }
 
 // zkWaitersStranded is a liveness defect the suite measures on ZooKeeper
 // (a bug to fix, not a property of the store): progress (P6) may fail
