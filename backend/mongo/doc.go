@@ -44,7 +44,9 @@
 //   - Acquire inserts, in one ordered insert, the new record with token
 //     t+1 and the claim of token t+1. t is the last token this Backend
 //     claimed for the key if it did so within GarbageAfter/2 (one round
-//     trip), else the key's highest token claim (one read first). A
+//     trip), else the key's highest token claim (one find by _id of the
+//     claim of token 1, which is never deleted, so its absence means a
+//     fresh key; otherwise one more find for the highest). A
 //     collision on the record means held: the record is read and named in
 //     a *driver.HeldError, or, if expired, taken over. A collision on the
 //     claim means t was stale: the record is deleted and t read.
@@ -57,7 +59,14 @@
 //     the new expiry (and, with Rotate, a newly claimed token), writes
 //     epoch, expiry and token into the record, and deletes the claim of
 //     epoch n. RenewBatch does this for up to 500 records with four
-//     commands. Release deletes the record by its _id.
+//     commands: one unordered insert of all their claims, one updateMany
+//     per (epoch, owner) group filtered on _id ∈ group and that epoch
+//     (usually one), one find reading them back and one delete of the
+//     previous claims. Never a bulk of one update statement per record:
+//     FerretDB 1.24 holds every statement's read open until the command
+//     ends and takes another pooled connection per write, so a bulk as
+//     large as its pool (50 on PostgreSQL, 100 on SQLite) deadlocks the
+//     server. Release deletes the record by its _id.
 //   - HighWater and RaiseFloor (driver.TokenFloorer) read the token claims;
 //     a floor is a token claim of h+1 (h the key's highest) carrying the
 //     floor, so the next claim is above it.
@@ -80,6 +89,16 @@
 //     renewal's expiry; if the end wins, the renewal is ErrNotHeld. A
 //     renewal's late write cannot revive a deleted record (an update never
 //     upserts) and cannot reach a new record (fresh _id).
+//   - A batch renewal against takeovers: its updateMany names only
+//     records whose epoch n+1 this call has just claimed, and FerretDB
+//     reads them, then writes each by _id. Between that read and a write
+//     only an end claim of n+2 could move a record, and it needs the
+//     renewal claim's own expiry (now+TTL) to pass first; an end that
+//     claimed n+1 earlier made this call's claim collide (that grant is
+//     renewed alone, by Renew, and fails) or, if its claim was already
+//     cleaned up, deleted the record first, so the update finds nothing
+//     and never inserts. Every grant is confirmed by reading its record
+//     back with the claimed epoch and expiry.
 //   - Release racing a takeover: both delete the same _id; the new record
 //     has another _id. The release reports ErrNotHeld unless its delete
 //     removed the record.
@@ -90,7 +109,11 @@
 //     deleted only when older than GarbageAfter, and an own base is used
 //     for at most GarbageAfter/2, so a base can only miss a claim that
 //     was made before it was learned, which cannot be (the key's records
-//     are serialized). Assumption: no request is delayed in flight by more
+//     are serialized). The claim of token 1 is never deleted: a key's
+//     first claim is always of token 1 (every base is an existing claim,
+//     or a record's token, which its takeover claims), so its absence
+//     proves the key has no claims and a base of 0 is the highest.
+//     Assumption: no request is delayed in flight by more
 //     than GarbageAfter/2 (30 minutes by default).
 //
 // # Time
