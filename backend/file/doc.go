@@ -2,7 +2,7 @@
 // process on one machine, kept in a directory of small files, with no server
 // to install. It is the default of the fencelock command.
 //
-//	b, err := file.New(&file.Options{Dir: "/var/lib/myapp/locks"})
+//	b, err := file.New(ctx, &file.Options{Dir: "/var/lib/myapp/locks"})
 //	c, err := fencelock.New(b, nil)
 //
 // or, by URL, after importing the package (its init registers the scheme):
