@@ -195,8 +195,9 @@ var (
 func (b *Backend) Store() *Store { return b.s }
 
 // SetUnreachable cuts this backend off from its store (true) or reconnects
-// it (false). While cut off every call fails with ErrUnreachable, so a test
-// can watch a lease run out of local validity.
+// it (false). While cut off every call with valid input fails with ErrUnreachable, so a test
+// can watch a lease run out of local validity. Input is validated first:
+// a bad key gets its typed error even while the backend is cut off.
 func (b *Backend) SetUnreachable(v bool) { b.unreachable.Store(v) }
 
 func (b *Backend) check(ctx context.Context) error {
@@ -214,10 +215,10 @@ func (b *Backend) check(ctx context.Context) error {
 
 // Acquire implements driver.Backend.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.CheckAcquire(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -238,10 +239,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 
 // Renew implements driver.Backend.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.CheckRenew(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -272,10 +273,10 @@ func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Ti
 
 // RenewBatch implements driver.BatchRenewer.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
-	if err := driver.CheckRenew(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	s := b.s
@@ -309,10 +310,10 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 // ForceRelease implements driver.ForceReleaser: it removes key's record
 // whoever holds it, tells the holder at once, and wakes waiters.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	s := b.s
@@ -332,10 +333,10 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 
 // Inspect implements driver.Backend.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	s := b.s
@@ -350,10 +351,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 
 // List implements driver.Backend. Keys come back sorted.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidatePrefix(prefix); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	s := b.s
@@ -373,6 +374,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // Watch implements driver.Watcher: the channel receives a value when key is
 // released, force-released or expired with Store.Expire.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -423,10 +427,10 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(error)) (stop func()) {
 // counter, so Keys is complete and Global is its largest mark (or the
 // global floor, if higher).
 func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return driver.HighWater{}, err
 	}
-	if err := driver.ValidatePrefix(prefix); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.HighWater{}, err
 	}
 	s := b.s
@@ -444,13 +448,13 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 
 // RaiseFloor implements driver.TokenFloorer, for one key or (key "") all.
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
-	if err := b.check(ctx); err != nil {
-		return err
-	}
 	if key != "" {
 		if err := driver.ValidateKey(key); err != nil {
 			return err
 		}
+	}
+	if err := b.check(ctx); err != nil {
+		return err
 	}
 	s := b.s
 	s.mu.Lock()
