@@ -78,7 +78,7 @@ func TestBadKeyIsDefiniteAndStoresNothing(t *testing.T) {
 		ev := &events{}
 		c := newClient(t, b, &fencelock.Options{Observer: ev})
 		for _, k := range badKeys {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			before := b.acquires.Load()
 			if _, err := c.TryAcquire(ctx, k); !errors.Is(err, fencelock.ErrInvalidKey) {
 				t.Errorf("unreachable=%v: TryAcquire(%q) = %v; want ErrInvalidKey", unreachable, k, err)
