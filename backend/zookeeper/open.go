@@ -11,15 +11,9 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Open connects to the ZooKeeper ensemble named by a URL
-//
-//	zk://host:2181,host2:2181/chroot?session_timeout=15s&prefix=fencelock&connect_timeout=10s
-//
-// and returns a Backend that owns the connection. Locks live under
-// /chroot/prefix (the path is optional). Parameters: session_timeout
-// (default 15s), prefix (default "fencelock"), connect_timeout: how long
-// Open waits for the first session (default 10s). Unknown parameters are
-// rejected.
+// Open connects to the ZooKeeper ensemble named by rawURL and returns a
+// Backend that owns the connection: its Close closes it. The URL's form and
+// parameters are in the package documentation, under URLs.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
