@@ -3,20 +3,13 @@ package file
 import (
 	"context"
 	"net/url"
+	"strings"
 
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Open opens a Backend from a URL:
-//
-//	file:///path/to/dir          an absolute directory
-//	file://localhost/path/to/dir the same
-//	file://                      DefaultDir()
-//	file:relative/dir            a directory relative to the working directory
-//
-// The only query parameter is sync (default true; sync=false sets
-// Options.NoSync). The engine's parameters (ttl, renew_interval, …) are
-// handled by fencelock.Open before the URL reaches this package.
+// Open opens a Backend from a file URL. The URL's forms and its parameter
+// are in the package documentation, under URLs.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -27,7 +20,7 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 
 // OpenURL is Open for a parsed URL (scheme file).
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
-	if u.Scheme != "file" {
+	if !strings.EqualFold(u.Scheme, Scheme) {
 		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "scheme must be file"}
 	}
 	if u.Host != "" && u.Host != "localhost" {

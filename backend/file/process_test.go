@@ -271,6 +271,13 @@ func TestOpenURL(t *testing.T) {
 			t.Errorf("Open(%q) error shows the password: %v", u, err)
 		}
 	}
+	// Without fencelock.Open's lower-casing, too: schemes are
+	// case-insensitive in every backend.
+	b, err := file.Open(ctx, "FILE://"+dir)
+	if err != nil {
+		t.Fatalf("file.Open(FILE://…): %v", err)
+	}
+	b.Close()
 }
 
 func mustNew(t *testing.T, dir string) *file.Backend {
