@@ -62,11 +62,20 @@
 //   - List, HighWater: ValidatePrefix.
 //
 // A backend whose store has stricter rules (a shorter key limit) adds them
-// after these and reports them the same way. The engine relies on the
-// backend: it does not check an AcquireRequest or RenewRequest it builds
-// (its owners always pass, and its TTL was checked by fencelock.New with
-// ValidateTTL's bounds). The Client checks a key the application gives it
-// once, with ValidateKey, before it emits an event or starts a retry.
+// after these and reports them the same way. Apply them before any round
+// trip and before any check of the connection (only ErrClosed and ctx's
+// error may come first): bad input gets its typed error even while the
+// store is unreachable, since a transient failure is what the engine
+// retries.
+//
+// The engine relies on the backend and checks nothing twice: not the
+// AcquireRequest or RenewRequest it builds (its owners always pass, and
+// its TTL was checked by fencelock.New with ValidateTTL's bounds), nor
+// the keys and prefixes the application passes to the Client, which reach
+// the backend as they are. The Client treats ErrInvalidKey and
+// ErrInvalidOption as definite: returned at once, never retried, with
+// nothing to clean up. (Client.ForceRelease on a backend without
+// ForceReleaser returns ErrUnsupported without looking at the key.)
 //
 // # Concurrency
 //

@@ -52,9 +52,14 @@ var (
 // New opens the lock directory named by opts (nil means defaults), creating
 // it if needed. The default directory must be owned by the current user and
 // writable by nobody else; New refuses one that is not (or that is a
-// symbolic link), since it lives in a shared place such as /tmp.
-func New(opts *Options) (*Backend, error) {
+// symbolic link), since it lives in a shared place such as /tmp. New's work
+// is a few local system calls: it returns ctx's error if ctx has already
+// ended, and is not interrupted by ctx after that.
+func New(ctx context.Context, opts *Options) (*Backend, error) {
 	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var o Options
