@@ -31,7 +31,8 @@ func TestFloorAdversaryWaiterQueuedBeforeStaleRaise(t *testing.T) {
 func testWaiterQueuedBeforeStaleRaise(t *testing.T, rotate bool) {
 	ctx := ctxT(t)
 	const key, ttl = "adv-waiter", 5 * time.Second
-	hb, wb, rb, ob := open(t), open(t), open(t), open(t)
+	bs := openFresh(t, 4)
+	hb, wb, rb, ob := bs[0], bs[1], bs[2], bs[3]
 	// rb's cache: read now, stale once ob raises.
 	if _, err := rb.HighWater(ctx, ""); err != nil {
 		t.Fatal(err)
@@ -117,11 +118,10 @@ func testWaiterQueuedBeforeStaleRaise(t *testing.T, rotate bool) {
 func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 	ctx := ctxT(t)
 	const key, ttl = "adv-concurrent", 5 * time.Second
-	const contenders, rounds, raisers = 3, 10, 2
-	all := make([]*Backend, contenders+raisers)
-	for i := range all {
-		all[i] = open(t)
-	}
+	// Every raise above the current offset at least doubles it (floor.go):
+	// a bounded number of raises keeps the offsets far below 2^62.
+	const contenders, rounds, raisers, raises = 3, 10, 2, 12
+	all := openFresh(t, contenders+raisers)
 	var (
 		raised  atomic.Uint64 // the highest floor a returned RaiseFloor set
 		issued  atomic.Uint64 // the highest token handed out so far
@@ -143,6 +143,15 @@ func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 			}
 		}
 	}
+	// Each grant wakes a raiser (the channel holds one wake-up): raises
+	// and high-water reads race the grants that follow.
+	wake := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	done := make(chan struct{})
 	var rwg sync.WaitGroup
 	for i := range raisers {
@@ -152,10 +161,10 @@ func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 				select {
 				case <-done:
 					return
-				default:
+				case <-wake:
 				}
 				before := issued.Load()
-				if n%3 == 2 {
+				if n%3 == 2 || n >= 3*raises/2 {
 					hw, err := b.HighWater(ctx, "")
 					if err != nil {
 						fail("HighWater: %v", err)
@@ -203,6 +212,7 @@ func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 					last = g.Token
 					holders++
 					atomicMax(&issued, uint64(g.Token))
+					notify()
 				}
 				check("granted", g)
 				for _, ob := range all {
@@ -248,7 +258,8 @@ func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 func TestFloorAdversaryNearLimit(t *testing.T) {
 	ctx := ctxT(t)
 	const key, ttl = "adv-limit", 5 * time.Second
-	b1, b2 := open(t), open(t)
+	bs := openFresh(t, 2)
+	b1, b2 := bs[0], bs[1]
 	g, err := b1.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +304,24 @@ func TestFloorAdversaryNearLimit(t *testing.T) {
 	if hw, err := b2.HighWater(ctx, ""); err != nil || hw.Max() < prev || hw.Max() > math.MaxInt64 {
 		t.Fatalf("HighWater = %+v, %v; want at least %d, at most 2^63-1", hw, err, prev)
 	}
+}
+
+// openFresh opens n backends on a prefix of their own, new at each run
+// (open keeps one prefix per test name, also across -count runs): offsets
+// raised by an earlier run must not carry over.
+func openFresh(t *testing.T, n int) []*Backend {
+	t.Helper()
+	u := testURL(t)
+	bs := make([]*Backend, n)
+	for i := range bs {
+		b, err := Open(t.Context(), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+	}
+	return bs
 }
 
 // grantWaiting takes key, queued in the store if queue is set, else by
