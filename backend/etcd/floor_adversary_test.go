@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,5 +343,50 @@ func grantWaiting(ctx context.Context, b *Backend, queue bool, req driver.Acquir
 			return driver.Grant{}, ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// A holder that raises the floor just above its own token before it
+// releases (what the dual backend of a migration does to the lower side
+// when the other side is one ahead), round after round: the floors asked
+// for grow by a few per round, so the raises must keep succeeding and the
+// tokens stay far from 2^62.
+//
+// KNOWN BREAK, not fixed: every raise above the current offset at least
+// doubles it (floor.go), so round 63 asks for a floor at 2^62 and
+// RaiseFloor refuses it; a dual backend whose lower side is etcd would
+// then fail every Acquire. Fixing it needs a design decision (additive
+// offsets with a bounded history, see the review report), so the test
+// runs only with FENCELOCK_TEST_FLOOR_EXHAUSTION=1.
+func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
+	if os.Getenv("FENCELOCK_TEST_FLOOR_EXHAUSTION") == "" {
+		t.Skip("known break (offsets double on every raise): set FENCELOCK_TEST_FLOOR_EXHAUSTION=1 to run")
+	}
+	ctx := ctxT(t)
+	const key, ttl, rounds = "adv-small", 5 * time.Second, 100
+	bs := openFresh(t, 2)
+	b, rb := bs[0], bs[1]
+	var first driver.Token
+	for r := range rounds {
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
+		if err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		if r == 0 {
+			first = g.Token
+		}
+		if err := rb.RaiseFloor(ctx, key, g.Token+1); err != nil {
+			t.Fatalf("round %d: RaiseFloor(token %d + 1): %v", r, g.Token, err)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token-first > 1<<40 {
+		t.Fatalf("after %d raises of one above the holder's token, tokens went from %d to %d", rounds, first, g.Token)
 	}
 }
