@@ -366,6 +366,14 @@ func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
 	const key, ttl, rounds = "adv-small", 5 * time.Second, 100
 	bs := openFresh(t, 2)
 	b, rb := bs[0], bs[1]
+	// The copy from the old backend, whose tokens were ahead.
+	hw, err := rb.HighWater(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.RaiseFloor(ctx, "", hw.Max()+100_000); err != nil {
+		t.Fatal(err)
+	}
 	var first driver.Token
 	for r := range rounds {
 		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
