@@ -3,7 +3,8 @@
 package file_test
 
 import (
-		"math"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -37,8 +38,11 @@ func TestFloorNearMaxNeverIssuesAbove2p63(t *testing.T) {
 		t.Fatalf("Acquire after RaiseFloor(2^63-2) = %+v, %v; want token 2^63-1", g, err)
 	}
 	// The counter is exhausted: a rotation is refused and keeps the grant.
-	if r, err := b1.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true}); err == nil {
-		t.Fatalf("rotating Renew at 2^63-1 = %+v; want an error", r)
+	if r, err := b1.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true}); !errors.Is(err, file.ErrTokenOverflow) {
+		t.Fatalf("rotating Renew at 2^63-1 = %+v, %v; want ErrTokenOverflow", r, err)
+	}
+	if rs, err := b1.RenewBatch(ctx, []driver.Grant{g}, driver.RenewRequest{TTL: ttl, Rotate: true}); err != nil || !errors.Is(rs[0].Err, file.ErrTokenOverflow) {
+		t.Fatalf("rotating RenewBatch at 2^63-1 = %+v, %v; want ErrTokenOverflow", rs, err)
 	}
 	if info, err := b2.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != "a" {
 		t.Fatalf("Inspect after the refused rotations = %+v, %v; want the grant unchanged", info, err)
@@ -51,7 +55,7 @@ func TestFloorNearMaxNeverIssuesAbove2p63(t *testing.T) {
 	}
 	for _, b := range []*file.Backend{b1, b2} {
 		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "b", TTL: ttl})
-		if err == nil || g.Token > math.MaxInt64 {
+		if !errors.Is(err, file.ErrTokenOverflow) || !errors.Is(err, driver.ErrUnsupported) {
 			t.Fatalf("Acquire with the counter at 2^63-1 = %+v, %v; want ErrTokenOverflow (and ErrUnsupported)", g, err)
 		}
 	}
