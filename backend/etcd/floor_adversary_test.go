@@ -118,8 +118,8 @@ func testWaiterQueuedBeforeStaleRaise(t *testing.T, rotate bool) {
 func TestFloorAdversaryConcurrentRaises(t *testing.T) {
 	ctx := ctxT(t)
 	const key, ttl = "adv-concurrent", 5 * time.Second
-	// Every raise above the current offset at least doubles it (floor.go):
-	// a bounded number of raises keeps the offsets far below 2^62.
+	// A raise adds at most its floor minus the current tokens to the
+	// offset: a bounded number of raises keeps the offsets far below 2^62.
 	const contenders, rounds, raisers, raises = 3, 10, 2, 12
 	all := openFresh(t, contenders+raisers)
 	var (
