@@ -399,3 +399,67 @@ func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
 		t.Fatalf("history after the raises: %v segments, %v; want the %d from before them", h.starts, err, len(h0.starts))
 	}
 }
+
+// A raise to a floor that the tokens issued from now on exceed already
+// (here the high-water mark: the token of the current revision) adds no
+// segment, but a waiter that queued before it and is granted after it
+// must still get a token above it: its entry is older than the floor, so
+// the raise has to leave a trace (the floor key's revision) that makes
+// the waiter re-put its entry.
+func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
+	ctx := ctxT(t)
+	const key, ttl = "adv-waiter-small", 5 * time.Second
+	bs := openFresh(t, 3)
+	hb, wb, rb := bs[0], bs[1], bs[2]
+	// A segment first, so that the offset is not zero.
+	if err := rb.RaiseFloor(ctx, "", 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: ttl})
+		waited <- result{g, err}
+	}()
+	for queueLen(t, hb, key) < 2 {
+		time.Sleep(5 * time.Millisecond) // polling the server's view of the queue
+	}
+	hw, err := rb.HighWater(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, h0, err := rb.readFloor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := hw.Global
+	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatal(err)
+	}
+	if _, h, err := rb.readFloor(ctx); err != nil || h.last() != h0.last() {
+		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", h.last(), err, h0.last())
+	}
+	if err := hb.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
+	}
+	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
+		t.Fatalf("Inspect = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	}
+	if err := wb.Release(ctx, r.g); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -418,3 +418,73 @@ func grantWaiting(ctx context.Context, b *Backend, queue bool, req driver.Acquir
 		}
 	}
 }
+
+// A raise to a floor that the tokens issued from now on exceed already
+// (here the token of a grant made after the waiter queued) changes no
+// offset, but a waiter that queued before it and is granted after it must
+// still get a token above it: the raise has to move the floor znode's
+// mzxid, which makes the waiter rewrite its znode.
+func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
+	ctx := ctxT(t)
+	const key, other = "adv-waiter-small", "adv-waiter-small-other"
+	bs := openFresh(t, 3)
+	hb, wb, rb := bs[0], bs[1], bs[2]
+	// A segment first, so that the offset is not zero.
+	if err := rb.RaiseFloor(ctx, "", 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: testTTL})
+		if err == nil {
+			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: testTTL}) // the engine's confirmation
+		}
+		waited <- result{g, err}
+	}()
+	queued(t, hb, key, 2)
+	// A grant after the waiter queued: its token is above the waiter's.
+	go2, err := rb.Acquire(ctx, driver.AcquireRequest{Key: other, Owner: "other", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := rb.readFloor(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := go2.Token
+	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() {
+		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", s.h.last(), err, s0.h.last())
+	}
+	if err := hb.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
+	}
+	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
+		t.Fatalf("Inspect = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	}
+	for _, rel := range []struct {
+		b *Backend
+		g driver.Grant
+	}{{wb, r.g}, {rb, go2}} {
+		if err := rel.b.Release(ctx, rel.g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
