@@ -94,7 +94,9 @@
 // key's flock and synced like an issued token, so the key's next token is
 // above the floor; HighWater lists every key's counter. There is no
 // global floor: a key whose file does not exist yet gets its floor only
-// when it is raised by name.
+// when it is raised by name. Floors are below 2^63-1; a key whose counter
+// reached 2^63-1 issues no more tokens (ErrTokenOverflow) rather than
+// leave the signed 64-bit range.
 //
 // A crashed holder's lock is freed by its TTL. Renew never creates a
 // record; Acquire by the record's own owner succeeds and returns the
