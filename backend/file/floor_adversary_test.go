@@ -19,12 +19,12 @@ import (
 func TestFloorNearMaxNeverIssuesAbove2p63(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	b1, err := file.New(&file.Options{Dir: dir})
+	b1, err := file.New(ctx, &file.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b1.Close()
-	b2, err := file.New(&file.Options{Dir: dir})
+	b2, err := file.New(ctx, &file.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
