@@ -8,6 +8,34 @@
 //	b, err := mongo.New(ctx, client, &mongo.Options{Namespace: "billing"}) // caller-owned *mongo.Client
 //	c, err := fencelock.New(b, nil)
 //
+// # URLs
+//
+// Schemes: mongodb:// and mongodb+srv:// (case-insensitive). Parameters of
+// fencelock's own (each optional):
+//
+//   - database: the database of both collections; default the URL's path
+//     (mongodb://host/app), else "fencelock";
+//   - collection: the lock documents' collection, default "fencelock_locks";
+//   - token_collection: the token counters' collection, default
+//     "fencelock_tokens";
+//   - namespace: keeps several applications apart in one collection,
+//     default "default";
+//   - clock_resync: how often the server clock estimate is refreshed
+//     (a Go duration), default 30s.
+//
+// Every other parameter must be a MongoDB connection-string option
+// (replicaSet, authSource, tls, w, journal, readConcernLevel, maxPoolSize,
+// ...) and goes to the driver; w, journal and readConcernLevel given in the
+// URL replace the backend's majority/journaled defaults. An unknown
+// parameter is refused with an *driver.InvalidOptionError, so a typo never
+// silently drops a setting. Ports must be 1 to 65535. For example:
+//
+//	mongodb://app:secret@db1,db2,db3/app?replicaSet=rs0&namespace=billing&w=majority
+//
+// Errors and Describe show the URL through driver.RedactURL: the password
+// of the userinfo and credential-bearing parameters (proxyPassword,
+// tlsCertificateKeyFilePassword, ...) never appear.
+//
 // # Schema
 //
 // Two collections in one database (names configurable and validated):

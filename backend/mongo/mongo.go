@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,14 +15,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
-
-func init() {
-	fencelock.Register("mongodb", openURL)
-	fencelock.Register("mongodb+srv", openURL)
-}
 
 // Backend is a lock store in a MongoDB (or MongoDB wire-compatible)
 // database. It implements driver.Backend, driver.BatchRenewer,
@@ -155,116 +147,6 @@ func (b *Backend) detectWarnings() []string {
 	return w
 }
 
-// Open connects to the MongoDB deployment at rawURL and returns a Backend
-// that owns its client (Close disconnects it). See openURL for the URL's
-// parameters.
-func Open(ctx context.Context, rawURL string) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
-	}
-	return open(ctx, u)
-}
-
-func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-	return open(ctx, u)
-}
-
-// open reads fencelock's own parameters (database, collection,
-// token_collection, namespace, clock_resync) and passes every other
-// parameter (replicaSet, authSource, tls, w, readConcernLevel, ...) to the
-// driver's connection-string parser, which rejects the ones it does not
-// know.
-func open(ctx context.Context, u *url.URL) (*Backend, error) {
-	raw := u.String()
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "mongodb" && scheme != "mongodb+srv" {
-		return nil, driver.InvalidURL(raw, "scheme must be mongodb or mongodb+srv")
-	}
-	if err := driver.CheckPorts(u); err != nil {
-		return nil, err
-	}
-	p := driver.NewParams(u)
-	var o Options
-	o.Database = p.String("database", "")
-	o.Collection = p.String("collection", "")
-	o.TokenCollection = p.String("token_collection", "")
-	o.Namespace = p.String("namespace", "")
-	o.ClockResync = p.Duration("clock_resync", 0)
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	rest := p.Rest()
-	for name := range rest {
-		if !driverParams[strings.ToLower(name)] {
-			// The driver ignores options it does not know; a typo must
-			// not silently drop a setting.
-			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(name),
-				Reason: "unknown; fencelock's are clock_resync, collection, database, namespace, token_collection; the rest must be MongoDB connection-string options (replicaSet, authSource, tls, w, ...)"}
-		}
-	}
-	if o.Database == "" {
-		o.Database = strings.TrimPrefix(u.Path, "/")
-	}
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	du := *u
-	du.Scheme = scheme
-	du.RawQuery = rest.Encode()
-	copts := options.Client().ApplyURI(du.String())
-	if err := copts.Validate(); err != nil {
-		return nil, driver.InvalidURL(raw, driver.RedactText(err.Error(), raw))
-	}
-	// Concerns given in the URL are the user's choice; otherwise the
-	// backend's safe defaults apply.
-	has := func(name string) bool {
-		for k := range rest {
-			if strings.EqualFold(k, name) {
-				return true
-			}
-		}
-		return false
-	}
-	if (has("w") || has("journal")) && copts.WriteConcern != nil {
-		o.WriteConcern = copts.WriteConcern
-	}
-	if has("readConcernLevel") && copts.ReadConcern != nil {
-		o.ReadConcern = copts.ReadConcern
-	}
-	client, err := mongo.Connect(copts)
-	if err != nil {
-		return nil, fmt.Errorf("mongo: connecting to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
-	}
-	b, err := newBackend(ctx, client, true, &o)
-	if err != nil {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(dctx)
-		return nil, driver.RedactError(err, raw)
-	}
-	return b, nil
-}
-
-// driverParams are the MongoDB connection-string options (lower case)
-// that Open passes to the driver.
-var driverParams = map[string]bool{}
-
-func init() {
-	for _, n := range strings.Fields(`appname authmechanism authmechanismproperties authsource compressors
-		connecttimeoutms directconnection heartbeatfrequencyms journal loadbalanced localthresholdms
-		maxconnecting maxidletimems maxpoolsize minpoolsize maxstalenessseconds readconcernlevel
-		readpreference readpreferencetags replicaset retryreads retrywrites serverselectiontimeoutms
-		serverselectiontryonce sockettimeoutms srvmaxhosts srvservicename ssl tls
-		tlsallowinvalidcertificates tlsallowinvalidhostnames tlscafile tlscertificatekeyfile
-		tlscertificatekeyfilepassword tlsinsecure tlsdisableocspendpointcheck
-		tlsdisablecertificaterevocationcheck w wtimeoutms zlibcompressionlevel zstdcompressionlevel
-		timeoutms proxyhost proxyport proxyusername proxypassword servermonitoringmode
-		waitqueuetimeoutms gssapiservicename`) {
-		driverParams[n] = true
-	}
-}
-
 // Client returns the underlying client.
 func (b *Backend) Client() *mongo.Client { return b.client }
 
@@ -327,14 +209,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(req.Key); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
-		return driver.Grant{}, err
-	}
-	if req.Owner == "" {
-		return driver.Grant{}, &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
 	}
 	id := b.id(req.Key)
 	last, known := b.lastToken(id)
@@ -510,7 +386,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	if err := validGrant(g); err != nil {
@@ -557,7 +433,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))
