@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // Token floors.
@@ -324,47 +325,17 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 
 // Renew implements driver.Backend (see renew).
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	n, err := b.nativeGrant(ctx, g)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	r, err := b.renew(ctx, n, req)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if r.Token == n.Token {
-		r.Token = g.Token
-	} else if r.Token, err = b.token(ctx, int64(r.Token)); err != nil {
-		return driver.Grant{}, err
-	}
-	return r, nil
+	return b.tokens().Renew(ctx, g, req, b.renew)
 }
 
 // RenewBatch implements driver.BatchRenewer (see renewBatch).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	ns := make([]driver.Grant, len(grants))
-	for i, g := range grants {
-		n, err := b.nativeGrant(ctx, g)
-		if err != nil {
-			return nil, err
-		}
-		ns[i] = n
-	}
-	out, err := b.renewBatch(ctx, ns, req)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		if out[i].Err != nil {
-			continue
-		}
-		if out[i].Grant.Token == ns[i].Token {
-			out[i].Grant.Token = grants[i].Token
-		} else if out[i].Grant.Token, out[i].Err = b.token(ctx, int64(out[i].Grant.Token)); out[i].Err != nil {
-			out[i].Grant = driver.Grant{}
-		}
-	}
-	return out, nil
+	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
+}
+
+// tokens is the backend's token translation (nativeGrant, token).
+func (b *Backend) tokens() backendkit.TokenMap {
+	return backendkit.TokenMap{Native: b.nativeGrant, Token: b.token}
 }
 
 // Release implements driver.Backend (see release).
