@@ -30,6 +30,7 @@ type record struct {
 	owner   string
 	token   driver.Token
 	expires time.Time
+	meta    []byte // a private copy: callers may reuse their slices
 }
 
 type lossWatch struct {
@@ -146,8 +147,16 @@ func (s *Store) lostLocked(key, owner string, token driver.Token) {
 	}
 }
 
+// clone copies a metadata payload; nil and empty both become nil.
+func clone(md []byte) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	return append([]byte(nil), md...)
+}
+
 func (s *Store) info(key string, r *record, now time.Time) driver.Info {
-	return driver.Info{Key: key, Owner: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
+	return driver.Info{Key: key, Owner: r.owner, Token: r.token, Remaining: r.expires.Sub(now), Metadata: clone(r.meta)}
 }
 
 // Backend is one connection to a Store. It implements driver.Backend and
@@ -208,10 +217,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, &driver.HeldError{Holder: s.info(req.Key, r, now)}
 		}
 		r.expires = now.Add(req.TTL)
+		r.meta = clone(req.Metadata)
 		return driver.Grant{Key: req.Key, Owner: r.owner, Token: r.token}, nil
 	}
 	tok := s.nextLocked(req.Key)
-	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL)}
+	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL), meta: clone(req.Metadata)}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok}, nil
 }
 
@@ -235,6 +245,9 @@ func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Ti
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	r.expires = now.Add(req.TTL)
+	if req.SetMetadata {
+		r.meta = clone(req.Metadata)
+	}
 	if req.Rotate {
 		tok := s.nextLocked(g.Key)
 		// Loss watchers follow the grant to its new token.
