@@ -181,9 +181,6 @@ func (c *Client) ended(ctx context.Context, last error) error {
 // unknown (ctx ended, or the backend failed mid-request), any record it may
 // have left is removed before TryAcquire returns.
 func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return nil, err
-	}
 	parent := ctx
 	ctx, done, err := c.begin(ctx)
 	if err != nil {
@@ -221,9 +218,6 @@ func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // backend: records or queue entries of its attempts are removed using a
 // fresh context bounded by Options.ReleaseTimeout.
 func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return nil, err
-	}
 	parent := ctx
 	ctx, done, err := c.begin(ctx)
 	if err != nil {
@@ -471,12 +465,16 @@ func (c *Client) retryInBackground(attempt func() (done bool)) {
 }
 
 // abandonOnce makes one attempt at abandon's clean-up; it reports whether
-// the store answered (the record removed, or not ours).
+// the store answered (the record removed, or not ours, or a key the
+// backend refuses, under which it cannot have stored anything).
 func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) bool {
 	ctx, cancel := context.WithTimeout(parent, c.o.ReleaseTimeout)
 	defer cancel()
 	info, err := c.b.Inspect(ctx, req.Key)
 	if err != nil {
+		if errors.Is(err, ErrInvalidKey) {
+			return true
+		}
 		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "inspect", err)})
 		return errors.Is(err, ErrClosed)
 	}
@@ -553,9 +551,6 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 // Inspect reports the current holder of key as the store sees it; the
 // returned Info's Owner is empty if the key is free.
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return Info{}, err
-	}
 	info, err := c.b.Inspect(ctx, key)
 	return info, c.wrap(ctx, "inspect", err)
 }
@@ -563,9 +558,6 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 // List reports every held key that starts with prefix ("" for all), across
 // every client of the store, sorted by key.
 func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
-	if err := driver.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
 	infos, err := c.b.List(ctx, prefix)
 	if err != nil {
 		return nil, c.wrap(ctx, "list", err)
@@ -580,9 +572,6 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 // that push loss). Tokens stay monotonic. It returns ErrUnsupported on
 // backends without the capability.
 func (c *Client) ForceRelease(ctx context.Context, key string) (Info, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return Info{}, err
-	}
 	if c.forcer == nil {
 		return Info{}, ErrUnsupported
 	}

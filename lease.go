@@ -29,6 +29,11 @@ type Lease struct {
 	parent context.Context // Acquire's ctx, for its values
 	done   chan struct{}
 
+	// sched is the lease's scheduler entry. It lives here to save an
+	// allocation, but belongs to the scheduler: guarded by c.mu and
+	// touched only by renew.go and Client.forget, never under l.mu.
+	sched renewal
+
 	mu              sync.Mutex
 	grant           driver.Grant
 	state           leaseState
@@ -99,9 +104,9 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 		c.releaseGrant(g)
 		return nil, ErrClosed
 	}
-	r := &renewal{l: l, idx: -1}
-	c.leases[l] = r
-	c.scheduleLocked(r, start.Add(l.interval), false)
+	l.sched = renewal{l: l, idx: -1}
+	c.leases[l] = &l.sched
+	c.scheduleLocked(&l.sched, start.Add(l.interval), false)
 	c.mu.Unlock()
 
 	if c.loss != nil {

@@ -68,6 +68,9 @@ func init() {
 		if u.Path != "" && u.Path != "/" {
 			return nil, driver.InvalidURL(u.String(), "mem URLs are mem://NAME with no path")
 		}
+		if u.User != nil {
+			return nil, driver.InvalidURL(u.String(), "mem URLs take no user or password")
+		}
 		name := u.Host
 		if name == "" {
 			name = u.Opaque

@@ -72,6 +72,14 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := fencelock.Open(ctx, "mem://x?ttl=1ms", nil); !errors.Is(err, fencelock.ErrInvalidOption) {
 		t.Errorf("ttl out of range: %v", err)
 	}
+	if _, err := fencelock.Open(ctx, "mem://u:s3cret@x", nil); !errors.Is(err, fencelock.ErrInvalidOption) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("mem URL with a password: %v; want ErrInvalidOption, without the password", err)
+	}
+	if c, err := fencelock.Open(ctx, "MEM:opaque-name", nil); err != nil {
+		t.Errorf("mem:NAME: %v", err)
+	} else {
+		c.Close()
+	}
 	_, err = fencelock.Open(ctx, "postgres://u:s3cret@%zz/db", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("unparsable URL: %v (must fail without showing the password)", err)

@@ -17,13 +17,31 @@ func CheckAcquire(req AcquireRequest) error {
 	if err := ValidateOwner(req.Owner); err != nil {
 		return err
 	}
-	return ValidateTTL(req.TTL)
+	if err := ValidateTTL(req.TTL); err != nil {
+		return err
+	}
+	return ValidateMetadata(req.Metadata)
 }
 
-// CheckRenew checks a RenewRequest (its TTL, by ValidateTTL). Backends
-// call it first in Renew and RenewBatch.
+// CheckRenew checks a RenewRequest (its TTL, by ValidateTTL, and its
+// metadata, by ValidateMetadata). Backends call it first in Renew and
+// RenewBatch.
 func CheckRenew(req RenewRequest) error {
-	return ValidateTTL(req.TTL)
+	if err := ValidateTTL(req.TTL); err != nil {
+		return err
+	}
+	return ValidateMetadata(req.Metadata)
+}
+
+// ValidateMetadata checks a metadata payload's size: at most
+// MaxMetadataLen bytes, else an *InvalidOptionError for "Metadata" (which
+// does not quote the payload).
+func ValidateMetadata(md []byte) error {
+	if len(md) > MaxMetadataLen {
+		return &InvalidOptionError{Option: "Metadata", Value: strconv.Itoa(len(md)) + " bytes",
+			Reason: "at most " + strconv.Itoa(MaxMetadataLen) + " bytes"}
+	}
+	return nil
 }
 
 // ValidateOwner checks an owner string by the rules of a key, and reports

@@ -53,8 +53,8 @@
 // for every caller; the conformance suite calls backends directly to check
 // it.
 //
-//   - Acquire and AcquireWait: CheckAcquire (key, owner, TTL).
-//   - Renew and RenewBatch: CheckRenew (the TTL). A grant (also Release's)
+//   - Acquire and AcquireWait: CheckAcquire (key, owner, TTL, metadata size).
+//   - Renew and RenewBatch: CheckRenew (the TTL, the metadata size). A grant (also Release's)
 //     is the backend's own output, not new input: one it cannot have
 //     issued (a bad key, an empty owner, a zero token) changes nothing and
 //     gets ErrNotHeld, or an *InvalidKeyError for a bad key.
@@ -62,11 +62,20 @@
 //   - List, HighWater: ValidatePrefix.
 //
 // A backend whose store has stricter rules (a shorter key limit) adds them
-// after these and reports them the same way. The engine relies on the
-// backend: it does not check an AcquireRequest or RenewRequest it builds
-// (its owners always pass, and its TTL was checked by fencelock.New with
-// ValidateTTL's bounds). The Client checks a key the application gives it
-// once, with ValidateKey, before it emits an event or starts a retry.
+// after these and reports them the same way. Apply them before any round
+// trip and before any check of the connection (only ErrClosed and ctx's
+// error may come first): bad input gets its typed error even while the
+// store is unreachable, since a transient failure is what the engine
+// retries.
+//
+// The engine relies on the backend and checks nothing twice: not the
+// AcquireRequest or RenewRequest it builds (its owners always pass, and
+// its TTL was checked by fencelock.New with ValidateTTL's bounds), nor
+// the keys and prefixes the application passes to the Client, which reach
+// the backend as they are. The Client treats ErrInvalidKey and
+// ErrInvalidOption as definite: returned at once, never retried, with
+// nothing to clean up. (Client.ForceRelease on a backend without
+// ForceReleaser returns ErrUnsupported without looking at the key.)
 //
 // # Concurrency
 //
@@ -99,7 +108,17 @@ type AcquireRequest struct {
 	// renewal. A backend with coarser granularity rounds up and reports the
 	// TTL it granted in Grant.TTL.
 	TTL time.Duration
+	// Metadata is an opaque payload stored with the record and returned by
+	// Inspect and List in Info.Metadata: at most MaxMetadataLen bytes, nil
+	// and empty alike. An Acquire by the same Owner (a retry) replaces it.
+	Metadata []byte
 }
+
+// MaxMetadataLen is the largest metadata payload, in bytes, that a lease
+// may carry (AcquireRequest.Metadata, RenewRequest.Metadata). Every
+// backend stores at least this much; CheckAcquire and CheckRenew refuse
+// more with an *InvalidOptionError.
+const MaxMetadataLen = 4096
 
 // Grant is a successful acquisition or renewal as the store recorded it.
 type Grant struct {
@@ -131,6 +150,14 @@ type RenewRequest struct {
 	// backend that cannot rotate ignores it and keeps the token; the engine
 	// then reports rotation as unsupported.
 	Rotate bool
+	// SetMetadata asks the renewal to replace the record's metadata with
+	// Metadata, under the same check as the renewal itself (the grant is
+	// the current holder), so only the holder changes it. Without it the
+	// stored metadata is kept. RenewBatch is never asked to set metadata.
+	SetMetadata bool
+	// Metadata is the new payload when SetMetadata is true (at most
+	// MaxMetadataLen bytes).
+	Metadata []byte
 }
 
 // Info describes the current holder of a key, as the store sees it.
@@ -145,6 +172,9 @@ type Info struct {
 	// judged by the store's clock. Zero means unknown, as when the lock lives
 	// as long as the holder's session (ZooKeeper).
 	Remaining time.Duration
+	// Metadata is the payload the holder stored (AcquireRequest.Metadata,
+	// or the last RenewRequest with SetMetadata); nil if none or free.
+	Metadata []byte
 }
 
 // Locked reports whether Info describes a held key.

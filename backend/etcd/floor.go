@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // Token floors.
@@ -37,19 +38,31 @@ import (
 // raised while it holds, and Renew, Release and Inspect map between the
 // two exactly.
 //
-// RaiseFloor(floor), reading the floor key at revision C: every later
-// grant's revision is above W > C, so with an offset of at least floor-C
-// its token is above floor. The one grant whose revision predates W but
-// which is handed out later is a waiter that queued before the raise:
-// AcquireWait re-puts its entry (bump, marker included) when the floor key
-// is newer than the entry, so it too gets a revision above W. An offset of
-// at least floor needs no write: every revision's token under it is above
-// floor, and a waiter older than the last segment is re-put into it.
+// RaiseFloor(F), reading the floor key at revision C, with the current
+// (last) offset cur and the floor key's own mod revision M:
+//
+//   - F <= M + cur: nothing is written. Every revision above M has an
+//     offset of cur, so a token of at least M+1+cur > F; a grant handed
+//     out later whose revision is at or below M is a waiter that queued
+//     before M, and AcquireWait re-puts its entry (bump, marker included)
+//     when the floor key is newer than the entry, so it too gets a
+//     revision above M.
+//   - F <= C+1+cur: the floor key is rewritten (compare-and-swap on its
+//     mod revision) with the same segments, so its mod revision becomes
+//     the write's revision W > C. Every later grant has a revision above
+//     W (a waiter older than W is re-put, as above), so at least C+2, and
+//     its token is at least C+2+cur > F. No segment is added: a raise to
+//     just above the tokens being issued now (a dual backend levelling
+//     its lower side, a re-run of a token copy) leaves the offsets alone.
+//   - Otherwise the rewrite appends a segment starting at W with the
+//     offset F-C-1, exactly what the same argument needs: later tokens
+//     are at least C+2+F-C-1 = F+1.
 //
 // The history is never pruned: a held lock or a waiter may come from any
-// segment. To keep it short, a new offset is at least twice the previous
-// one (a backend may raise more than asked), so there are at most 63
-// segments. Offsets stay at or below 2^62, so tokens stay below 2^63
+// segment. While it is shorter than exactSegments, a new offset is what
+// the raise needs; from then on, at least twice the previous one (a
+// backend may raise more than asked), so there are at most exactSegments
+// + 63 segments. Offsets stay at or below 2^62, so tokens stay below 2^63
 // (revisions are far below 2^62).
 
 // floorName is the floor key's name under the prefix. It contains "%f",
@@ -60,6 +73,10 @@ const floorName = "%floor"
 // maxOffset bounds offsets and floors: token = revision + offset stays
 // below 2^63 while revisions are below 2^62.
 const maxOffset = 1 << 62
+
+// exactSegments is how many segments the history may have before a new
+// offset must at least double the previous one (see above).
+const exactSegments = 64
 
 // errFloorKey reports a floor key that does not parse: no token can be
 // mapped until it is repaired.
@@ -308,47 +325,17 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 
 // Renew implements driver.Backend (see renew).
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	n, err := b.nativeGrant(ctx, g)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	r, err := b.renew(ctx, n, req)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if r.Token == n.Token {
-		r.Token = g.Token
-	} else if r.Token, err = b.token(ctx, int64(r.Token)); err != nil {
-		return driver.Grant{}, err
-	}
-	return r, nil
+	return b.tokens().Renew(ctx, g, req, b.renew)
 }
 
 // RenewBatch implements driver.BatchRenewer (see renewBatch).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	ns := make([]driver.Grant, len(grants))
-	for i, g := range grants {
-		n, err := b.nativeGrant(ctx, g)
-		if err != nil {
-			return nil, err
-		}
-		ns[i] = n
-	}
-	out, err := b.renewBatch(ctx, ns, req)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		if out[i].Err != nil {
-			continue
-		}
-		if out[i].Grant.Token == ns[i].Token {
-			out[i].Grant.Token = grants[i].Token
-		} else if out[i].Grant.Token, out[i].Err = b.token(ctx, int64(out[i].Grant.Token)); out[i].Err != nil {
-			out[i].Grant = driver.Grant{}
-		}
-	}
-	return out, nil
+	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
+}
+
+// tokens is the backend's token translation (nativeGrant, token).
+func (b *Backend) tokens() backendkit.TokenMap {
+	return backendkit.TokenMap{Native: b.nativeGrant, Token: b.token}
 }
 
 // Release implements driver.Backend (see release).
@@ -451,12 +438,12 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 }
 
 // RaiseFloor implements driver.TokenFloorer. The offset is one for the
-// whole prefix, so raising any key's floor (or "") raises every key's: the
-// floor key is rewritten, compare-and-swap on its mod revision, with a new
-// segment whose offset is at least floor minus the revision it was read
-// at, and at least twice the previous offset (see the comment at the top
-// of floor.go for why every later token is above floor). A floor at or
-// below the current offset changes nothing. Floors must be below 2^62.
+// whole prefix, so raising any key's floor (or "") raises every key's. A
+// floor that the tokens issued from now on exceed already changes nothing
+// or only rewrites the floor key to move its revision; a higher one
+// appends a segment with the offset it needs, compare-and-swap on the
+// floor key's mod revision (see the comment at the top of floor.go for
+// why every later token is above floor). Floors must be below 2^62.
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
 	if key != "" {
 		if err := driver.ValidateKey(key); err != nil {
@@ -469,28 +456,30 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 	if floor >= maxOffset {
 		return &driver.InvalidOptionError{Option: "token floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: "must be below 2^62 on etcd, which keeps room for the revision the offset is added to"}
 	}
+	f := int64(floor)
 	for {
 		resp, h, err := b.readFloor(ctx)
 		if err != nil {
 			return err
 		}
 		cur := h.last()
-		if cur >= int64(floor) {
-			return nil
-		}
 		var mod int64
 		if len(resp.Kvs) > 0 {
 			mod = resp.Kvs[0].ModRevision
 		}
-		// The current segment's start becomes explicit; the new one
-		// starts at this write's revision.
+		if f <= mod+cur {
+			return nil
+		}
+		// The current segment's start becomes explicit; a new one starts
+		// at this write's revision W > C.
 		next := history{starts: append([]int64(nil), h.starts...), offs: append([]int64(nil), h.offs...)}
-		// If the offset need not grow (new grants are above floor
-		// already), the write only moves the floor key's revision, so that
-		// older waiters re-put their entries when they are granted.
-		if off := min(max(int64(floor)-resp.Header.Revision, 2*cur), maxOffset); off > cur {
+		if need := f - resp.Header.Revision - 1; need > cur {
+			off := need
+			if len(h.starts) >= exactSegments {
+				off = max(off, 2*cur)
+			}
 			next.starts = append(next.starts, 0)
-			next.offs = append(next.offs, off)
+			next.offs = append(next.offs, min(off, maxOffset))
 		}
 		t, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(b.floorKey()), "=", mod)).

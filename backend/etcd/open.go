@@ -18,21 +18,8 @@ import (
 )
 
 // Open connects to the etcd cluster named by rawURL and returns a Backend
-// that owns the connection: its Close closes it.
-//
-//	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix/][?params]
-//	etcds://… (TLS)
-//
-// The port defaults to 2379. The path, if not empty or "/", is the key
-// prefix (Options.Prefix; a missing trailing '/' is added). Parameters:
-//
-//   - dial_timeout: how long Open waits for the cluster to answer (default 5s).
-//   - cleanup_timeout: Options.CleanupTimeout (default 5s).
-//   - ca_file, cert_file, key_file, server_name: TLS settings, etcds only
-//     (default: the system roots, no client certificate, the host name).
-//
-// Unknown parameters are rejected. No credential from the URL (the
-// password, key_file) appears in errors: see driver.RedactURL.
+// that owns the connection: its Close closes it. The URL's form and its
+// parameters are in the package documentation, under URLs.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -13,11 +13,11 @@ import (
 )
 
 func BenchmarkRenew(b *testing.B) {
-	be, err := file.New(&file.Options{Dir: b.TempDir()})
+	ctx := context.Background()
+	be, err := file.New(ctx, &file.Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	g, err := be.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
 	if err != nil {
 		b.Fatal(err)
@@ -30,13 +30,13 @@ func BenchmarkRenew(b *testing.B) {
 }
 
 func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
 	for _, sync := range []bool{true, false} {
 		b.Run(fmt.Sprintf("sync=%v", sync), func(b *testing.B) {
-			be, err := file.New(&file.Options{Dir: b.TempDir(), NoSync: !sync})
+			be, err := file.New(ctx, &file.Options{Dir: b.TempDir(), NoSync: !sync})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.Background()
 			for b.Loop() {
 				g, err := be.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
 				if err != nil {

@@ -29,7 +29,7 @@ func TestConformance(t *testing.T) {
 	}
 	opts := &file.Options{Dir: dir, NoSync: os.Getenv("FENCELOCK_FILE_NOSYNC") == "1"}
 	conformance.Run(t, conformance.Harness{
-		Open: func(context.Context) (driver.Backend, error) { return file.New(opts) },
+		Open: func(ctx context.Context) (driver.Backend, error) { return file.New(ctx, opts) },
 		TTL:  ttl,
 		// A "restart" of a directory store is every process going away:
 		// nothing to kill, the files are the store. Reopening proves the

@@ -2,12 +2,35 @@
 // process on one machine, kept in a directory of small files, with no server
 // to install. It is the default of the fencelock command.
 //
-//	b, err := file.New(&file.Options{Dir: "/var/lib/myapp/locks"})
+//	b, err := file.New(ctx, &file.Options{Dir: "/var/lib/myapp/locks"})
 //	c, err := fencelock.New(b, nil)
 //
 // or, by URL, after importing the package (its init registers the scheme):
 //
 //	c, err := fencelock.Open(ctx, "file:///var/lib/myapp/locks", nil)
+//
+// # URLs
+//
+// Open, OpenURL and fencelock.Open take
+//
+//	file:///path/to/dir           an absolute directory
+//	file://localhost/path/to/dir  the same
+//	file://                       DefaultDir()
+//	file:relative/dir             relative to the working directory
+//
+// for example
+//
+//	file:///var/lib/myapp/locks?sync=false
+//
+// The scheme is case-insensitive. The directory is Options.Dir, created
+// if missing as New does. The one parameter is sync (default true;
+// sync=false sets Options.NoSync). Any other parameter is an error, and
+// so are a host other than localhost (the backend is local to one
+// machine) and a user or password: a file URL carries no credentials, so
+// there is nothing to redact, and a URL refused for carrying them is
+// shown through driver.RedactURL all the same. fencelock.Open also accepts
+// the engine's parameters (ttl, renew_interval, margin, rotate_every,
+// owner) and removes them before this package sees the URL.
 //
 // # Design
 //
@@ -71,7 +94,9 @@
 // key's flock and synced like an issued token, so the key's next token is
 // above the floor; HighWater lists every key's counter. There is no
 // global floor: a key whose file does not exist yet gets its floor only
-// when it is raised by name.
+// when it is raised by name. Floors are below 2^63-1; a key whose counter
+// reached 2^63-1 issues no more tokens (ErrTokenOverflow) rather than
+// leave the signed 64-bit range.
 //
 // A crashed holder's lock is freed by its TTL. Renew never creates a
 // record; Acquire by the record's own owner succeeds and returns the

@@ -26,7 +26,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	bb, err := file.New(&file.Options{Dir: dir}) // the same, without a URL
+	bb, err := file.New(ctx, &file.Options{Dir: dir}) // the same, without a URL
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -52,9 +53,14 @@ var (
 // New opens the lock directory named by opts (nil means defaults), creating
 // it if needed. The default directory must be owned by the current user and
 // writable by nobody else; New refuses one that is not (or that is a
-// symbolic link), since it lives in a shared place such as /tmp.
-func New(opts *Options) (*Backend, error) {
+// symbolic link), since it lives in a shared place such as /tmp. New's work
+// is a few local system calls: it returns ctx's error if ctx has already
+// ended, and is not interrupted by ctx after that.
+func New(ctx context.Context, opts *Options) (*Backend, error) {
 	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var o Options
@@ -141,14 +147,41 @@ func (s *state) info(now reading) driver.Info {
 	return driver.Info{Key: s.Key, Owner: s.Owner, Token: driver.Token(s.Token), Remaining: time.Duration(s.Expires - now.ns)}
 }
 
-// next issues a token: max(last+1, wall-clock microseconds).
-func (s *state) next() uint64 {
+// ErrTokenOverflow reports that a key's token counter is at 2^63-1, the
+// largest signed 64-bit integer, so no higher token can be issued: Acquire
+// and rotating renewals of the key are refused and change nothing (a
+// rotation refused leaves the grant's token and expiry as they were).
+// Errors matching it also match driver.ErrUnsupported, so the engine takes
+// them as an answer and does not retry. Counters that follow the wall
+// clock never get there; only a floor raised near 2^63-1 (a migration)
+// could.
+var ErrTokenOverflow = errors.New("file: token counter at 2^63-1")
+
+// overflowError is the error for key's counter at 2^63-1.
+type overflowError struct{ key string }
+
+func (e *overflowError) Error() string {
+	return fmt.Sprintf("file: the token counter of %q is at 2^63-1, the largest signed 64-bit integer: no higher token can be issued", e.key)
+}
+
+// Is matches ErrTokenOverflow and driver.ErrUnsupported.
+func (e *overflowError) Is(target error) bool {
+	return target == ErrTokenOverflow || target == driver.ErrUnsupported
+}
+
+// next issues a token: max(last+1, wall-clock microseconds). It refuses
+// (changing nothing) once last is 2^63-1: tokens never leave the signed
+// 64-bit range.
+func (s *state) next() (uint64, error) {
+	if s.Last >= math.MaxInt64 {
+		return 0, &overflowError{key: s.Key}
+	}
 	t := s.Last + 1
 	if floor := uint64(time.Now().UnixMicro()); floor > t {
 		t = floor
 	}
 	s.Last = t
-	return t
+	return t, nil
 }
 
 func (s *state) clear() {
@@ -350,7 +383,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return false, &driver.HeldError{Holder: s.info(now)}
 		}
 		if !s.live(now) {
-			s.Owner, s.Token, s.Clock = req.Owner, s.next(), now.domain
+			t, err := s.next()
+			if err != nil {
+				return false, err
+			}
+			s.Owner, s.Token, s.Clock = req.Owner, t, now.domain
 		}
 		// Otherwise a retry by the holder: same grant, fresh expiry.
 		s.Expires = now.ns + int64(req.TTL)
@@ -378,10 +415,14 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		if !s.live(now) || s.Owner != g.Owner || s.Token != uint64(g.Token) {
 			return false, driver.ErrNotHeld
 		}
-		s.Expires = now.ns + int64(req.TTL)
 		if req.Rotate {
-			s.Token = s.next()
+			t, err := s.next()
+			if err != nil {
+				return false, err
+			}
+			s.Token = t
 		}
+		s.Expires = now.ns + int64(req.TTL)
 		g.Token = driver.Token(s.Token)
 		return true, nil
 	})

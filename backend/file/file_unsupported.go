@@ -3,6 +3,7 @@
 package file
 
 import (
+	"context"
 	"errors"
 
 	"github.com/fencelock/fencelock/driver"
@@ -14,6 +15,6 @@ type Backend struct{ driver.Backend }
 
 // New returns an error wrapping driver.ErrUnsupported: the file backend
 // needs flock(2), which this system lacks.
-func New(opts *Options) (*Backend, error) {
+func New(ctx context.Context, opts *Options) (*Backend, error) {
 	return nil, errors.Join(driver.ErrUnsupported, errors.New("file: the file backend needs flock(2): Linux, macOS or a BSD"))
 }

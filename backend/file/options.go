@@ -1,8 +1,6 @@
 package file
 
 import (
-	"context"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,45 +50,4 @@ func DefaultDir() string {
 		return filepath.Join(x, "fencelock")
 	}
 	return filepath.Join(os.TempDir(), "fencelock-"+strconv.Itoa(os.Getuid()))
-}
-
-// Open opens a Backend from a URL:
-//
-//	file:///path/to/dir          an absolute directory
-//	file://localhost/path/to/dir the same
-//	file://                      DefaultDir()
-//	file:relative/dir            a directory relative to the working directory
-//
-// The only query parameter is sync (default true; sync=false sets
-// Options.NoSync). The engine's parameters (ttl, renew_interval, …) are
-// handled by fencelock.Open before the URL reaches this package.
-func Open(ctx context.Context, rawURL string) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
-	}
-	return OpenURL(ctx, u)
-}
-
-// OpenURL is Open for a parsed URL (scheme file).
-func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
-	if u.Scheme != "file" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "scheme must be file"}
-	}
-	if u.Host != "" && u.Host != "localhost" {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "the file backend is local to one machine: the host must be empty or localhost (file:///path/to/dir)"}
-	}
-	if u.User != nil {
-		return nil, &driver.InvalidOptionError{Option: "URL", Value: driver.RedactURL(u.String()), Reason: "file URLs take no user or password"}
-	}
-	p := driver.NewParams(u)
-	sync := p.Bool("sync", true)
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	dir := u.Path
-	if u.Opaque != "" {
-		dir = u.Opaque
-	}
-	return New(&Options{Dir: dir, NoSync: !sync})
 }

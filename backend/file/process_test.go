@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,7 +92,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		t.Skip("helper process for TestAcrossProcesses")
 	}
-	b, err := file.New(&file.Options{Dir: os.Getenv("HELPER_DIR")})
+	b, err := file.New(context.Background(), &file.Options{Dir: os.Getenv("HELPER_DIR")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,13 +138,13 @@ func TestHelperProcess(t *testing.T) {
 // another clock) belongs to a process that no longer exists, so the key is
 // free, and the next token is still higher than the old one.
 func TestRecordOfAnotherBootIsExpired(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := file.New(&file.Options{Dir: dir})
+	b, err := file.New(ctx, &file.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx := context.Background()
 	c, err := fencelock.New(b, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +228,7 @@ func TestDefaultDirMustBePrivate(t *testing.T) {
 	if got, want := file.DefaultDir(), filepath.Join(rt, "fencelock"); got != want {
 		t.Fatalf("DefaultDir() = %q; want %q", got, want)
 	}
-	b, err := file.New(nil)
+	b, err := file.New(context.Background(), nil)
 	if err != nil {
 		t.Fatalf("New(nil): %v", err)
 	}
@@ -235,14 +236,14 @@ func TestDefaultDirMustBePrivate(t *testing.T) {
 	if err := os.Chmod(filepath.Join(rt, "fencelock"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := file.New(nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+	if _, err := file.New(context.Background(), nil); !errors.Is(err, fencelock.ErrInvalidOption) {
 		t.Fatalf("New(nil) on a world-writable default dir = %v; want ErrInvalidOption", err)
 	}
 	os.Remove(filepath.Join(rt, "fencelock"))
 	if err := os.Symlink(t.TempDir(), filepath.Join(rt, "fencelock")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := file.New(nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+	if _, err := file.New(context.Background(), nil); !errors.Is(err, fencelock.ErrInvalidOption) {
 		t.Fatalf("New(nil) on a symlinked default dir = %v; want ErrInvalidOption", err)
 	}
 }
@@ -270,13 +271,34 @@ func TestOpenURL(t *testing.T) {
 			t.Errorf("Open(%q) error shows the password: %v", u, err)
 		}
 	}
+	// Without fencelock.Open's lower-casing, too: schemes are
+	// case-insensitive in every backend.
+	b, err := file.Open(ctx, "FILE://"+dir)
+	if err != nil {
+		t.Fatalf("file.Open(FILE://…): %v", err)
+	}
+	b.Close()
 }
 
 func mustNew(t *testing.T, dir string) *file.Backend {
 	t.Helper()
-	b, err := file.New(&file.Options{Dir: dir})
+	b, err := file.New(context.Background(), &file.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestNewWithEndedContext: New checks its context before it touches the
+// disk, as the other backends' constructors do.
+func TestNewWithEndedContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	if _, err := file.New(ctx, &file.Options{Dir: dir}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("New with an ended context = %v; want context.Canceled", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("New with an ended context created %s (stat: %v)", dir, err)
+	}
 }

@@ -1,25 +1,3 @@
-// Package memory is fencelock's in-process backend.
-//
-// It keeps locks in a Store inside the current process. Use it where every
-// contender lives in one process (tests, a single binary coordinating its
-// own goroutines) and as the reference that other backends are measured
-// against: it implements every optional capability of package driver.
-//
-// It is also a test tool for applications: a Store can force a lease to
-// expire (Expire), take it away and tell the holder (ForceRelease), and a
-// Backend can be cut off from its store (SetUnreachable), so code that
-// handles lost leases can be tested without a database.
-//
-//	store := memory.NewStore()
-//	a, err := fencelock.New(store.Backend(), nil) // two clients, one store
-//	if err != nil { … }
-//	b, err := fencelock.New(store.Backend(), nil)
-//
-// ExampleStore runs this in full.
-//
-// Expiry is judged by the Store's clock (time.Now, so it follows fake time
-// inside a testing/synctest bubble). Tokens come from a per-key counter that
-// is never deleted, so they strictly increase for the life of the Store.
 package memory
 
 import (
@@ -52,6 +30,7 @@ type record struct {
 	owner   string
 	token   driver.Token
 	expires time.Time
+	meta    []byte // a private copy: callers may reuse their slices
 }
 
 type lossWatch struct {
@@ -168,8 +147,16 @@ func (s *Store) lostLocked(key, owner string, token driver.Token) {
 	}
 }
 
+// clone copies a metadata payload; nil and empty both become nil.
+func clone(md []byte) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	return append([]byte(nil), md...)
+}
+
 func (s *Store) info(key string, r *record, now time.Time) driver.Info {
-	return driver.Info{Key: key, Owner: r.owner, Token: r.token, Remaining: r.expires.Sub(now)}
+	return driver.Info{Key: key, Owner: r.owner, Token: r.token, Remaining: r.expires.Sub(now), Metadata: clone(r.meta)}
 }
 
 // Backend is one connection to a Store. It implements driver.Backend and
@@ -195,8 +182,9 @@ var (
 func (b *Backend) Store() *Store { return b.s }
 
 // SetUnreachable cuts this backend off from its store (true) or reconnects
-// it (false). While cut off every call fails with ErrUnreachable, so a test
-// can watch a lease run out of local validity.
+// it (false). While cut off every call with valid input fails with ErrUnreachable, so a test
+// can watch a lease run out of local validity. Input is validated first:
+// a bad key gets its typed error even while the backend is cut off.
 func (b *Backend) SetUnreachable(v bool) { b.unreachable.Store(v) }
 
 func (b *Backend) check(ctx context.Context) error {
@@ -214,10 +202,10 @@ func (b *Backend) check(ctx context.Context) error {
 
 // Acquire implements driver.Backend.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.CheckAcquire(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -229,19 +217,20 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, &driver.HeldError{Holder: s.info(req.Key, r, now)}
 		}
 		r.expires = now.Add(req.TTL)
+		r.meta = clone(req.Metadata)
 		return driver.Grant{Key: req.Key, Owner: r.owner, Token: r.token}, nil
 	}
 	tok := s.nextLocked(req.Key)
-	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL)}
+	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL), meta: clone(req.Metadata)}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok}, nil
 }
 
 // Renew implements driver.Backend.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.CheckRenew(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	s := b.s
@@ -256,6 +245,9 @@ func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Ti
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	r.expires = now.Add(req.TTL)
+	if req.SetMetadata {
+		r.meta = clone(req.Metadata)
+	}
 	if req.Rotate {
 		tok := s.nextLocked(g.Key)
 		// Loss watchers follow the grant to its new token.
@@ -272,10 +264,10 @@ func (s *Store) renewLocked(g driver.Grant, req driver.RenewRequest, now time.Ti
 
 // RenewBatch implements driver.BatchRenewer.
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
-	if err := driver.CheckRenew(req); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	s := b.s
@@ -309,10 +301,10 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 // ForceRelease implements driver.ForceReleaser: it removes key's record
 // whoever holds it, tells the holder at once, and wakes waiters.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	s := b.s
@@ -332,10 +324,10 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 
 // Inspect implements driver.Backend.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	s := b.s
@@ -350,10 +342,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 
 // List implements driver.Backend. Keys come back sorted.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidatePrefix(prefix); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	s := b.s
@@ -373,6 +365,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // Watch implements driver.Watcher: the channel receives a value when key is
 // released, force-released or expired with Store.Expire.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -423,10 +418,10 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(error)) (stop func()) {
 // counter, so Keys is complete and Global is its largest mark (or the
 // global floor, if higher).
 func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
-	if err := b.check(ctx); err != nil {
+	if err := driver.ValidatePrefix(prefix); err != nil {
 		return driver.HighWater{}, err
 	}
-	if err := driver.ValidatePrefix(prefix); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.HighWater{}, err
 	}
 	s := b.s
@@ -444,13 +439,13 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 
 // RaiseFloor implements driver.TokenFloorer, for one key or (key "") all.
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
-	if err := b.check(ctx); err != nil {
-		return err
-	}
 	if key != "" {
 		if err := driver.ValidateKey(key); err != nil {
 			return err
 		}
+	}
+	if err := b.check(ctx); err != nil {
+		return err
 	}
 	s := b.s
 	s.mu.Lock()

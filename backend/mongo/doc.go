@@ -11,11 +11,30 @@
 //	b, err := mongo.New(ctx, client, &mongo.Options{Namespace: "billing"}) // caller-owned *mongo.Client
 //	c, err := fencelock.New(b, nil)
 //
-// fencelock's parameters are database (default: the URL's path, else
-// "fencelock"), collection, namespace and clock_resync; every other
-// parameter must be a MongoDB connection-string option (replicaSet,
-// authSource, tls, w, readConcernLevel, ...). Unknown parameters are
-// refused; passwords never appear in errors.
+// Schemes: mongodb:// and mongodb+srv:// (case-insensitive). Parameters of
+// fencelock's own (each optional):
+//
+//   - database: the collection's database; default the URL's path
+//     (mongodb://host/app), else "fencelock";
+//   - collection: the collection of lock records and claims, default
+//     "fencelock_locks";
+//   - namespace: keeps several applications apart in one collection,
+//     default "default";
+//   - clock_resync: how often the server clock estimate is refreshed
+//     (a Go duration), default 30s.
+//
+// Every other parameter must be a MongoDB connection-string option
+// (replicaSet, authSource, tls, w, journal, readConcernLevel, maxPoolSize,
+// ...) and goes to the driver; w, journal and readConcernLevel given in the
+// URL replace the backend's majority/journaled defaults. An unknown
+// parameter is refused with an *driver.InvalidOptionError, so a typo never
+// silently drops a setting. Ports must be 1 to 65535. For example:
+//
+//	mongodb://app:secret@db1,db2,db3/app?replicaSet=rs0&namespace=billing&w=majority
+//
+// Errors and Describe show the URL through driver.RedactURL: the password
+// of the userinfo and credential-bearing parameters (proxyPassword,
+// tlsCertificateKeyFilePassword, ...) never appear.
 //
 // # Design: unique inserts only
 //

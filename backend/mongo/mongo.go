@@ -421,17 +421,11 @@ var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
 // read of the holder. An expired record is taken over: its next epoch is
 // claimed (a unique insert), the record deleted and a new one inserted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := driver.CheckAcquire(req); err != nil {
+		return driver.Grant{}, err
+	}
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
-	}
-	if err := driver.ValidateKey(req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
-		return driver.Grant{}, err
-	}
-	if req.Owner == "" {
-		return driver.Grant{}, &driver.InvalidOptionError{Option: "Owner", Value: `""`, Reason: "must not be empty"}
 	}
 	now := b.clock.now(ctx)
 	base, fresh := b.ownBase(req.Key)
@@ -586,7 +580,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
 	if err := validGrant(g); err != nil {
@@ -698,7 +692,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := driver.ValidateTTL(req.TTL); err != nil {
+	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
 	out := make([]driver.RenewResult, len(grants))

@@ -15,28 +15,22 @@ import (
 )
 
 // Open connects to the MongoDB deployment at rawURL and returns a Backend
-// that owns its client (Close disconnects it). See openURL for the URL's
-// parameters.
+// that owns its client (Close disconnects it). The URL's parameters are in
+// the package doc's URLs section.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, driver.InvalidURL(rawURL, "cannot be parsed")
 	}
-	return open(ctx, u)
+	return OpenURL(ctx, u)
 }
 
-// OpenURL is Open for a parsed URL; fencelock.Open calls it for the
-// mongodb:// and mongodb+srv:// schemes.
+// OpenURL is Open for a parsed URL. It reads fencelock's own parameters
+// (database, collection, namespace, clock_resync) and
+// passes every other parameter (replicaSet, authSource, tls, w,
+// readConcernLevel, ...) to the driver's connection-string parser; a
+// parameter that is neither is refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
-	return open(ctx, u)
-}
-
-// open reads fencelock's own parameters (database, collection,
-// namespace, clock_resync) and passes every other
-// parameter (replicaSet, authSource, tls, w, readConcernLevel, ...) to the
-// driver's connection-string parser, which rejects the ones it does not
-// know.
-func open(ctx context.Context, u *url.URL) (*Backend, error) {
 	raw := u.String()
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != Scheme && scheme != SchemeSRV {

@@ -7,20 +7,24 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// URL schemes this package registers with fencelock.Open.
+// Scheme is the URL scheme of this backend: fencelock.Open("mongodb://…")
+// opens it. SchemeSRV is the DNS seed-list form.
 const (
-	// Scheme is the URL scheme of a MongoDB deployment given by hosts.
-	Scheme = "mongodb"
-	// SchemeSRV is the URL scheme of a deployment found by a DNS SRV
-	// look-up.
+	Scheme    = "mongodb"
 	SchemeSRV = "mongodb+srv"
 )
 
-func init() {
-	fencelock.Register(Scheme, openURL)
-	fencelock.Register(SchemeSRV, openURL)
-}
+// Schemes are the URL schemes this package registers with fencelock.Open.
+var Schemes = []string{Scheme, SchemeSRV}
 
-func openURL(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-	return OpenURL(ctx, u)
+func init() {
+	for _, s := range Schemes {
+		fencelock.Register(s, func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
+			b, err := OpenURL(ctx, u)
+			if err != nil {
+				return nil, err
+			}
+			return b, nil
+		})
+	}
 }

@@ -1,6 +1,12 @@
 package postgres
 
-import "github.com/fencelock/fencelock/driver"
+import (
+	"github.com/fencelock/fencelock/driver"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// RenewPool returns the pool renewals use.
+func RenewPool(b *Backend) *pgxpool.Pool { return b.renewPool }
 
 // LaneState reports, for the renewal lane of req, whether a statement is
 // in flight and how many grants the members of the gathering group that

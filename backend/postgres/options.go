@@ -49,8 +49,11 @@ type Options struct {
 	// RenewPool, if set, is used for renewals instead of the main pool, so
 	// that a busy application pool cannot starve heartbeats. The caller
 	// owns it; Close does not close it. Open sets it to a small pool of its
-	// own. Default (New): the main pool, with the starvation risk documented
-	// in the package doc.
+	// own that keeps one connection idle, with the renewal statements
+	// prepared, so that a renewal never waits for a connection to be
+	// opened (give a pool of your own MinIdleConns ≥ 1 for the same
+	// reason). Default (New): the main pool, with the starvation risk
+	// documented in the package doc.
 	RenewPool *pgxpool.Pool
 
 	// ListenConfig is the connection used for LISTEN (waking waiters). It

@@ -158,38 +158,66 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
 	}
-	owned := []*pgxpool.Pool{pool}
-	if renewConns > 0 {
-		rc := cfg.Copy()
-		rc.MaxConns = int32(renewConns)
-		rc.MinConns = 0
-		// A renewal past its deadline is abandoned at once (dropping the
-		// socket): the lease is over locally anyway, and waiting for the
-		// server's answer would delay the renewals queued behind it.
-		rc.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
-		}
-		rp, err := pgxpool.NewWithConfig(ctx, rc)
-		if err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
-		}
-		o.RenewPool = rp
-		owned = append(owned, rp)
-	}
 	b, err := New(ctx, pool, &o)
 	if err != nil {
-		for _, p := range owned {
-			p.Close()
-		}
+		pool.Close()
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42704" && strings.Contains(pe.Message, "configuration parameter") {
 			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: redacted, Reason: "unknown to fencelock, pgx and the server: " + driver.RedactText(pe.Message, raw)}
 		}
 		return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
 	}
-	b.ownPools = owned
+	b.ownPools = []*pgxpool.Pool{pool}
+	if renewConns > 0 {
+		// Created once the table exists: its connections prepare the
+		// renewal statements as they connect.
+		rp, err := b.openRenewPool(ctx, cfg, int32(renewConns))
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("postgres: %s: %w", redacted, driver.RedactError(err, raw))
+		}
+		b.renewPool = rp
+		b.ownPools = append(b.ownPools, rp)
+	}
 	return b, nil
+}
+
+// openRenewPool creates the renewal pool that Open owns. A renewal must
+// never wait for a connection to be established: on a loaded server a
+// fresh connection's first statement (a new server process, its catalog
+// caches cold, the statement parsed) costs several times a warm one, and
+// a lease's first renewal, or the first after a connection was dropped,
+// would pay for it out of the lease's validity. So the pool keeps one
+// connection idle at all times (pgxpool creates it in the background at
+// once, and again whenever one is taken or lost), and every connection
+// prepares the renewal statements before the pool hands it out.
+func (b *Backend) openRenewPool(ctx context.Context, cfg *pgxpool.Config, conns int32) (*pgxpool.Pool, error) {
+	rc := cfg.Copy()
+	rc.MaxConns = conns
+	rc.MinConns = 0
+	rc.MinIdleConns = 1
+	// A renewal past its deadline is abandoned at once (dropping the
+	// socket): the lease is over locally anyway, and waiting for the
+	// server's answer would delay the renewals queued behind it.
+	rc.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	after := rc.AfterConnect
+	rc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		// Named by their SQL, so Query and QueryRow use them.
+		for _, sql := range []string{b.q.renew, b.q.renewBatch} {
+			if _, err := c.Prepare(ctx, sql, sql); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return pgxpool.NewWithConfig(ctx, rc)
 }
 
 // CancelRequestHandler is the pgconn context-watcher handler that Open

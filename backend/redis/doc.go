@@ -1,12 +1,56 @@
 // Package redis is fencelock's Redis backend, on github.com/redis/go-redis/v9.
 //
 // Import it for its side effect to make fencelock.Open understand redis://,
-// rediss://, redis+sentinel:// and redis+cluster:// URLs (see Open), or
+// rediss://, redis+sentinel:// and redis+cluster:// URLs (see URLs), or
 // build a Backend on a client you own with New:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // go-redis
 //	b, err := fencelockredis.New(ctx, rdb, nil)
 //	c, err := fencelock.New(b, nil)
+//
+// # URLs
+//
+// Open, OpenURL and fencelock.Open take
+//
+//	redis://[user:password@]host[:port][/db][?params]                   one server
+//	redis+sentinel://[user:password@]host:port[,host:port...]/master[/db][?params]  Sentinel
+//	redis+cluster://[user:password@]host:port[,host:port...][?params]    Cluster
+//
+// and rediss://, rediss+sentinel:// and rediss+cluster://, the same over
+// TLS; for example
+//
+//	redis+sentinel://app:s3cret@sentinel1:26379,sentinel2:26379/mymaster/2?prefix=myapp&sentinel_password=s3cret2
+//
+// Schemes are case-insensitive. The first host's port defaults to 6379
+// (give a Sentinel's, usually 26379); every further host must name its
+// port. db defaults to 0 (a Cluster has only 0, so its URL has no path).
+// The user and password are the Redis server's (for Sentinel, the
+// primary's and replicas'). Parameters of this package:
+//
+//   - prefix: Options.Prefix (default "fencelock"; may not be empty).
+//   - skip_checks: Options.SkipChecks (default false: New reads the
+//     server's settings; see below).
+//   - sentinel_username and sentinel_password: the Sentinels' own
+//     credentials (Sentinel schemes only; default none).
+//
+// Every other parameter goes to go-redis's URL parser (dial_timeout,
+// read_timeout, write_timeout, pool_size, protocol, client_name,
+// skip_verify, db, …, with go-redis's defaults), which rejects the ones it
+// does not know; addr and master_name are refused on the Sentinel and
+// Cluster schemes, whose hosts and master name are in the URL itself. The
+// client is always made with go-redis's ContextTimeoutEnabled (whatever
+// context_timeout_enabled says), so that every call returns by its
+// context's deadline even when the server does not answer: a renewal must
+// never outlast the engine's deadline for it. fencelock.Open also accepts
+// the engine's parameters (ttl, renew_interval, margin, rotate_every,
+// owner) and removes them before this package sees the URL.
+//
+// No credential from the URL appears in an error or a log: URLs are shown
+// through driver.RedactURL (the password, and the value of
+// sentinel_password and of any parameter whose name driver.IsSecretParam
+// names, become "xxxxx"), and go-redis's errors, which may quote a value,
+// pass through driver.RedactText. A URL that cannot be used, a bad port
+// included, is an *InvalidOptionError.
 //
 // # Design
 //

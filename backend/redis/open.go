@@ -11,26 +11,9 @@ import (
 )
 
 // Open opens a Backend from a URL; the backend owns its go-redis client and
-// closes it on Close. The forms are:
-//
-//	redis://[user:password@]host:port[/db][?param=value...]       one server
-//	rediss://...                                                   the same over TLS
-//	redis+sentinel://[user:password@]h1:26379,h2:26379/master[/db]  Sentinel
-//	redis+cluster://[user:password@]h1:7000,h2:7001                 Cluster
-//
-// (rediss+sentinel and rediss+cluster use TLS.) Parameters of the backend:
-// prefix (Options.Prefix), skip_checks (Options.SkipChecks), and for
-// Sentinel sentinel_username and sentinel_password (the credentials of the
-// Sentinels; the URL's user and password are the primary's). Every other
-// parameter goes to go-redis's URL parser (dial_timeout, read_timeout,
-// pool_size, protocol, client_name, skip_verify, ...), which rejects the
-// ones it does not know. The client is always made with go-redis's
-// ContextTimeoutEnabled (also when a Sentinel URL's
-// context_timeout_enabled says otherwise), so that every call returns by its context's deadline even
-// when the server does not answer: a renewal must never outlast the
-// engine's deadline for it. No credential from the URL appears in errors
-// (see driver.RedactURL); a URL that cannot be used, a bad port included,
-// is an *InvalidOptionError.
+// closes it on Close. The URL's forms and parameters are in the package
+// documentation, under URLs; a URL that cannot be used, a bad port
+// included, is an *InvalidOptionError.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -140,23 +140,7 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, owned bool,
 		log:   o.Logger,
 	}
 	b.w.b = b
-	b.desc = driver.Description{
-		Name:          "redis",
-		Fencing:       "per-key INCR counter that never expires, issued in the same Lua script as the lock; survives a server restart only with appendonly yes and appendfsync always, and a failover only if the replica had it",
-		Clock:         "Redis server (PEXPIRE/PTTL)",
-		Liveness:      "TTL",
-		Scope:         driver.ScopeKey,
-		Failover:      "replication is asynchronous: a promoted replica may lack the latest lock (a second holder) and counter values (tokens repeat); a restart keeps them only with appendonly yes and appendfsync always",
-		LossDetection: driver.LossByRenewal,
-	}
-	if o.SkipChecks {
-		b.desc.Warnings = []string{"server settings not checked (SkipChecks): persistence, eviction and replication unknown"}
-	} else {
-		b.desc.Warnings = checkServer(ctx, client)
-	}
-	for _, w := range b.desc.Warnings {
-		b.log.Warn("fencelock/redis: "+w, "prefix", o.Prefix)
-	}
+	b.describe(ctx, o)
 	return b, nil
 }
 
@@ -495,14 +479,6 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		}
 	}
 	return dedup, nil
-}
-
-// Describe implements driver.Describer. Warnings lists what the start-up
-// check found in the server's settings that weakens exclusion or fencing.
-func (b *Backend) Describe() driver.Description {
-	d := b.desc
-	d.Warnings = append([]string(nil), b.desc.Warnings...)
-	return d
 }
 
 // Close implements driver.Backend: it ends the backend's pub/sub

@@ -8,6 +8,36 @@
 //
 //	c, err := fencelock.Open(ctx, "zk://zk1:2181,zk2:2181/app?session_timeout=15s", nil)
 //
+// # URLs
+//
+// Open, OpenURL and fencelock.Open take
+//
+//	zk://host[:port][,host[:port]...][/path][?params]
+//
+// for example
+//
+//	zk://zk1:2181,zk2:2181,zk3:2181/myapp?prefix=locks&session_timeout=10s
+//
+// The scheme is case-insensitive. A host's port defaults to 2181 (the
+// client library's default). Locks live under the znode /path/prefix
+// (here /myapp/locks; without a path, /fencelock); the path must be a
+// clean znode path and is created if missing. Parameters:
+//
+//   - prefix: the last part of that znode path (default "fencelock").
+//   - session_timeout: the session timeout asked of the server (default
+//     15s, between 10ms and 24h; the server clamps it to 2 to 20 ×
+//     tickTime by default, and grants report what it negotiated).
+//   - connect_timeout: how long Open waits for the first session (default
+//     10s; must be positive).
+//
+// Any other parameter is an error. fencelock.Open also accepts the
+// engine's parameters (ttl, renew_interval, margin, rotate_every, owner)
+// and removes them before this package sees the URL. A zk URL carries no
+// credentials: a user or password in it is an error (add digest or other
+// authentication to a *zk.Conn of your own and pass it to New), so there
+// is nothing to redact; the client library's errors are still wrapped with
+// driver.RedactError.
+//
 // # Design
 //
 // Each lock key is a container znode PREFIX/<escaped key> (every byte outside

@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // Token floors.
@@ -37,11 +38,22 @@ import (
 // Release, Inspect and NotifyLoss map between the two exactly.
 //
 // The last segment stores the floor asked for, "- F", and its offset is
-// resolved when the znode is read: max(F - W, 2 × the previous offset),
-// at most 2^62. So every zxid z > W has z + off(z) > F, with no slack
-// wasted on a guess of W. A later raise writes that segment out with its
-// start and offset ("W off"), dropping it if its offset is the previous
-// one, so the list stays at most 64 lines.
+// resolved when the znode is read: max(F - W, the previous offset), at
+// most 2^62. So every zxid z > W has z + off(z) > F, with no slack wasted
+// on a guess of W: a raise to just above the tokens being issued now (a
+// dual backend levelling its lower side, a re-run of a token copy) finds
+// F - W at or below the previous offset and changes no offset, and a
+// higher one gets exactly the offset it needs. Once the history has
+// exactSegments segments, the offset resolved is at least twice the
+// previous one instead (a backend may raise more than asked). A later
+// raise writes that segment out with its start and offset ("W off"),
+// dropping it if its offset is the previous one, so the list stays at
+// most exactSegments + 63 lines.
+//
+// RaiseFloor(F) writes nothing if F <= M + cur, M the floor znode's mzxid
+// and cur the last offset: every zxid above M has a token of at least
+// M+1+cur > F, and a grant whose zxid is at or below M handed out later
+// rewrites its znode (below).
 //
 // Which offset a grant gets:
 //
@@ -76,6 +88,10 @@ const floorName = "%floor"
 // maxOffset bounds offsets, floors and zxids: token = zxid + offset stays
 // below 2^63.
 const maxOffset = 1 << 62
+
+// exactSegments is how many segments the history may have before a new
+// offset must at least double the previous one (see above).
+const exactSegments = 64
 
 // Errors of token floors.
 var (
@@ -120,7 +136,11 @@ func parseHistory(data []byte, mzxid int64) (history, error) {
 		var start, off int64
 		if s == "-" && i == len(lines)-1 {
 			start = mzxid
-			off = min(max(v-mzxid, 2*prevOff), maxOffset)
+			least := prevOff
+			if len(h.starts) >= exactSegments {
+				least = 2 * prevOff
+			}
+			off = min(max(v-mzxid, least), maxOffset)
 			h.floor = v
 		} else {
 			if start, err = strconv.ParseInt(s, 10, 64); err != nil {
@@ -467,47 +487,17 @@ func (b *Backend) tokenGrant(ctx context.Context, g driver.Grant) (driver.Grant,
 
 // Renew implements driver.Backend (see renew).
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	n, err := b.nativeGrant(ctx, g)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	r, err := b.renew(ctx, n, req)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if r.Token == n.Token {
-		r.Token = g.Token
-	} else if r.Token, err = b.token(ctx, int64(r.Token)); err != nil {
-		return driver.Grant{}, err
-	}
-	return r, nil
+	return b.tokens().Renew(ctx, g, req, b.renew)
 }
 
 // RenewBatch implements driver.BatchRenewer (see renewBatch).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	ns := make([]driver.Grant, len(grants))
-	for i, g := range grants {
-		n, err := b.nativeGrant(ctx, g)
-		if err != nil {
-			return nil, err
-		}
-		ns[i] = n
-	}
-	out, err := b.renewBatch(ctx, ns, req)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		if out[i].Err != nil {
-			continue
-		}
-		if out[i].Grant.Token == ns[i].Token {
-			out[i].Grant.Token = grants[i].Token
-		} else if out[i].Grant.Token, out[i].Err = b.token(ctx, int64(out[i].Grant.Token)); out[i].Err != nil {
-			out[i].Grant = driver.Grant{}
-		}
-	}
-	return out, nil
+	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
+}
+
+// tokens is the backend's token translation (nativeGrant, token).
+func (b *Backend) tokens() backendkit.TokenMap {
+	return backendkit.TokenMap{Native: b.nativeGrant, Token: b.token}
 }
 
 // Release implements driver.Backend (see release).
@@ -699,10 +689,12 @@ func (b *Backend) keyMark(parent string) (int64, error) {
 // RaiseFloor implements driver.TokenFloorer. The offset is one for the
 // whole root, so raising any key's floor (or "") raises every key's: the
 // floor znode is rewritten, version-checked (read again after a
-// concurrent raise), with a new last segment "- floor" whose offset is at
-// least floor minus the zxid of that write and at least twice the
-// previous offset (see the comment at the top of floor.go for why every
-// later token is above floor). A floor at or below the current offset
+// concurrent raise), with a new last segment "- floor" whose offset is
+// floor minus the zxid of that write if that is above the previous
+// offset, else the previous offset (no offset changes; the write only
+// moves the znode's mzxid, for waiters that queued before it): see the
+// comment at the top of floor.go for why every later token is above
+// floor. A floor at or below the znode's mzxid plus the current offset
 // writes nothing. Floors must be below 2^62.
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
 	if key != "" {
@@ -725,8 +717,8 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 
 // writeFloor rewrites the floor znode, version-checked, with its segments
 // written out and, if floor is not zero, a new last segment "- floor"; it
-// writes nothing if floor is not zero and at or below the current offset
-// (then the snapshot returned is the one read). It returns the floor as
+// writes nothing if floor is not zero and at or below the znode's mzxid
+// plus the current offset (then the snapshot returned is the one read). It returns the floor as
 // written, exact up to the write's zxid.
 func (b *Backend) writeFloor(ctx context.Context, floor int64) (floorSnap, error) {
 	for {
@@ -737,7 +729,7 @@ func (b *Backend) writeFloor(ctx context.Context, floor int64) (floorSnap, error
 		if err != nil {
 			return floorSnap{}, err
 		}
-		if floor > 0 && s.h.last() >= floor {
+		if floor > 0 && floor <= s.mzxid+s.h.last() {
 			return s, nil
 		}
 		data := s.h.encode(floor)

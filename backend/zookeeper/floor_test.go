@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/fencelock/fencelock/driver"
@@ -33,17 +34,37 @@ func TestFloorHistory(t *testing.T) {
 	}
 
 	// Spelled out, then raised again at mzxid 200: the old segment keeps
-	// its start and offset, the new one at least doubles it.
-	data := h.encode(1100)
-	if data != "100 900\n- 1100\n" {
+	// its start and offset, the new one has the offset the floor needs.
+	data := h.encode(1500)
+	if data != "100 900\n- 1500\n" {
 		t.Fatalf("encode = %q", data)
 	}
 	h2, err := parseHistory([]byte(data), 200)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h2.off(150) != 900 || h2.off(201) != 1800 {
-		t.Fatalf("off(150) = %d (want 900), off(201) = %d (want 2 × 900)", h2.off(150), h2.off(201))
+	if h2.off(150) != 900 || h2.off(201) != 1300 {
+		t.Fatalf("off(150) = %d (want 900), off(201) = %d (want 1500 - 200)", h2.off(150), h2.off(201))
+	}
+	// A floor the tokens from 200 on exceed already keeps the offset: the
+	// segment is left out of the next write.
+	h2b, err := parseHistory([]byte("100 900\n- 1050\n"), 200)
+	if err != nil || h2b.off(201) != 900 {
+		t.Fatalf("parse(- 1050 at 200) = %+v, %v; want offset 900 kept", h2b, err)
+	}
+	if got := h2b.encode(0); got != "100 900\n" {
+		t.Fatalf("encode = %q, want the unchanged segment only", got)
+	}
+	// Once the history is exactSegments long, a new offset at least
+	// doubles the previous one.
+	var long []byte
+	for i := 1; i < exactSegments; i++ {
+		long = fmt.Appendf(long, "%d %d\n", 100*i, i)
+	}
+	long = fmt.Appendf(long, "- %d\n", 100*exactSegments+1)
+	h4, err := parseHistory(long, 100*exactSegments)
+	if err != nil || h4.last() != 2*(exactSegments-1) {
+		t.Fatalf("offset after %d segments = %d, %v; want %d", exactSegments, h4.last(), err, 2*(exactSegments-1))
 	}
 
 	// A floor below the write's zxid gives an equal offset, which the next

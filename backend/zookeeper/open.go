@@ -2,8 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/url"
 	"path"
 	"strconv"
@@ -11,54 +9,11 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/internal/backendkit"
-	"github.com/go-zookeeper/zk"
 )
 
-// New returns a Backend on a connection the caller owns: Close does not
-// close conn. It creates Options.Prefix if missing. A nil opts means
-// defaults. Set Options.SessionTimeout to conn's session timeout so grants
-// carry it (see Options).
-func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
-	if conn == nil {
-		return nil, errors.New("zookeeper: New: nil *zk.Conn")
-	}
-	o, err := opts.resolve()
-	if err != nil {
-		return nil, err
-	}
-	b := newBackend(conn, o)
-	if err := b.ensurePath(ctx, b.root); err != nil {
-		b.Close()
-		return nil, fmt.Errorf("zookeeper: creating root %s: %w", b.root, err)
-	}
-	return b, nil
-}
-
-func newBackend(conn *zk.Conn, o Options) *Backend {
-	b := &Backend{
-		conn:     conn,
-		root:     o.Prefix,
-		acl:      o.ACL,
-		log:      o.Logger,
-		sess:     o.SessionTimeout,
-		done:     make(chan struct{}),
-		rotating: make(map[string]int32),
-		hot:      backendkit.HotSet{TTL: hotFor, Max: maxHot},
-		watched:  make(map[string]*nodeWatch),
-	}
-	return b
-}
-
-// Open connects to the ZooKeeper ensemble named by a URL
-//
-//	zk://host:2181,host2:2181/chroot?session_timeout=15s&prefix=fencelock&connect_timeout=10s
-//
-// and returns a Backend that owns the connection. Locks live under
-// /chroot/prefix (the path is optional). Parameters: session_timeout
-// (default 15s), prefix (default "fencelock"), connect_timeout: how long
-// Open waits for the first session (default 10s). Unknown parameters are
-// rejected.
+// Open connects to the ZooKeeper ensemble named by rawURL and returns a
+// Backend that owns the connection: its Close closes it. The URL's form and
+// parameters are in the package documentation, under URLs.
 func Open(ctx context.Context, rawURL string) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -57,6 +57,41 @@ type Backend struct {
 	rechecks atomic.Int64 // safety-net queue re-reads while waiting
 }
 
+// New returns a Backend on a connection the caller owns: Close does not
+// close conn. It creates Options.Prefix if missing. A nil opts means
+// defaults. Set Options.SessionTimeout to conn's session timeout so grants
+// carry it (see Options).
+func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
+	if conn == nil {
+		return nil, errors.New("zookeeper: New: nil *zk.Conn")
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	b := newBackend(conn, o)
+	if err := b.ensurePath(ctx, b.root); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("zookeeper: creating root %s: %w", b.root, err)
+	}
+	return b, nil
+}
+
+func newBackend(conn *zk.Conn, o Options) *Backend {
+	b := &Backend{
+		conn:     conn,
+		root:     o.Prefix,
+		acl:      o.ACL,
+		log:      o.Logger,
+		sess:     o.SessionTimeout,
+		done:     make(chan struct{}),
+		rotating: make(map[string]int32),
+		hot:      backendkit.HotSet{TTL: hotFor, Max: maxHot},
+		watched:  make(map[string]*nodeWatch),
+	}
+	return b
+}
+
 var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.Waiter        = (*Backend)(nil)

@@ -16,7 +16,7 @@ import (
 func TestFile(t *testing.T) {
 	opts := &file.Options{Dir: t.TempDir()}
 	generative.Run(t, conformance.Harness{
-		Open: func(context.Context) (driver.Backend, error) { return file.New(opts) },
+		Open: func(ctx context.Context) (driver.Backend, error) { return file.New(ctx, opts) },
 		TTL:  time.Second,
 	}, nil)
 }

@@ -262,14 +262,17 @@ func (e *Env) stopUnits(mode stopMode, targets map[*unit][]string) {
 				_ = os.Remove(u.pidFile(m))
 				continue
 			}
-			tree := procTree(pid)
-			all = append(all, tree...)
-			vs = append(vs, victim{u, m})
 			if mode == crash {
+				tree := freezeTree(pid)
+				all = append(all, tree...)
+				vs = append(vs, victim{u, m})
 				e.logf("%s: kill -9 pid %d (%d processes)", u.unitName(m), pid, len(tree))
 				signalAll(tree, syscall.SIGKILL)
 				continue
 			}
+			tree := procTree(pid)
+			all = append(all, tree...)
+			vs = append(vs, victim{u, m})
 			sig := u.srv.stopSig
 			if sig == 0 {
 				sig = syscall.SIGTERM

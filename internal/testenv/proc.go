@@ -111,6 +111,41 @@ func procTree(root int) []int {
 	return tree
 }
 
+// freezeTree stops (SIGSTOP) root and every process of its tree, and
+// returns the tree once no process in it can fork any more. A crash kills
+// the tree it froze: killing a live tree races the server's forks (a
+// PostgreSQL postmaster forks a backend per connection), and a child
+// forked after the snapshot would outlive the kill, holding the shared
+// memory that keeps the restarted server from starting.
+func freezeTree(root int) []int {
+	_ = syscall.Kill(root, syscall.SIGSTOP)
+	waitStopped(root)
+	tree := procTree(root)
+	for {
+		signalAll(tree, syscall.SIGSTOP)
+		for _, p := range tree {
+			waitStopped(p)
+		}
+		again := procTree(root)
+		if len(again) == len(tree) {
+			return again
+		}
+		tree = again
+	}
+}
+
+// waitStopped waits, briefly, until pid is stopped or gone.
+func waitStopped(pid int) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		p, ok := procStat(pid)
+		if !ok || p.state == 'T' || p.state == 't' || p.gone() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func signalAll(pids []int, sig syscall.Signal) {
 	for _, p := range pids {
 		_ = syscall.Kill(p, sig)

@@ -8,15 +8,47 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fencelock/fencelock/driver"
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// checkServer reads the settings of every primary that decide whether
+// describe fills in the backend's description: what Redis guarantees,
+// and the warnings found by reading the server's settings at start-up
+// (unless Options.SkipChecks), each also logged to Options.Logger.
+func (b *Backend) describe(ctx context.Context, o Options) {
+	b.desc = driver.Description{
+		Name:          "redis",
+		Fencing:       "per-key INCR counter that never expires, issued in the same Lua script as the lock; survives a server restart only with appendonly yes and appendfsync always, and a failover only if the replica had it",
+		Clock:         "Redis server (PEXPIRE/PTTL)",
+		Liveness:      "TTL",
+		Scope:         driver.ScopeKey,
+		Failover:      "replication is asynchronous: a promoted replica may lack the latest lock (a second holder) and counter values (tokens repeat); a restart keeps them only with appendonly yes and appendfsync always",
+		LossDetection: driver.LossByRenewal,
+	}
+	if o.SkipChecks {
+		b.desc.Warnings = []string{"server settings not checked (SkipChecks): persistence, eviction and replication unknown"}
+	} else {
+		b.desc.Warnings = serverWarnings(ctx, b.c)
+	}
+	for _, w := range b.desc.Warnings {
+		b.log.Warn("fencelock/redis: "+w, "prefix", o.Prefix)
+	}
+}
+
+// Describe implements driver.Describer. Warnings lists what the start-up
+// check found in the server's settings that weakens exclusion or fencing.
+func (b *Backend) Describe() driver.Description {
+	d := b.desc
+	d.Warnings = append([]string(nil), b.desc.Warnings...)
+	return d
+}
+
+// serverWarnings reads the settings of every primary that decide whether
 // Redis keeps its promises to a lock: eviction, persistence, replication.
 // It returns one warning per finding; a server that refuses CONFIG
 // (renamed or disabled, as managed services do) gets a warning that its
 // settings are unknown, not an error.
-func checkServer(ctx context.Context, c goredis.UniversalClient) []string {
+func serverWarnings(ctx context.Context, c goredis.UniversalClient) []string {
 	var (
 		mu   sync.Mutex
 		seen = map[string]bool{}
@@ -39,7 +71,7 @@ func checkServer(ctx context.Context, c goredis.UniversalClient) []string {
 		add([]string{"Ring shards keys by client-side hashing: a shard added, removed or marked down moves keys to another shard, where a lock and its counter start afresh (two holders, tokens restart)"})
 	}
 	err := forEachPrimary(ctx, c, func(ctx context.Context, node goredis.Cmdable) error {
-		add(checkNode(ctx, node))
+		add(nodeWarnings(ctx, node))
 		return nil
 	})
 	if err != nil {
@@ -49,7 +81,7 @@ func checkServer(ctx context.Context, c goredis.UniversalClient) []string {
 	return out
 }
 
-func checkNode(ctx context.Context, c goredis.Cmdable) []string {
+func nodeWarnings(ctx context.Context, c goredis.Cmdable) []string {
 	var ws []string
 	conf := map[string]string{}
 	var confErr error

@@ -1,0 +1,490 @@
+package zookeeper
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Adversarial tests of the token floors (floor.go): raises that race
+// grants, waiters, rotations, high-water reads (which write the floor
+// znode) and session expiry, from backends (sessions of their own) whose
+// cached floors differ.
+
+// openFresh opens n backends on a root of their own: the offset is one per
+// root, and this run's other tests share theirs.
+func openFresh(t *testing.T, n int) []*Backend {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	q := u.Query()
+	q.Set("prefix", "fencelock-test-"+runID+"-floor-"+hex.EncodeToString(rnd[:]))
+	u.RawQuery = q.Encode()
+	bs := make([]*Backend, n)
+	for i := range bs {
+		b, err := Open(t.Context(), u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+	}
+	return bs
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A waiter queued before a raise made by a backend whose cached floor is
+// stale, and granted after it (the holder released, or its session ended),
+// gets a confirmed token above the floor and above the holder's; the stale
+// tokens are refused everywhere.
+func TestFloorAdversaryWaiterQueuedBeforeStaleRaise(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		rotate, expire bool
+	}{{"release", false, false}, {"rotate", true, false}, {"expire", false, true}} {
+		t.Run(c.name, func(t *testing.T) { testWaiterQueuedBeforeStaleRaise(t, c.rotate, c.expire) })
+	}
+}
+
+func testWaiterQueuedBeforeStaleRaise(t *testing.T, rotate, expire bool) {
+	ctx := ctxT(t)
+	const key = "adv-waiter"
+	ttl := testTTL
+	bs := openFresh(t, 4)
+	hb, wb, rb, ob := bs[0], bs[1], bs[2], bs[3]
+	// rb's cached floor: read now, stale once ob raises.
+	if err := rb.RaiseFloor(ctx, "", 1); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: ttl})
+		if err == nil {
+			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: ttl}) // the engine's confirmation
+		}
+		waited <- result{g, err}
+	}()
+	queued(t, hb, key, 2)
+	g1r := g1
+	if rotate {
+		if g1r, err = hb.Renew(ctx, g1, driver.RenewRequest{TTL: ttl, Rotate: true}); err != nil || g1r.Token <= g1.Token {
+			t.Fatalf("rotation = %+v, %v; want a token above %d", g1r, err, g1.Token)
+		}
+	}
+	if err := ob.RaiseFloor(ctx, "", g1r.Token+10); err != nil {
+		t.Fatal(err)
+	}
+	floor := g1r.Token + 1_000_000
+	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.RaiseFloor(ctx, "", g1r.Token+5); err != nil { // lower: nothing to do
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if info, err := b.Inspect(ctx, key); err != nil || info.Token != g1r.Token || info.Owner != "holder" {
+			t.Fatalf("Inspect during the raises = %+v, %v; want the holder's token %d", info, err, g1r.Token)
+		}
+	}
+	if rotate {
+		if err := hb.Release(ctx, g1); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("Release with the pre-rotation token = %v; want ErrNotHeld", err)
+		}
+	}
+	if expire {
+		killSession(t, hb)
+	} else if err := hb.Release(ctx, g1r); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor || r.g.Token <= g1r.Token || r.g.Token > math.MaxInt64 {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it (holder had %d)", floor, r.g.Token, g1r.Token)
+	}
+	for _, b := range []*Backend{wb, rb, ob} {
+		if info, err := b.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
+			t.Fatalf("Inspect of the waiter's grant = %+v, %v; want token %d", info, err, r.g.Token)
+		}
+		stale := driver.Grant{Key: key, Owner: "holder", Token: g1r.Token}
+		if _, err := b.Renew(ctx, stale, driver.RenewRequest{TTL: ttl}); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("Renew with the previous holder's token = %v; want ErrNotHeld", err)
+		}
+	}
+	if err := wb.Release(ctx, r.g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Contenders on backends of their own take one key in turn (queued or
+// polling, rotating now and then) while raisers on other backends raise
+// the floor and read the high-water mark (which rewrites the floor znode).
+// Checked at every grant: the token is above every floor whose RaiseFloor
+// returned before the acquire began, above the previous holder's last token
+// (rotations included), below 2^63, the same in Inspect on every backend,
+// and a pre-rotation token is refused; every HighWater is at least every
+// token issued before it was called.
+func TestFloorAdversaryConcurrentRaises(t *testing.T) {
+	ctx := ctxT(t)
+	const key = "adv-concurrent"
+	ttl := testTTL
+	// A raise adds at most its floor minus the current tokens to the
+	// offset: a bounded number of raises keeps the offsets far below 2^62.
+	const contenders, rounds, raisers, raises = 3, 8, 2, 12
+	all := openFresh(t, contenders+raisers)
+	var (
+		raised  atomic.Uint64 // the highest floor a returned RaiseFloor set
+		issued  atomic.Uint64 // the highest token handed out so far
+		mu      sync.Mutex
+		last    driver.Token
+		failed  []string
+		holders int
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		failed = append(failed, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	atomicMax := func(a *atomic.Uint64, v uint64) {
+		for {
+			cur := a.Load()
+			if v <= cur || a.CompareAndSwap(cur, v) {
+				return
+			}
+		}
+	}
+	// Each grant wakes a raiser (the channel holds one wake-up): raises
+	// and high-water reads race the grants that follow.
+	wake := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	done := make(chan struct{})
+	var rwg sync.WaitGroup
+	for i := range raisers {
+		b := all[contenders+i]
+		rwg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				case <-wake:
+				}
+				before := issued.Load()
+				if n%3 == 2 || n >= 3*raises/2 {
+					hw, err := b.HighWater(ctx, "")
+					if err != nil {
+						fail("HighWater: %v", err)
+						return
+					}
+					if uint64(hw.Max()) < before {
+						fail("HighWater = %+v, below the token %d issued before it was called", hw, before)
+					}
+					continue
+				}
+				floor := max(before, raised.Load()) + uint64(rand.IntN(5000)) + 1
+				k := key
+				if n%2 == 0 {
+					k = ""
+				}
+				if err := b.RaiseFloor(ctx, k, driver.Token(floor)); err != nil {
+					fail("RaiseFloor(%q, %d): %v", k, floor, err)
+					return
+				}
+				atomicMax(&raised, floor)
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	for c := range contenders {
+		b := all[c]
+		owner := fmt.Sprintf("adv-%d", c)
+		wg.Go(func() {
+			for r := range rounds {
+				floorBefore := raised.Load()
+				g, err := grantWaiting(ctx, b, (c+r)%2 == 0, driver.AcquireRequest{Key: key, Owner: owner, TTL: ttl})
+				if err == nil {
+					g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: ttl})
+				}
+				if err != nil {
+					fail("contender %d round %d: %v", c, r, err)
+					return
+				}
+				check := func(what string, g driver.Grant) {
+					mu.Lock()
+					defer mu.Unlock()
+					if g.Token <= last || uint64(g.Token) <= floorBefore || g.Token > math.MaxInt64 {
+						failed = append(failed, fmt.Sprintf("contender %d round %d: %s token %d; previous %d, floor raised before %d", c, r, what, g.Token, last, floorBefore))
+					}
+					last = g.Token
+					holders++
+					atomicMax(&issued, uint64(g.Token))
+					notify()
+				}
+				check("granted", g)
+				for _, ob := range all {
+					if info, err := ob.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != owner {
+						fail("contender %d round %d: Inspect = %+v, %v; want token %d", c, r, info, err, g.Token)
+					}
+				}
+				if r%4 == 3 {
+					floorBefore = raised.Load()
+					rg, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true})
+					if err != nil {
+						fail("contender %d round %d: rotation: %v", c, r, err)
+						return
+					}
+					check("rotated", rg)
+					if _, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl}); !errors.Is(err, driver.ErrNotHeld) {
+						fail("contender %d round %d: Renew of the pre-rotation token %d = %v; want ErrNotHeld", c, r, g.Token, err)
+					}
+					g = rg
+				}
+				if err := b.Release(ctx, g); err != nil {
+					fail("contender %d round %d: Release: %v", c, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	rwg.Wait()
+	for _, f := range failed {
+		t.Error(f)
+	}
+	if want := contenders*rounds + contenders*(rounds/4); holders < want && len(failed) == 0 {
+		t.Fatalf("%d grants and rotations, want %d", holders, want)
+	}
+}
+
+// Floors close to 2^62: tokens stay above the floor and below 2^63,
+// strictly increasing, mapped back exactly, and the offset saturates
+// instead of overflowing.
+func TestFloorAdversaryNearLimit(t *testing.T) {
+	ctx := ctxT(t)
+	const key = "adv-limit"
+	ttl := testTTL
+	bs := openFresh(t, 2)
+	b1, b2 := bs[0], bs[1]
+	g, err := b1.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := g.Token
+	if err := b1.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	top := driver.Token(maxOffset - 1)
+	for i := range 4 {
+		if err := b2.RaiseFloor(ctx, "", top); err != nil {
+			t.Fatalf("raise %d to 2^62-1: %v", i, err)
+		}
+		g, err := b1.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= top || g.Token <= prev || g.Token > math.MaxInt64 {
+			t.Fatalf("raise %d: token %d; want above the floor %d and the previous %d, at most 2^63-1", i, g.Token, top, prev)
+		}
+		rg, err := b1.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true})
+		if err != nil || rg.Token <= g.Token || rg.Token > math.MaxInt64 {
+			t.Fatalf("rotation = %+v, %v; want a token above %d, at most 2^63-1", rg, err, g.Token)
+		}
+		if info, err := b2.Inspect(ctx, key); err != nil || info.Token != rg.Token {
+			t.Fatalf("Inspect = %+v, %v; want %d", info, err, rg.Token)
+		}
+		if err := b1.Release(ctx, g); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("Release with the pre-rotation token = %v; want ErrNotHeld", err)
+		}
+		if err := b1.Release(ctx, rg); err != nil {
+			t.Fatal(err)
+		}
+		prev = rg.Token
+		if hw, err := b2.HighWater(ctx, ""); err != nil || hw.Max() < prev || hw.Max() > math.MaxInt64 {
+			t.Fatalf("HighWater = %+v, %v; want at least %d, at most 2^63-1", hw, err, prev)
+		}
+	}
+	var bad *driver.InvalidOptionError
+	if err := b2.RaiseFloor(ctx, "", maxOffset); !errors.As(err, &bad) {
+		t.Fatalf("RaiseFloor(2^62) = %v; want an InvalidOptionError", err)
+	}
+}
+
+// A holder that raises the floor just above its own token before it
+// releases (what the dual backend of a migration does to the lower side
+// when the other side is one ahead), round after round: the floors asked
+// for grow by a few per round, so the raises must keep succeeding and the
+// tokens stay far from 2^62. Such a floor is below the tokens issued from
+// then on, so the raises change no offset and the history does not grow.
+func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
+	ctx := ctxT(t)
+	const key, rounds = "adv-small", 100
+	bs := openFresh(t, 2)
+	b, rb := bs[0], bs[1]
+	// The copy from the old backend, whose tokens were ahead.
+	hw, err := rb.HighWater(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.RaiseFloor(ctx, "", hw.Max()+100_000); err != nil {
+		t.Fatal(err)
+	}
+	s0, err := rb.readFloor(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, prev driver.Token
+	for r := range rounds {
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: testTTL})
+		if err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		if g.Token <= prev || g.Token > math.MaxInt64 {
+			t.Fatalf("round %d: token %d after %d (the floor raised to %d)", r, g.Token, prev, prev+1)
+		}
+		if r == 0 {
+			first = g.Token
+		}
+		prev = g.Token
+		if err := rb.RaiseFloor(ctx, key, g.Token+1); err != nil {
+			t.Fatalf("round %d: RaiseFloor(token %d + 1): %v", r, g.Token, err)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "a", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token <= prev || g.Token-first > 1<<40 {
+		t.Fatalf("after %d raises of one above the holder's token, tokens went from %d to %d (last %d)", rounds, first, g.Token, prev)
+	}
+	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() || len(s.h.offs) > len(s0.h.offs)+1 {
+		t.Fatalf("history after the raises: offsets %v, %v; want those from before them, %v", s.h.offs, err, s0.h.offs)
+	}
+}
+
+// grantWaiting takes key, queued in the store if queue is set, else by
+// polling with Acquire.
+func grantWaiting(ctx context.Context, b *Backend, queue bool, req driver.AcquireRequest) (driver.Grant, error) {
+	if queue {
+		return b.AcquireWait(ctx, req)
+	}
+	for {
+		g, err := b.Acquire(ctx, req)
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return driver.Grant{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// A raise to a floor that the tokens issued from now on exceed already
+// (here the token of a grant made after the waiter queued) changes no
+// offset, but a waiter that queued before it and is granted after it must
+// still get a token above it: the raise has to move the floor znode's
+// mzxid, which makes the waiter rewrite its znode.
+func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
+	ctx := ctxT(t)
+	const key, other = "adv-waiter-small", "adv-waiter-small-other"
+	bs := openFresh(t, 3)
+	hb, wb, rb := bs[0], bs[1], bs[2]
+	// A segment first, so that the offset is not zero.
+	if err := rb.RaiseFloor(ctx, "", 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: testTTL})
+		if err == nil {
+			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: testTTL}) // the engine's confirmation
+		}
+		waited <- result{g, err}
+	}()
+	queued(t, hb, key, 2)
+	// A grant after the waiter queued: its token is above the waiter's.
+	go2, err := rb.Acquire(ctx, driver.AcquireRequest{Key: other, Owner: "other", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := rb.readFloor(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := go2.Token
+	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() {
+		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", s.h.last(), err, s0.h.last())
+	}
+	if err := hb.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
+	}
+	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
+		t.Fatalf("Inspect = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	}
+	for _, rel := range []struct {
+		b *Backend
+		g driver.Grant
+	}{{wb, r.g}, {rb, go2}} {
+		if err := rel.b.Release(ctx, rel.g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
