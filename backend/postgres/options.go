@@ -176,3 +176,14 @@ func Schema(schema, table string) (string, error) {
 func (n names) ddl() string {
 	return strings.NewReplacer("{{TABLE}}", n.table, "{{SEQUENCE}}", n.seq).Replace(schemaTemplate)
 }
+
+// migration is the ALTER TABLE of the DDL (schema.sql's last statement),
+// which adds the columns of later versions to an existing table.
+func (n names) migration() string {
+	for _, line := range strings.Split(n.ddl(), "\n") {
+		if strings.HasPrefix(line, "ALTER TABLE ") {
+			return line
+		}
+	}
+	panic("postgres: schema.sql has no ALTER TABLE")
+}
