@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -222,6 +223,48 @@ func testMetadata(t *testing.T, s *suite) {
 		}
 		wantMeta(t, ctx, b, key, owner2, nil, "after ForceRelease and an Acquire without metadata")
 		if err := other.Release(ctx, g5); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	// A queued waiter's metadata is the holder's once it is granted.
+	if w, ok := other.(driver.Waiter); ok {
+		key := s.key(t, "wait")
+		ga, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: ttl, Metadata: v1})
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		type result struct {
+			g   driver.Grant
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			g, err := w.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner2, TTL: ttl, Metadata: v2})
+			done <- result{g, err}
+		}()
+		// No store event tells that the waiter has queued: the pause
+		// makes the queued path likely. If the release still comes first,
+		// the waiter takes a free key, which must carry its metadata all
+		// the same; the case is right either way.
+		select {
+		case r := <-done:
+			t.Fatalf("AcquireWait returned while the key was held: %+v, %v", r.g, r.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := b.Release(ctx, ga); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("AcquireWait: %v", r.err)
+		}
+		// The engine confirms a waited grant with a Renew.
+		gw, err := other.Renew(ctx, r.g, driver.RenewRequest{TTL: ttl})
+		if err != nil {
+			t.Fatalf("Renew of the waited grant: %v", err)
+		}
+		wantMeta(t, ctx, b, key, owner2, v2, "after AcquireWait with metadata and its confirming Renew")
+		if err := other.Release(ctx, gw); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
