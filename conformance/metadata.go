@@ -152,6 +152,12 @@ func testMetadata(t *testing.T, s *suite) {
 		}
 		g = res[0].Grant
 		wantMeta(t, ctx, other, key, owner, v2, "after RenewBatch")
+		res, err = br.RenewBatch(ctx, []driver.Grant{g}, driver.RenewRequest{TTL: ttl, Rotate: true})
+		if err != nil || len(res) != 1 || res[0].Err != nil {
+			t.Fatalf("RenewBatch(Rotate) = %v, %v", res, err)
+		}
+		g = res[0].Grant
+		wantMeta(t, ctx, other, key, owner, v2, "after RenewBatch with Rotate")
 	}
 	g2, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true})
 	if err != nil {
