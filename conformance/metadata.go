@@ -137,8 +137,14 @@ func testMetadata(t *testing.T, s *suite) {
 	_, err = b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, SetMetadata: true, Metadata: big})
 	checkInvalid(t, "Renew", err)
 	wantMeta(t, ctx, other, key, owner, v1, "after a Renew with oversized metadata")
+	before := g.Token
 	if g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, SetMetadata: true, Metadata: v2}); err != nil {
 		t.Fatalf("holder's Renew(SetMetadata): %v", err)
+	}
+	// A store whose token is the record's version (etcd, ZooKeeper)
+	// issues a new token when it rewrites the record; never a lower one.
+	if g.Token < before {
+		t.Fatalf("Renew(SetMetadata) returned token %d, below %d", g.Token, before)
 	}
 	wantMeta(t, ctx, other, key, owner, v2, "after the holder's Renew with SetMetadata")
 	if g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Metadata: v3}); err != nil {
