@@ -161,8 +161,10 @@ func quote(ident string) string { return `"` + ident + `"` }
 var schemaTemplate string
 
 // Schema returns the DDL (CREATE SEQUENCE and CREATE TABLE, both IF NOT
-// EXISTS) for the lock table schema.table ("" schema: unqualified; "" table:
-// DefaultTable), for teams whose applications may not run DDL. The
+// EXISTS, then ALTER TABLE … ADD COLUMN IF NOT EXISTS for the columns added
+// since the table's first version, so the same DDL also upgrades an
+// existing table) for the lock table schema.table ("" schema: unqualified;
+// "" table: DefaultTable), for teams whose applications may not run DDL. The
 // identifiers are validated exactly as Options are; invalid ones return a
 // *driver.InvalidOptionError.
 func Schema(schema, table string) (string, error) {
