@@ -129,6 +129,7 @@ var cases = []testCase{
 	{"CloseReleasesEverything", "Client.Close releases every lease it holds, ends them (Done closed), and makes the keys available at once.", testClose},
 	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a contended acquire is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
 	{"TokenFloorHolds", "a TokenFloorer reports the highest token it issued per key, and after RaiseFloor every new token of that key (or of every key, for a global floor) is above the floor; a held lock keeps its token; raising to a lower floor changes nothing; a bad key is rejected.", testTokenFloor},
+	{"MetadataStoredAndHolderOnly", "a metadata payload (any bytes, up to driver.MaxMetadataLen; empty reads back as nil) is stored by Acquire and reported by Inspect and List; only the current holder's Renew with SetMetadata replaces it (a stale or forged grant gets ErrNotHeld and changes nothing); a Renew without SetMetadata, RenewBatch and rotation keep it; a same-owner re-Acquire replaces it; Release and ForceRelease drop it; an oversized payload is refused with an *InvalidOptionError and nothing is stored.", testMetadata},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
 }
 

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -28,6 +29,8 @@ var mutants = []mutant{
 	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain{s.Backend()}, s} }},
 	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain{s.Backend()}, s} }},
 	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain{s.Backend()}} }},
+	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain{s.Backend()}} }},
+	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain{s.Backend()}} }},
 }
 
 // backwards issues tokens that decrease.
@@ -106,6 +109,31 @@ func (b immortal) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.
 		r.TTL = time.Hour
 	}
 	return b.Backend.Acquire(ctx, r)
+}
+
+// anyMetadata lets any grant set the metadata: refused, it sets it as the
+// current holder.
+type anyMetadata struct{ driver.Backend }
+
+func (b anyMetadata) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	ng, err := b.Backend.Renew(ctx, g, r)
+	if errors.Is(err, driver.ErrNotHeld) && r.SetMetadata {
+		if info, ierr := b.Backend.Inspect(ctx, g.Key); ierr == nil && info.Locked() {
+			_, _ = b.Backend.Renew(ctx, driver.Grant{Key: g.Key, Owner: info.Owner, Token: info.Token}, driver.RenewRequest{TTL: r.TTL, SetMetadata: true, Metadata: r.Metadata})
+		}
+	}
+	return ng, err
+}
+
+// rotationDropsMetadata loses the metadata when it rotates the token.
+type rotationDropsMetadata struct{ driver.Backend }
+
+func (b rotationDropsMetadata) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	ng, err := b.Backend.Renew(ctx, g, r)
+	if err == nil && r.Rotate {
+		return b.Backend.Renew(ctx, ng, driver.RenewRequest{TTL: r.TTL, SetMetadata: true})
+	}
+	return ng, err
 }
 
 // TestHelperMutantSuite runs the suite on the mutant named by the

@@ -154,6 +154,9 @@ type RenewRequest struct {
 	// Metadata, under the same check as the renewal itself (the grant is
 	// the current holder), so only the holder changes it. Without it the
 	// stored metadata is kept. RenewBatch is never asked to set metadata.
+	// A store whose token is the record's version (etcd, ZooKeeper) issues
+	// a new, higher token for such a renewal, as for Rotate; the engine
+	// takes the returned Grant's token either way.
 	SetMetadata bool
 	// Metadata is the new payload when SetMetadata is true (at most
 	// MaxMetadataLen bytes).

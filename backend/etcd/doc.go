@@ -43,8 +43,12 @@
 // Every lock key has a queue under the configured prefix (Options.Prefix,
 // default "/fencelock/"):
 //
-//	PREFIX + escape(key) + "/" + escape(owner)   value: owner
+//	PREFIX + escape(key) + "/" + escape(owner)   value: owner [NUL metadata]
 //
+// The value is the owner, followed, when the holder stored metadata, by a
+// NUL byte and the metadata (an owner never contains NUL). Entries without
+// metadata hold the owner alone, as earlier versions wrote them, and
+// entries of earlier versions read as records without metadata.
 // where escape percent-encodes '%' and '/', so a key's queue prefix is never
 // a prefix of another key's queue. Each contender, holder or waiter, is one
 // entry attached to an etcd lease. The holder is the entry with the lowest
@@ -61,7 +65,10 @@
 //     restarts. A new entry gets a revision above every earlier one, and the
 //     holder is the oldest entry, so tokens strictly increase per key.
 //     Rotation (Renew with Rotate) re-puts the holder's entry (new mod
-//     revision). Every re-put of an entry also writes a per-key marker in
+//     revision). Renew with SetMetadata re-puts the entry the same way with
+//     the new value, so on etcd setting metadata also issues a new token
+//     (returned by Renew); every other re-put keeps the value and with it
+//     the metadata. Every re-put of an entry also writes a per-key marker in
 //     the same transaction, so the marker is at least every token that is
 //     not a create revision; a waiter whose entry is older than the marker
 //     (it queued before a re-put) re-puts its own entry, marker included,

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -93,7 +94,35 @@ func (b *Backend) checkRequest(req driver.AcquireRequest) error {
 }
 
 func holderInfo(key string, kv *mvccpb.KeyValue) driver.Info {
-	return driver.Info{Key: key, Owner: string(kv.Value), Token: driver.Token(kv.ModRevision)}
+	owner, md := parseValue(kv.Value)
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(kv.ModRevision), Metadata: md}
+}
+
+// entryValue is the value of an entry: the owner, followed, when there is
+// metadata, by a NUL and the metadata's bytes. An owner never contains NUL
+// (driver.ValidateOwner), and an entry without metadata has the value
+// earlier versions wrote: the owner alone.
+func entryValue(owner string, md []byte) string {
+	if len(md) == 0 {
+		return owner
+	}
+	return owner + "\x00" + string(md)
+}
+
+// ownerOf returns the owner of entry kv.
+func ownerOf(kv *mvccpb.KeyValue) string {
+	owner, _ := parseValue(kv.Value)
+	return owner
+}
+
+// parseValue splits an entry's value into its owner and metadata (nil if
+// none, as in entries written by earlier versions).
+func parseValue(v []byte) (owner string, md []byte) {
+	o, m, _ := bytes.Cut(v, []byte{0})
+	if len(m) == 0 {
+		return string(o), nil
+	}
+	return string(o), append([]byte(nil), m...)
 }
 
 func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
@@ -135,7 +164,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		start := time.Now()
 		resp, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(me, req.Owner, clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
+			Then(clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
 			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key)), clientv3.OpGet(b.floorKey())).
 			Commit()
 		if isLeaseNotFound(err) && attempt == 0 {
@@ -165,15 +194,18 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
-		if mine != nil && head.CreateRevision == mine.CreateRevision && string(mine.Value) == req.Owner {
-			// A retry of an acquisition that succeeded: same grant.
+		if mine != nil && head.CreateRevision == mine.CreateRevision && ownerOf(mine) == req.Owner {
+			// A retry of an acquisition that succeeded: same grant, with
+			// this request's metadata. Replacing the metadata re-puts the
+			// entry, which gives it a new token (as a rotation does).
 			ml, err := b.keepLease(ctx, clientv3.LeaseID(mine.Lease))
 			if err != nil {
 				return driver.Grant{}, err
 			}
 			g.Token = driver.Token(mine.ModRevision)
-			if marker := firstOf(resp, 2); marker != nil && marker.ModRevision > mine.ModRevision {
-				tok, err := b.bump(ctx, req.Key, me, req.Owner, mine.ModRevision)
+			value := entryValue(req.Owner, req.Metadata)
+			if marker := firstOf(resp, 2); (marker != nil && marker.ModRevision > mine.ModRevision) || string(mine.Value) != value {
+				tok, err := b.bump(ctx, req.Key, me, value, mine.ModRevision)
 				if err != nil {
 					return driver.Grant{}, err
 				}
@@ -204,9 +236,10 @@ func (b *Backend) checkOps(g driver.Grant) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(qp + escape(g.Owner)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.markerKey(g.Key))}
 }
 
-// bump re-puts entry k of key (keeping its value, owner, and lease) if its
-// mod revision is still mod, giving it a new, higher token, and writes the
-// key's marker in the same transaction. ErrNotHeld if the entry changed.
+// bump re-puts entry k of key with value (its owner and metadata, see
+// entryValue), keeping its lease, if its mod revision is still mod, giving
+// it a new, higher token, and writes the key's marker in the same
+// transaction. ErrNotHeld if the entry changed.
 //
 // Every re-put of an entry goes through bump, so the marker's mod revision
 // is at least every token that is not its entry's create revision. That is
@@ -216,10 +249,10 @@ func (b *Backend) checkOps(g driver.Grant) []clientv3.Op {
 // before the entry existed (lower), or a re-put (at most the marker).
 // A re-put that skipped the marker would let a later grant keep a token
 // below it.
-func (b *Backend) bump(ctx context.Context, key, k, owner string, mod int64) (driver.Token, error) {
+func (b *Backend) bump(ctx context.Context, key, k, value string, mod int64) (driver.Token, error) {
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
-		Then(clientv3.OpPut(k, owner, clientv3.WithIgnoreLease()), clientv3.OpPut(b.markerKey(key), "")).
+		Then(clientv3.OpPut(k, value, clientv3.WithIgnoreLease()), clientv3.OpPut(b.markerKey(key), "")).
 		Commit()
 	if err != nil {
 		return 0, err
@@ -235,7 +268,10 @@ func (b *Backend) bump(ctx context.Context, key, k, owner string, mod int64) (dr
 // skips the head check (RenewBatch: the grant was confirmed as the head
 // before, and no entry can queue ahead of an existing one).
 func current(g driver.Grant, mine, head *mvccpb.KeyValue) (clientv3.LeaseID, bool) {
-	if mine == nil || mine.ModRevision != int64(g.Token) || string(mine.Value) != g.Owner || mine.Lease == 0 {
+	if mine == nil || mine.ModRevision != int64(g.Token) || mine.Lease == 0 {
+		return 0, false
+	}
+	if ownerOf(mine) != g.Owner {
 		return 0, false
 	}
 	if head != nil && head.CreateRevision != mine.CreateRevision {
@@ -265,7 +301,12 @@ type leaseResult struct {
 // an earlier holder re-put its entry, by a rotation or by such a
 // confirmation) is re-put the same way, marker included, on its first
 // Renew (the engine's confirmation), so its token exceeds every token
-// issued before it.
+// issued before it. With SetMetadata the entry is re-put the same way with
+// the new metadata in its value (unless it already has it), so setting
+// metadata also gives the grant a new token; the re-put is guarded by the
+// mod revision just checked, so a takeover in between makes it fail with
+// ErrNotHeld and change nothing. Any other re-put keeps the value, and so
+// the metadata.
 func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
@@ -310,8 +351,12 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	// earlier holder's re-put) is re-put the same way, so that its token
 	// exceeds every token issued before it (see bump).
 	marker := firstOf(resp, 2)
-	if req.Rotate || (marker != nil && marker.ModRevision > mine.ModRevision) {
-		if g.Token, err = b.bump(ctx, g.Key, string(mine.Key), g.Owner, mine.ModRevision); err != nil {
+	value := string(mine.Value)
+	if req.SetMetadata {
+		value = entryValue(g.Owner, req.Metadata)
+	}
+	if req.Rotate || (marker != nil && marker.ModRevision > mine.ModRevision) || value != string(mine.Value) {
+		if g.Token, err = b.bump(ctx, g.Key, string(mine.Key), value, mine.ModRevision); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -342,6 +387,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
+	req.SetMetadata, req.Metadata = false, nil // a batch keeps every entry's metadata
 	if req.Rotate {
 		// Rotation writes each entry: one Renew per grant.
 		out := make([]driver.RenewResult, len(grants))

@@ -102,7 +102,7 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		w.sent = l.id
 		resp, err := w.b.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.me), "=", 0)).
-			Then(clientv3.OpPut(w.me, req.Owner, clientv3.WithLease(l.id)),
+			Then(clientv3.OpPut(w.me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)),
 				clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+2))).
 			Else(clientv3.OpGet(w.me)).
 			Commit()
@@ -131,9 +131,9 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		if mine == nil {
 			continue // deleted in between: put it again
 		}
-		if string(mine.Value) != req.Owner || clientv3.LeaseID(mine.Lease) != l.id {
+		if string(mine.Value) != entryValue(req.Owner, req.Metadata) || clientv3.LeaseID(mine.Lease) != l.id {
 			// Left by an earlier attempt on a lease we no longer keep
-			// alive: replace it.
+			// alive, or with other metadata: replace it.
 			if _, err := w.b.deleteEntry(ctx, w.me, mine.ModRevision); err != nil {
 				return nil, 0, err
 			}

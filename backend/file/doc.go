@@ -36,10 +36,12 @@
 //
 // Each key has one file in the directory, <sha256 of the key>.json, so any
 // valid key is a safe file name; the raw key is stored inside and checked
-// on every read. The file holds the key's holder, token and expiry, and
-// "last", the highest token ever issued for the key. It is created on the
-// key's first use and never removed or replaced, so it can also be the
-// target of flock(2).
+// on every read. The file holds the key's holder, token and expiry, the
+// holder's metadata ("meta", base64, absent when there is none: files
+// written by earlier versions read as records without metadata, and
+// earlier versions ignore the field), and "last", the highest token ever
+// issued for the key. It is created on the key's first use and never
+// removed or replaced, so it can also be the target of flock(2).
 //
 // Every change takes an exclusive flock(2) on the key's file (through its
 // own open file description, so goroutines of one process exclude each

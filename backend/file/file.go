@@ -137,6 +137,10 @@ type state struct {
 	// "realtime"). A record of another domain belongs to a previous boot.
 	Expires int64  `json:"expires,omitempty"`
 	Clock   string `json:"clock,omitempty"`
+	// Meta is the holder's metadata payload (driver.AcquireRequest.Metadata),
+	// base64 in the file; absent when there is none, as in files written
+	// before metadata existed, which read as a record without it.
+	Meta []byte `json:"meta,omitempty"`
 }
 
 func (s *state) live(now reading) bool {
@@ -144,7 +148,15 @@ func (s *state) live(now reading) bool {
 }
 
 func (s *state) info(now reading) driver.Info {
-	return driver.Info{Key: s.Key, Owner: s.Owner, Token: driver.Token(s.Token), Remaining: time.Duration(s.Expires - now.ns)}
+	return driver.Info{Key: s.Key, Owner: s.Owner, Token: driver.Token(s.Token), Remaining: time.Duration(s.Expires - now.ns), Metadata: clone(s.Meta)}
+}
+
+// clone copies a metadata payload; nil and empty both become nil.
+func clone(md []byte) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	return append([]byte(nil), md...)
 }
 
 // ErrTokenOverflow reports that a key's token counter is at 2^63-1, the
@@ -185,7 +197,7 @@ func (s *state) next() (uint64, error) {
 }
 
 func (s *state) clear() {
-	s.Owner, s.Token, s.Expires, s.Clock = "", 0, 0, ""
+	s.Owner, s.Token, s.Expires, s.Clock, s.Meta = "", 0, 0, "", nil
 }
 
 func fileName(key string) string {
@@ -389,8 +401,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 			s.Owner, s.Token, s.Clock = req.Owner, t, now.domain
 		}
-		// Otherwise a retry by the holder: same grant, fresh expiry.
+		// Otherwise a retry by the holder: same grant. Either way a fresh
+		// expiry and this request's metadata.
 		s.Expires = now.ns + int64(req.TTL)
+		s.Meta = clone(req.Metadata)
 		g = driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(s.Token)}
 		return true, nil
 	})
@@ -422,6 +436,9 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 			}
 			s.Token = t
 		}
+		if req.SetMetadata {
+			s.Meta = clone(req.Metadata) // under the same flock as the holder check above
+		}
 		s.Expires = now.ns + int64(req.TTL)
 		g.Token = driver.Token(s.Token)
 		return true, nil
@@ -441,6 +458,7 @@ const renewWorkers = 8
 // RenewBatch implements driver.BatchRenewer. The grants are renewed by up
 // to renewWorkers goroutines, each under its own key's flock, all finished
 // before RenewBatch returns; a failure of one does not stop the others.
+// It keeps every record's metadata (req.SetMetadata is ignored).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -448,6 +466,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
+	req.SetMetadata, req.Metadata = false, nil
 	out := make([]driver.RenewResult, len(grants))
 	var (
 		next atomic.Int64

@@ -61,7 +61,13 @@
 // Locks live in one table (default fencelock_locks; DDL in schema.sql, also
 // returned by Schema): key (text COLLATE "C", primary key), owner, token
 // (bigint), locked_at and expires_at (timestamptz, CHECK expires_at >=
-// locked_at), plus a bigint sequence that issues every fencing token. All
+// locked_at), contended, metadata (bytea, the holder's payload) and
+// metadata_owner (the owner that stored it: Inspect and List report the
+// payload only while that owner holds the row), plus a bigint sequence that
+// issues every fencing token. A table created by an earlier version gets
+// the two metadata columns at Open, by the ALTER TABLE … ADD COLUMN IF NOT
+// EXISTS at the end of the DDL, run only when a column is missing (with
+// SkipCreate, Open fails and names the DDL to run instead). All
 // times are the server's: now() of each statement. A client's clock is never
 // sent or compared.
 //
@@ -71,17 +77,20 @@
 //     returns the holder, its token and its remaining time for the
 //     *driver.HeldError. A new or changed owner gets nextval of the sequence;
 //     the same owner re-acquiring a live row keeps its token (an idempotent
-//     retry).
+//     retry). The new holder's metadata is written by the same statement.
 //   - Renew is an UPDATE checked by key, owner, token and expires_at > now()
 //     (never an upsert, so a late renewal cannot resurrect a released lock);
-//     with Rotate it also draws a new token from the sequence.
+//     with Rotate it also draws a new token from the sequence, and with
+//     SetMetadata it also replaces the metadata (same statement, same
+//     check). RenewBatch never changes metadata.
 //   - RenewBatch is one UPDATE … FROM unnest($keys, $owners, $tokens).
 //     Concurrent calls are coalesced (group commit), so a client's N leases
 //     cost about one statement per round trip, not N. A call whose context
 //     ends before its statement is sent is left out of it; a token rotated
 //     for a call that had gone by the time the answer came is remembered,
 //     so that call's retry with the token it holds still finds its record.
-//   - Release marks the row free (expires_at moved back to locked_at) if
+//   - Release marks the row free (expires_at moved back to locked_at, the
+//     metadata cleared) if
 //     key, owner and token match and it has not expired, and calls
 //     pg_notify(channel, key) in the same statement. ForceRelease does the
 //     same for any holder.

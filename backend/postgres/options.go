@@ -161,8 +161,10 @@ func quote(ident string) string { return `"` + ident + `"` }
 var schemaTemplate string
 
 // Schema returns the DDL (CREATE SEQUENCE and CREATE TABLE, both IF NOT
-// EXISTS) for the lock table schema.table ("" schema: unqualified; "" table:
-// DefaultTable), for teams whose applications may not run DDL. The
+// EXISTS, then ALTER TABLE … ADD COLUMN IF NOT EXISTS for the columns added
+// since the table's first version, so the same DDL also upgrades an
+// existing table) for the lock table schema.table ("" schema: unqualified;
+// "" table: DefaultTable), for teams whose applications may not run DDL. The
 // identifiers are validated exactly as Options are; invalid ones return a
 // *driver.InvalidOptionError.
 func Schema(schema, table string) (string, error) {
@@ -175,4 +177,15 @@ func Schema(schema, table string) (string, error) {
 
 func (n names) ddl() string {
 	return strings.NewReplacer("{{TABLE}}", n.table, "{{SEQUENCE}}", n.seq).Replace(schemaTemplate)
+}
+
+// migration is the ALTER TABLE of the DDL (schema.sql's last statement),
+// which adds the columns of later versions to an existing table.
+func (n names) migration() string {
+	for _, line := range strings.Split(n.ddl(), "\n") {
+		if strings.HasPrefix(line, "ALTER TABLE ") {
+			return line
+		}
+	}
+	panic("postgres: schema.sql has no ALTER TABLE")
 }

@@ -255,6 +255,8 @@ func (b *Backend) setup(ctx context.Context, create bool) error {
 		}); err != nil {
 			return fmt.Errorf("postgres: creating %s: %w", b.n.table, err)
 		}
+	} else if err := b.migrate(ctx, create); err != nil {
+		return err
 	}
 	var fsync, syncCommit string
 	if err := b.pool.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit')").Scan(&fsync, &syncCommit); err != nil {
@@ -265,6 +267,45 @@ func (b *Backend) setup(ctx context.Context, create bool) error {
 	}
 	if syncCommit == "off" {
 		b.warnings = append(b.warnings, "synchronous_commit=off: a server crash can lose the last acknowledged acquisitions and their tokens; tokens may repeat after a crash")
+	}
+	return nil
+}
+
+// metadataColumns are the columns added after the first version of the
+// table (by the ALTER TABLE at the end of schema.sql).
+var metadataColumns = []string{"metadata", "metadata_owner"}
+
+// migrate adds the metadata columns to a table created before they
+// existed. It looks first and alters only when a column is missing, since
+// ALTER TABLE takes the table's ACCESS EXCLUSIVE lock even when it changes
+// nothing; that lock is waited for at most 10s (lock_timeout), so a long
+// transaction on the table makes Open fail rather than stall every lock
+// operation queued behind the ALTER. With SkipCreate a missing column is an
+// error naming the DDL to run.
+func (b *Backend) migrate(ctx context.Context, create bool) error {
+	var have int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
+  WHERE attrelid = to_regclass($1) AND attname = ANY($2) AND NOT attisdropped`, b.n.table, metadataColumns).Scan(&have); err != nil {
+		return err
+	}
+	if have == len(metadataColumns) {
+		return nil
+	}
+	if !create {
+		return fmt.Errorf("postgres: table %s lacks the metadata columns (%s) and SkipCreate is set: run the DDL from postgres.Schema (its ALTER TABLE … ADD COLUMN IF NOT EXISTS adds them)", b.n.table, strings.Join(metadataColumns, ", "))
+	}
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('fencelock ddl'))"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, b.n.migration())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: adding the metadata columns to %s: %w", b.n.table, err)
 	}
 	return nil
 }
@@ -280,6 +321,15 @@ func (b *Backend) check(ctx context.Context) error {
 		return driver.ErrClosed
 	}
 	return ctx.Err()
+}
+
+// orNil returns md, or nil (SQL NULL) when it is empty: nil and empty
+// metadata are alike.
+func orNil(md []byte) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	return md
 }
 
 func micros(d time.Duration) int64 {
@@ -309,7 +359,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		owner string
 		rem   int64
 	)
-	err := b.pool.QueryRow(ctx, b.q.acquire, req.Key, req.Owner, micros(req.TTL)).Scan(&ok, &tok, &owner, &rem)
+	err := b.pool.QueryRow(ctx, b.q.acquire, req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)).Scan(&ok, &tok, &owner, &rem)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Held, but the holder committed after this statement's snapshot.
@@ -323,7 +373,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 }
 
 // Renew implements driver.Backend with one owner- and token-checked UPDATE
-// (never an upsert). With Rotate the token is taken from the sequence.
+// (never an upsert). With Rotate the token is taken from the sequence; with
+// SetMetadata the same UPDATE replaces the metadata.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -333,7 +384,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	var tok int64
 	cur := b.rot.current(g)
-	err := b.renewPool.QueryRow(ctx, b.q.renew, cur.Key, cur.Owner, int64(cur.Token), micros(req.TTL), req.Rotate).Scan(&tok)
+	err := b.renewPool.QueryRow(ctx, b.q.renew, cur.Key, cur.Owner, int64(cur.Token), micros(req.TTL), req.Rotate, req.SetMetadata, orNil(req.Metadata)).Scan(&tok)
 	if errors.Is(err, pgx.ErrNoRows) {
 		b.rot.forget(g)
 		return driver.Grant{}, driver.ErrNotHeld
@@ -440,15 +491,16 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		owner string
 		tok   int64
 		rem   int64
+		md    []byte
 	)
-	err := b.pool.QueryRow(ctx, b.q.inspect, key).Scan(&owner, &tok, &rem)
+	err := b.pool.QueryRow(ctx, b.q.inspect, key).Scan(&owner, &tok, &rem, &md)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return driver.Info{Key: key}, nil
 	}
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}, nil
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)}, nil
 }
 
 // List implements driver.Backend. Keys come back in byte order.
@@ -467,9 +519,10 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		out        []driver.Info
 		key, owner string
 		tok, rem   int64
+		md         []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &owner, &tok, &rem}, func() error {
-		out = append(out, driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)})
+	_, err = pgx.ForEachRow(rows, []any{&key, &owner, &tok, &rem, &md}, func() error {
+		out = append(out, driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)})
 		return nil
 	})
 	if err != nil {

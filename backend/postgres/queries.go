@@ -12,6 +12,12 @@ type queries struct {
 // clock.
 const remainingUS = `(extract(epoch from (%E - now())) * 1000000)::bigint`
 
+// metadataOf is a row's metadata as Inspect and List report it: only while
+// the owner that stored it holds the row. A process of a version without
+// metadata that takes over an expired row leaves the previous holder's
+// payload behind (its statements do not know the columns); this hides it.
+const metadataOf = `CASE WHEN metadata_owner = owner THEN metadata END`
+
 func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
 
 func buildQueries(n names) queries {
@@ -29,7 +35,8 @@ func buildQueries(n names) queries {
 		// owner re-acquiring a live row keeps its token (an idempotent
 		// retry). If another owner took the key between the snapshot and
 		// the insert, the DO UPDATE changes only the contended flag and
-		// RETURNING names that holder.
+		// RETURNING names that holder. The row's metadata is replaced
+		// wherever its owner is (a new holder, or the same owner's retry).
 		acquire: `WITH cur AS (
   SELECT owner, token, expires_at FROM {T} WHERE key = $1
 ), m AS (
@@ -37,8 +44,8 @@ func buildQueries(n names) queries {
   WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
     AND EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
 ), a AS (
-  INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended)
-  SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false
+  INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
+  SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
   ON CONFLICT (key) DO UPDATE SET
     token      = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.token
@@ -50,6 +57,8 @@ func buildQueries(n names) queries {
     contended  = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.contended
                       WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN false
                       ELSE true END,
+    metadata   = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.metadata ELSE l.metadata END,
+    metadata_owner = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.metadata_owner END,
     owner      = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.owner END,
     expires_at = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END
   RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `
@@ -59,9 +68,14 @@ UNION ALL
 SELECT false, token, owner, ` + rem("expires_at") + ` FROM cur
   WHERE NOT EXISTS (SELECT 1 FROM a)`,
 
+		// With $6 (SetMetadata) the same owner- and token-checked UPDATE
+		// replaces the metadata: no read-then-write for a takeover to
+		// slip between.
 		renew: `UPDATE {T} SET
     expires_at = now() + $4::bigint * interval '1 microsecond',
-    token = CASE WHEN $5::boolean THEN nextval({S}) ELSE token END
+    token = CASE WHEN $5::boolean THEN nextval({S}) ELSE token END,
+    metadata = CASE WHEN $6::boolean THEN $7::bytea ELSE metadata END,
+    metadata_owner = CASE WHEN $6::boolean THEN owner ELSE metadata_owner END
   WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
   RETURNING token`,
 
@@ -79,7 +93,8 @@ SELECT false, token, owner, ` + rem("expires_at") + ` FROM cur
 		// serialises the commits of notifying transactions server-wide, so
 		// an uncontended release does not pay for it.
 		release: `WITH r AS (
-  UPDATE {T} SET locked_at = least(locked_at, now()), expires_at = least(locked_at, now())
+  UPDATE {T} SET locked_at = least(locked_at, now()), expires_at = least(locked_at, now()),
+    metadata = NULL, metadata_owner = NULL
   WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
   RETURNING key, contended
 )
@@ -88,17 +103,20 @@ SELECT (SELECT pg_notify($4, r.key) WHERE r.contended) FROM r`,
 		forceRelease: `WITH o AS (
   SELECT key, owner, token, expires_at FROM {T} WHERE key = $1 AND expires_at > now() FOR UPDATE
 ), r AS (
-  UPDATE {T} AS l SET locked_at = least(l.locked_at, now()), expires_at = least(l.locked_at, now())
+  UPDATE {T} AS l SET locked_at = least(l.locked_at, now()), expires_at = least(l.locked_at, now()),
+    metadata = NULL, metadata_owner = NULL
   FROM o WHERE l.key = o.key AND l.owner = o.owner AND l.token = o.token
   RETURNING l.key, l.owner, l.token, o.expires_at
 )
 SELECT owner, token, ` + rem("expires_at") + `, pg_notify($2, key) FROM r`,
 
-		inspect: `SELECT owner, token, ` + rem("expires_at") + ` FROM {T} WHERE key = $1 AND expires_at > now()`,
+		// Metadata is reported only if the row's owner stored it (see
+		// metadataOf).
+		inspect: `SELECT owner, token, ` + rem("expires_at") + `, ` + metadataOf + ` FROM {T} WHERE key = $1 AND expires_at > now()`,
 
 		// starts_with on a COLLATE "C" key can use the primary key index
 		// (PostgreSQL 15+); no LIKE, so no metacharacters to escape.
-		list: `SELECT key, owner, token, ` + rem("expires_at") + ` FROM {T}
+		list: `SELECT key, owner, token, ` + rem("expires_at") + `, ` + metadataOf + ` FROM {T}
   WHERE starts_with(key, $1) AND expires_at > now() ORDER BY key`,
 
 		sweep: `DELETE FROM {T} WHERE expires_at < now() - $1::bigint * interval '1 microsecond'`,

@@ -22,5 +22,17 @@ CREATE TABLE IF NOT EXISTS {{TABLE}} (
     -- Set by the first contender that finds the key held; tells the
     -- holder's release to NOTIFY waiters.
     contended  boolean     NOT NULL DEFAULT false,
+    -- The holder's metadata payload (at most 4096 bytes) and the owner
+    -- that stored it: Inspect and List report metadata only while
+    -- metadata_owner is the row's owner, so a holder that never set it
+    -- (a version without metadata) is not shown another's.
+    metadata       bytea,
+    metadata_owner text,
     CHECK (expires_at >= locked_at)
 ) WITH (fillfactor = 70);
+
+-- Tables created before metadata existed get its columns. ADD COLUMN
+-- without a default changes only the catalog, but takes the table's ACCESS
+-- EXCLUSIVE lock for a moment; the backend runs it only when a column is
+-- missing.
+ALTER TABLE {{TABLE}} ADD COLUMN IF NOT EXISTS metadata bytea, ADD COLUMN IF NOT EXISTS metadata_owner text;

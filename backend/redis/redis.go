@@ -179,7 +179,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(req.Key)
-	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms).Result()
+	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms, metaArg(req.Metadata)).Result()
 	if err != nil {
 		return driver.Grant{}, scriptError(req.Key, err)
 	}
@@ -201,13 +201,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 }
 
-// parseHolder reads {owner, token, pttl} as returned by the scripts.
+// metaArg is a metadata payload as a script argument: its bytes, or an
+// empty string for none (Redis passes both as a bulk string, binary-safe).
+func metaArg(md []byte) any {
+	if len(md) == 0 {
+		return ""
+	}
+	return md
+}
+
+// parseHolder reads {owner, token, pttl[, meta]} as returned by the
+// scripts (meta: inspect.lua's, a nil reply when the record has none).
 func parseHolder(key string, v []any) (driver.Info, error) {
 	if len(v) == 0 {
 		return driver.Info{Key: key}, nil
 	}
-	if len(v) != 3 {
-		return driver.Info{}, fmt.Errorf("redis: script returned %d values, want 3", len(v))
+	if len(v) != 3 && len(v) != 4 {
+		return driver.Info{}, fmt.Errorf("redis: script returned %d values, want 3 or 4", len(v))
 	}
 	owner, ok1 := v[0].(string)
 	tokS, ok2 := v[1].(string)
@@ -223,15 +233,29 @@ func parseHolder(key string, v []any) (driver.Info, error) {
 	if pttl > 0 {
 		info.Remaining = time.Duration(pttl) * time.Millisecond
 	}
+	if len(v) == 4 && v[3] != nil {
+		md, ok := v[3].(string)
+		if !ok {
+			return driver.Info{}, fmt.Errorf("redis: script returned metadata as %T", v[3])
+		}
+		if md != "" {
+			info.Metadata = []byte(md)
+		}
+	}
 	return info, nil
 }
 
-func renewArgs(g driver.Grant, ms int64, rotate bool) []any {
-	r := "0"
-	if rotate {
-		r = "1"
+// renewArgs are renew.lua's arguments; setMeta and md are
+// RenewRequest.SetMetadata and Metadata.
+func renewArgs(g driver.Grant, ms int64, rotate, setMeta bool, md []byte) []any {
+	return []any{g.Owner, strconv.FormatUint(uint64(g.Token), 10), ms, flag(rotate), flag(setMeta), metaArg(md)}
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
 	}
-	return []any{g.Owner, strconv.FormatUint(uint64(g.Token), 10), ms, r}
+	return "0"
 }
 
 func renewResult(g driver.Grant, granted time.Duration, v any, err error) (driver.Grant, error) {
@@ -299,8 +323,9 @@ func scriptError(key string, err error) error {
 }
 
 // Renew implements driver.Backend: one EVALSHA of renew.lua, which checks
-// owner and token, never creates a record, and with Rotate takes a new
-// token from the key's counter.
+// owner and token, never creates a record, with Rotate takes a new token
+// from the key's counter, and with SetMetadata replaces the record's meta
+// field (in the same script, after the check).
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -313,13 +338,14 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(g.Key)
-	v, err := renewScript.Run(ctx, b.c, []string{lock, counter}, renewArgs(g, ms, req.Rotate)...).Result()
+	v, err := renewScript.Run(ctx, b.c, []string{lock, counter}, renewArgs(g, ms, req.Rotate, req.SetMetadata, req.Metadata)...).Result()
 	return renewResult(g, granted, v, err)
 }
 
 // RenewBatch implements driver.BatchRenewer: one pipeline of renew.lua
 // calls, one round trip for any number of grants (a Cluster client splits
-// it into one pipeline per node).
+// it into one pipeline per node). It keeps every record's metadata
+// (req.SetMetadata is ignored).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -337,7 +363,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 			continue
 		}
 		lock, counter, _ := b.ks.names(g.Key)
-		calls = append(calls, scriptCall{keys: []string{lock, counter}, args: renewArgs(g, ms, req.Rotate)})
+		calls = append(calls, scriptCall{keys: []string{lock, counter}, args: renewArgs(g, ms, req.Rotate, false, nil)})
 		idx = append(idx, i)
 	}
 	cmds, err := runPipelined(ctx, b.c, renewScript, calls)

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path"
@@ -27,11 +28,11 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		if node != "" && (string(data) != req.Owner || st.EphemeralOwner != b.conn.SessionID()) {
-			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(data), Token: driver.Token(st.Mzxid)}}
+		if owner := ownerOf(data); node != "" && (owner != req.Owner || st.EphemeralOwner != b.conn.SessionID()) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(st.Mzxid)}}
 		}
 	}
-	e, err := b.enqueue(ctx, parent, req.Owner)
+	e, err := b.enqueue(ctx, parent, nodeData(req.Owner, req.Metadata))
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -70,12 +71,12 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, err
 		}
 		b.deleteOwn(node)
-		if string(data) == req.Owner && st.EphemeralOwner == b.conn.SessionID() {
+		if ownerOf(data) == req.Owner && st.EphemeralOwner == b.conn.SessionID() {
 			// A retry of an acquire whose reply was lost: the lock is
-			// already ours.
+			// already ours (bump writes this request's metadata).
 			return b.acquiredLate(b.bump(req, lowest, st.Version))
 		}
-		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(data), Token: driver.Token(st.Mzxid)}}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: ownerOf(data), Token: driver.Token(st.Mzxid)}}
 	}
 	b.deleteOwn(node)
 	return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
@@ -91,11 +92,12 @@ const (
 	maxHot = 4096
 )
 
-// bump rewrites the holder znode's data (version-checked) so that its mzxid,
-// the grant's token, is a fresh zxid: higher than every token issued for
-// the key before, including rotated ones.
+// bump rewrites the holder znode's data (version-checked) with req's owner
+// and metadata so that its mzxid, the grant's token, is a fresh zxid:
+// higher than every token issued for the key before, including rotated
+// ones.
 func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (driver.Grant, error) {
-	st, err := b.markedSet(node, req.Owner, version)
+	st, err := b.markedSet(node, nodeData(req.Owner, req.Metadata), version)
 	if err != nil {
 		if !definiteZK(err) {
 			b.deleteOwn(node)
@@ -108,8 +110,9 @@ func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (d
 	return b.grant(req.Key, req.Owner, node, st.Version, st.Mzxid), nil
 }
 
-// markedSet rewrites a holder znode (version-checked) to give it a fresh
-// mzxid: a rotated token, or a hand-off token above a rotated one. Then it
+// markedSet rewrites a holder znode (version-checked) with data to give it a
+// fresh mzxid: a rotated token, a hand-off token above a rotated one, or new
+// metadata (which is therefore a new token too). Then it
 // rewrites the parent's ACL (unchanged) to bump the parent's ACL version,
 // the key's "a token above some czxid was issued" mark: a contender whose
 // predecessors all left compares the parent's ACL version with the one at
@@ -121,9 +124,9 @@ func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (d
 // node stays in b.rotating, so that a later Renew or Release of the grant
 // (which still names the old version) can finish the job instead of taking
 // the lock for lost while its znode lives on.
-func (b *Backend) markedSet(node, owner string, version int32) (*zk.Stat, error) {
+func (b *Backend) markedSet(node string, data []byte, version int32) (*zk.Stat, error) {
 	b.setRotating(node, version)
-	st, err := b.conn.Set(node, []byte(owner), version)
+	st, err := b.conn.Set(node, data, version)
 	if err != nil {
 		if definiteZK(err) {
 			b.clearRotating(node)
@@ -135,6 +138,49 @@ func (b *Backend) markedSet(node, owner string, version int32) (*zk.Stat, error)
 	}
 	b.clearRotating(node)
 	return st, nil
+}
+
+// keptSet is markedSet keeping the znode's data (its owner and metadata):
+// it reads the data, and rewrites it only if the znode still has the given
+// version (else zk.ErrBadVersion, nothing written).
+func (b *Backend) keptSet(node string, version int32) (*zk.Stat, error) {
+	data, st, err := b.conn.Get(node)
+	if err != nil {
+		return nil, err
+	}
+	if st.Version != version {
+		return nil, zk.ErrBadVersion
+	}
+	return b.markedSet(node, data, version)
+}
+
+// nodeData is a contender znode's data: the owner, followed, when there is
+// metadata, by a NUL byte and the metadata. An owner never contains NUL
+// (driver.ValidateOwner), and a znode without metadata holds the owner
+// alone, as earlier versions wrote it.
+func nodeData(owner string, md []byte) []byte {
+	if len(md) == 0 {
+		return []byte(owner)
+	}
+	d := make([]byte, 0, len(owner)+1+len(md))
+	d = append(append(append(d, owner...), 0), md...)
+	return d
+}
+
+// parseData splits a contender znode's data into its owner and metadata
+// (nil if none, as in znodes written by earlier versions).
+func parseData(data []byte) (owner string, md []byte) {
+	o, m, _ := bytes.Cut(data, []byte{0})
+	if len(m) == 0 {
+		return string(o), nil
+	}
+	return string(o), append([]byte(nil), m...)
+}
+
+// ownerOf returns the owner in a contender znode's data.
+func ownerOf(data []byte) string {
+	owner, _ := parseData(data)
+	return owner
 }
 
 func (b *Backend) setRotating(node string, version int32) {

@@ -75,15 +75,18 @@ func (b *Backend) renewEach(ctx context.Context, grants []driver.Grant, req driv
 	wg.Wait()
 }
 
-// rotateItem is a grant of a rotating batch: its index and its handle.
+// rotateItem is a grant of a rotating batch: its index, its handle, and
+// its znode's data as read (see readData).
 type rotateItem struct {
-	i int
-	h handle
+	i    int
+	h    handle
+	data []byte
 }
 
-// rotateBatch is RenewBatch with Rotate: multi transactions of up to
-// maxBatch version-checked rewrites, each sent again without the grant it
-// failed at.
+// rotateBatch is RenewBatch with Rotate: the grants' znodes are read
+// (pipelined: the rewrite must keep each znode's data, owner and metadata),
+// then rewritten by multi transactions of up to maxBatch version-checked
+// writes, each sent again without the grant it failed at.
 func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
 	var items []rotateItem
 	for i, g := range grants {
@@ -95,9 +98,10 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 		case !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token):
 			out[i].Err = driver.ErrNotHeld
 		default:
-			items = append(items, rotateItem{i, h})
+			items = append(items, rotateItem{i: i, h: h})
 		}
 	}
+	items = b.readData(items, out)
 	for len(items) > 0 {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return ctx.Err()
@@ -117,6 +121,46 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 	return nil
 }
 
+// readData reads the data of every item's znode, pipelined on the session,
+// and returns the items still to rotate: a znode that is gone, changed
+// (another version) or not this session's gets ErrNotHeld in out, a read
+// that failed its error.
+func (b *Backend) readData(items []rotateItem, out []driver.RenewResult) []rotateItem {
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxPipelined)
+	sid := b.conn.SessionID()
+	for j := range items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			data, st, err := b.conn.Get(items[j].h.path)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				errs[j] = driver.ErrNotHeld
+			case err != nil:
+				errs[j] = err
+			case st.Version != items[j].h.version || st.Mzxid != items[j].h.token || st.EphemeralOwner != sid:
+				errs[j] = driver.ErrNotHeld
+			default:
+				items[j].data = data
+			}
+		}()
+	}
+	wg.Wait()
+	kept := items[:0]
+	for j, it := range items {
+		if errs[j] != nil {
+			out[it.i].Err = errs[j]
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept
+}
+
 // rotateChunk rewrites the znodes of chunk in one multi transaction, marks
 // their key znodes (see markedSet) and fills out for each. If the multi
 // failed as a whole at a grant whose znode is gone or changed, it fills
@@ -124,7 +168,7 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 func (b *Backend) rotateChunk(grants []driver.Grant, chunk []rotateItem, out []driver.RenewResult) (bad int, err error) {
 	ops := make([]any, len(chunk))
 	for j, it := range chunk {
-		ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: []byte(grants[it.i].Owner), Version: it.h.version}
+		ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: it.data, Version: it.h.version}
 		b.setRotating(it.h.path, it.h.version)
 	}
 	res, err := b.conn.Multi(ops...)

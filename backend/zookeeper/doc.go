@@ -43,8 +43,13 @@
 // Each lock key is a container znode PREFIX/<escaped key> (every byte outside
 // [A-Za-z0-9_-] percent-encoded, so any key is one path segment and comes
 // back exactly). Contenders create EPHEMERAL|SEQUENTIAL children named
-// _c_<nonce>-lock-<seq> holding their owner string; the lowest child holds
-// the lock. Acquire creates its child in one multi transaction together
+// _c_<nonce>-lock-<seq> holding their owner string, followed, when the
+// holder stored metadata, by a NUL byte and the metadata (without metadata
+// the data is the owner alone, as earlier versions wrote it, and their
+// znodes read as locks without metadata); the lowest child holds the lock.
+// Every rewrite of a znode writes back the data it read, version-checked,
+// so metadata survives rotations; Renew with SetMetadata is such a rewrite
+// with new data, so on ZooKeeper it also issues a new token. Acquire creates its child in one multi transaction together
 // with a no-op write to the parent, whose returned Stat gives the number of
 // children (one: the lock is ours, in a single round trip) and the
 // transaction's zxid (our child's czxid, the token). Otherwise it lists the

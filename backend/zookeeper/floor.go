@@ -400,7 +400,7 @@ func (b *Backend) handOff(ctx context.Context, g driver.Grant) (driver.Grant, er
 	if s.mzxid <= h.token {
 		return g, nil
 	}
-	st, err := b.markedSet(h.path, g.Owner, h.version)
+	st, err := b.keptSet(h.path, h.version)
 	if err != nil {
 		return driver.Grant{}, err
 	}

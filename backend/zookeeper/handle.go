@@ -101,7 +101,7 @@ func (b *Backend) lookup(g driver.Grant) (handle, bool, error) {
 	if err != nil || node == "" {
 		return handle{}, false, err
 	}
-	if string(data) != g.Owner || st.Mzxid != int64(g.Token) {
+	if ownerOf(data) != g.Owner || st.Mzxid != int64(g.Token) {
 		return handle{}, false, nil
 	}
 	return handle{version: st.Version, token: st.Mzxid, tag: ownerTag(g.Owner), path: node}, true, nil

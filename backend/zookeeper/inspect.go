@@ -31,7 +31,8 @@ func (b *Backend) inspect(key string) (driver.Info, error) {
 	if err != nil || node == "" {
 		return driver.Info{Key: key}, err
 	}
-	return driver.Info{Key: key, Owner: string(data), Token: driver.Token(st.Mzxid)}, nil
+	owner, md := parseData(data)
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(st.Mzxid), Metadata: md}, nil
 }
 
 // list is List (floor.go) on native tokens. It reads the key znodes under the root

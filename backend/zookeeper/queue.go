@@ -75,7 +75,7 @@ type entry struct {
 // returned Stat says how many contenders there are (numChildren 1: we hold
 // the lock) and carries the transaction's zxid, which is our znode's czxid.
 // It creates the parent (a container znode) when missing.
-func (b *Backend) enqueue(ctx context.Context, parent, owner string) (entry, error) {
+func (b *Backend) enqueue(ctx context.Context, parent string, data []byte) (entry, error) {
 	nonce := newNonce()
 	prefix := parent + "/" + nodePrefix + nonce + seqMarker
 	for attempt := 0; ; attempt++ {
@@ -84,7 +84,7 @@ func (b *Backend) enqueue(ctx context.Context, parent, owner string) (entry, err
 			return entry{}, err
 		}
 		res, err := b.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Data: []byte(owner), Acl: b.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: b.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 			b.floorCheck(fs), // the token offset in force at this zxid (floor.go)
 		)

@@ -68,7 +68,8 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 		if err != nil {
 			return driver.Info{}, err
 		}
-		return driver.Info{Key: key, Owner: string(data), Token: driver.Token(st.Mzxid)}, nil
+		owner, md := parseData(data)
+		return driver.Info{Key: key, Owner: owner, Token: driver.Token(st.Mzxid), Metadata: md}, nil
 	}
 	return driver.Info{}, errors.New("zookeeper: the lock's holder kept changing during ForceRelease")
 }

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
@@ -12,7 +13,12 @@ import (
 // so a renewal proves two things in one round trip: the session is alive
 // (the server answered on it) and the znode is still ours (same version and
 // zxid, owned by this session). With Rotate it rewrites the znode's data,
-// version-checked, and the new mzxid is the new token.
+// version-checked, and the new mzxid is the new token. With SetMetadata it
+// rewrites the data the same way with the new metadata (unless the znode
+// already has it), so setting metadata also issues a new token; the
+// version check makes a takeover in between fail with ErrNotHeld. Either
+// way the znode is read with Get instead of Exists (still one round trip),
+// so that a rotation writes back the data it found, metadata included.
 func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -29,9 +35,26 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if h.unconfirmed {
-		return b.confirmedLate(b.confirm(g, h))
+		cg, err := b.confirmedLate(b.confirm(g, h))
+		if err != nil || !req.SetMetadata {
+			return cg, err
+		}
+		// Confirmed: now set the metadata as for any held grant.
+		return b.renew(ctx, cg, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
 	}
-	exists, st, err := b.conn.Exists(h.path)
+	var (
+		exists = true
+		data   []byte
+		st     *zk.Stat
+	)
+	if req.Rotate || req.SetMetadata {
+		data, st, err = b.conn.Get(h.path)
+		if errors.Is(err, zk.ErrNoNode) {
+			exists, err = false, nil
+		}
+	} else {
+		exists, st, err = b.conn.Exists(h.path)
+	}
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -53,10 +76,16 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		h.version, h.token = st.Version, st.Mzxid
 	}
 	b.clearRotating(h.path)
+	if req.SetMetadata {
+		if nd := nodeData(g.Owner, req.Metadata); !bytes.Equal(nd, data) {
+			data = nd
+			req.Rotate = true // a write, and so a new token
+		}
+	}
 	if !req.Rotate {
 		return b.grant(g.Key, g.Owner, h.path, h.version, h.token), nil
 	}
-	st, err = b.markedSet(h.path, g.Owner, h.version)
+	st, err = b.markedSet(h.path, data, h.version)
 	if err != nil {
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return driver.Grant{}, driver.ErrNotHeld

@@ -33,7 +33,7 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	}
 	b.sweep()
 	parent := b.parent(req.Key)
-	e, err := b.enqueue(ctx, parent, req.Owner)
+	e, err := b.enqueue(ctx, parent, nodeData(req.Owner, req.Metadata))
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -181,7 +181,7 @@ func (b *Backend) confirm(g driver.Grant, h handle) (driver.Grant, error) {
 	if pst.Aversion == h.aversion {
 		return b.grant(g.Key, g.Owner, h.path, 0, h.token), nil
 	}
-	st, err := b.markedSet(h.path, g.Owner, 0)
+	st, err := b.keptSet(h.path, 0)
 	switch {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
 		return driver.Grant{}, driver.ErrNotHeld

@@ -1,7 +1,8 @@
 -- acquire: one attempt to take a lock.
--- KEYS[1] lock hash {owner, token}, with a TTL
+-- KEYS[1] lock hash {owner, token[, meta]}, with a TTL
 -- KEYS[2] token counter (never expires)
--- ARGV[1] owner, ARGV[2] TTL in milliseconds
+-- ARGV[1] owner, ARGV[2] TTL in milliseconds, ARGV[3] metadata (any bytes;
+-- empty: none, and no meta field)
 -- Returns the token (a decimal string) on success, or {owner, token, pttl}
 -- of the current holder; an error reply FENCELOCK_TOKEN_OVERFLOW, with
 -- nothing changed, if the counter is at 2^63-1. Expiry is judged by Redis
@@ -12,7 +13,13 @@
 -- as a string.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] then
-  -- A retry by the holder (an ambiguous earlier reply): same grant.
+  -- A retry by the holder (an ambiguous earlier reply): same grant, and
+  -- the retry's metadata.
+  if ARGV[3] == '' then
+    redis.call('HDEL', KEYS[1], 'meta')
+  else
+    redis.call('HSET', KEYS[1], 'meta', ARGV[3])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return cur[2]
 end
@@ -27,6 +34,12 @@ if type(r) == 'table' and r.err then
   return r
 end
 local tok = redis.call('GET', KEYS[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok)
+-- The hash does not exist here (it expires or is deleted whole), so there
+-- is no earlier holder's meta field to remove.
+if ARGV[3] == '' then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok)
+else
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'meta', ARGV[3])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return tok

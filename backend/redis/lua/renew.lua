@@ -1,7 +1,8 @@
 -- renew: extend a grant that is still current; never creates a record.
 -- KEYS[1] lock hash, KEYS[2] token counter
 -- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds,
--- ARGV[4] '1' to rotate the token
+-- ARGV[4] '1' to rotate the token, ARGV[5] '1' to set the metadata to
+-- ARGV[6] (empty: remove it); otherwise the meta field is kept
 -- Returns the (possibly new) token as a decimal string, or 0 if the grant
 -- is not current (nothing changed); an error reply
 -- FENCELOCK_TOKEN_OVERFLOW, with nothing changed, if a rotation finds the
@@ -14,6 +15,17 @@ local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
   return 0
 end
+-- Metadata is written below, after the check above and after anything
+-- that can fail, by the same script: no read-then-write between them.
+local function setmeta()
+  if ARGV[5] == '1' then
+    if ARGV[6] == '' then
+      redis.call('HDEL', KEYS[1], 'meta')
+    else
+      redis.call('HSET', KEYS[1], 'meta', ARGV[6])
+    end
+  end
+end
 if ARGV[4] == '1' then
   -- INCR first: if it fails, nothing has been written.
   local r = redis.pcall('INCR', KEYS[2])
@@ -25,8 +37,10 @@ if ARGV[4] == '1' then
   end
   local tok = redis.call('GET', KEYS[2])
   redis.call('HSET', KEYS[1], 'token', tok)
+  setmeta()
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return tok
 end
+setmeta()
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return cur[2]
