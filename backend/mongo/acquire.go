@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -47,6 +48,10 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 		return driver.Grant{}, 0, err
 	}
 }
+
+// errMoved is the transient error of a same-owner acquire whose record
+// moved while it was being renewed: the engine retries.
+var errMoved = errors.New("mongo: the record moved during a same-owner acquire; retry")
 
 // maxTokenRounds bounds the reads of a key's highest token claim in one
 // Acquire: each further one follows a claim made concurrently elsewhere.
@@ -118,9 +123,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			// Another contender is taking the record over.
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		case st.owner == req.Owner && st.live(now):
-			// A retry after an ambiguous reply: the existing grant.
+			// A retry after an ambiguous reply: the existing grant,
+			// renewed with this request's TTL and metadata.
 			b.hold(st.rid, heldGrant{n: st.n, token: st.token})
-			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(st.token), Handle: handle(st.rid, st.n, st.exp)}, nil
+			g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(st.token), Handle: handle(st.rid, st.n, st.exp)}
+			g, err := b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
+			if errors.Is(err, driver.ErrNotHeld) {
+				return driver.Grant{}, errMoved
+			}
+			return g, err
 		case st.live(now):
 			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
 		}

@@ -42,21 +42,25 @@
 // under a unique index. FerretDB (both handlers) runs update, delete and
 // findAndModify as a read followed by a write by _id, without isolation,
 // so a filter it evaluated may no longer hold when it writes. The backend
-// therefore never relies on a conditional update or delete of a document
-// that someone else may change at the same time. One collection holds:
+// therefore never updates a document, and never relies on a conditional
+// delete of one that someone else may change. One collection holds:
 //
-//   - lock records {_id: fresh ObjectID, ns, key, owner, token, epoch,
-//     expiresAt}: one per acquisition, never reused. The unique index
-//     (ns, key) admits one record per key.
+//   - lock records {_id: "r/<rid>", ns, key, owner, token, until, meta}:
+//     one per acquisition, inserted once and never written again. rid is a
+//     fresh ObjectID followed by a digest of the owner, so a grant with an
+//     altered owner names no record. The unique index (ns, key) admits one
+//     record per key.
 //   - claims, immutable: {_id, ns: 0, key: _id, kind, ...}. A token claim
 //     "t/<len(ns)>/<ns>/<token, 20 digits>/<key>" records that a token of
-//     a key was issued; an epoch claim "e/<record _id>/<n>" records who
-//     moves a record to epoch n (a renewal, with the new expiry, or an
-//     end: a takeover or force-release). Their ns is the number 0, so no
-//     namespace string collides with them in the (ns, key) index.
+//     a key was issued; an epoch claim "e/<rid>/<n>" records who moved a
+//     record to epoch n: a renewal (with its expiry, token and metadata)
+//     or an end (a takeover or force-release). Their ns is the number 0,
+//     so no namespace string collides with them in the (ns, key) index.
 //
-// No _id, key or value contains a NUL byte (PostgreSQL's jsonb rejects
-// \u0000); keys are stored as given and round-trip exactly.
+// A record's state is its newest epoch claim's (expiry, token, metadata),
+// or, without one, the record's own. No _id, key or value contains a NUL
+// byte (PostgreSQL's jsonb rejects \u0000); keys are stored as given and
+// round-trip exactly.
 //
 // # Operations
 //
@@ -65,62 +69,66 @@
 //     claimed for the key if it did so within GarbageAfter/2 (one round
 //     trip), else the key's highest token claim (one find by _id of the
 //     claim of token 1, which is never deleted, so its absence means a
-//     fresh key; otherwise one more find for the highest). A
-//     collision on the record means held: the record is read and named in
-//     a *driver.HeldError, or, if expired, taken over. A collision on the
-//     claim means t was stale: the record is deleted and t read.
-//   - Takeover of an expired record r at epoch n: claim epoch n+1 of r
-//     with an end claim (and r's token, if unclaimed); delete r and r's
-//     epoch claims; insert the new record with a token above r's and every
-//     claim. If a renewal claim of epoch n+1 exists, r is held until that
-//     renewal's expiry passes too; then the end claims epoch n+2.
-//   - Renew claims epoch n+1 of its record with a renewal claim carrying
-//     the new expiry (and, with Rotate, a newly claimed token), writes
-//     epoch, expiry and token into the record, and deletes the claim of
-//     epoch n. RenewBatch does this for up to 500 records with four
-//     commands: one unordered insert of all their claims, one updateMany
-//     per (epoch, owner) group filtered on _id ∈ group and that epoch
-//     (usually one), one find reading them back and one delete of the
-//     previous claims. Never a bulk of one update statement per record:
-//     FerretDB 1.24 holds every statement's read open until the command
-//     ends and takes another pooled connection per write, so a bulk as
-//     large as its pool (50 on PostgreSQL, 100 on SQLite) deadlocks the
-//     server. Release deletes the record by its _id.
+//     fresh key; otherwise one more find for the highest). A collision on
+//     the record means held: the record and its epoch claims are read and
+//     the holder named in a *driver.HeldError, or, if expired, the record
+//     is taken over. A collision on the claim means t was stale: the record
+//     is deleted and t read again.
+//   - Takeover (and force-release) of an expired record at epoch n: insert
+//     the end claim of epoch n+1 (and the record's token claim, if
+//     missing); look for a claim of a later epoch (if one exists the holder
+//     had renewed past n+1: withdraw); delete the record and its renewal
+//     claims; insert the new record with a token above the old one and
+//     every claim. If a renewal claim of epoch n+1 exists, the record is
+//     held until that renewal's expiry passes too; then the end claims
+//     epoch n+2.
+//   - Renew inserts the claim of epoch n+1 carrying the new expiry (with
+//     Rotate, a token claimed first like an acquire's; with SetMetadata,
+//     the new metadata, which later renewals carry forward), then deletes
+//     the claim of epoch n. RenewBatch inserts the claims of up to 500
+//     grants in one unordered insert and deletes the previous claims in one
+//     statement. The record is never written: FerretDB writes one
+//     document per transaction, and an update of 100 records cost seconds.
+//   - Release deletes the record by its _id alone (and the newest renewal
+//     claim by its _id): one round trip for a grant never renewed.
 //   - HighWater and RaiseFloor (driver.TokenFloorer) read the token claims;
 //     a floor is a token claim of h+1 (h the key's highest) carrying the
 //     floor, so the next claim is above it.
 //
+// A Backend remembers, per record, the newest grant it issued. A grant it
+// does not know as newest (one from before a rotation, one the engine built
+// from Inspect, another Backend's) is checked against the store (the record
+// and its claims read back: same record, owner and token, live) before it is
+// renewed or released.
+//
 // # Why it is safe
 //
-// Only the winner of a record's epoch claim n+1 (a unique insert) writes
-// the record while it is at epoch n, and every such write is filtered on
-// epoch ∈ {n, n+1}: a filter FerretDB reads stays true until it writes,
-// because nobody else can move the epoch. Interleavings:
+// Every move of a record after its insert is the unique insert of its next
+// epoch claim, and a holder deletes the claim of epoch n only after its
+// claim of epoch n+1 exists, so the newest existing claim is always the
+// record's last move. Interleavings:
 //
 //   - Two contenders, one expired record: both read epoch n; one end
 //     claim of n+1 wins, the other collides and reports held. A contender
-//     that read before the winner's delete and claims again after the
-//     winner cleaned up deletes nothing (the record is gone; _ids are
+//     that reads after the winner cleaned up finds no record (its _id is
 //     never reused) and its insert collides on (ns, key) with the winner's
 //     record, or its token claim with the winner's token.
-//   - Holder renewing at expiry vs a takeover: both claim epoch n+1; one
-//     wins. If the renewal wins, the contender reports held until the
-//     renewal's expiry; if the end wins, the renewal is ErrNotHeld. A
-//     renewal's late write cannot revive a deleted record (an update never
-//     upserts) and cannot reach a new record (fresh _id).
-//   - A batch renewal against takeovers: its updateMany names only
-//     records whose epoch n+1 this call has just claimed, and FerretDB
-//     reads them, then writes each by _id. Between that read and a write
-//     only an end claim of n+2 could move a record, and it needs the
-//     renewal claim's own expiry (now+TTL) to pass first; an end that
-//     claimed n+1 earlier made this call's claim collide (that grant is
-//     renewed alone, by Renew, and fails) or, if its claim was already
-//     cleaned up, deleted the record first, so the update finds nothing
-//     and never inserts. Every grant is confirmed by reading its record
-//     back with the claimed epoch and expiry.
-//   - Release racing a takeover: both delete the same _id; the new record
-//     has another _id. The release reports ErrNotHeld unless its delete
-//     removed the record.
+//   - Holder renewing at expiry against a takeover: both claim epoch n+1;
+//     one wins. If the renewal wins, the contender reports held until the
+//     renewal's expiry; if the end wins, the renewal is ErrNotHeld.
+//   - A contender paused between reading epoch n and inserting its end
+//     claim, while the holder renewed twice: the claim of n+1 was deleted,
+//     so the end claim succeeds, but the holder's claim of n+2 (or later)
+//     existed before it (a claim is deleted only after its successor is
+//     inserted), so the look for a later claim finds it and the contender
+//     withdraws. If the look finds none, no renewal of the record can ever
+//     succeed again: its next epoch is the end claim's, which stays
+//     until GarbageAfter has passed.
+//   - A stale renewal or release (after a rotation, after the Backend's own
+//     release): the Backend does not know the grant as newest, so it reads
+//     the record first and refuses a grant that is not its live holder.
+//     A release removes the record by an _id that names the acquisition;
+//     a later holder's record has another.
 //   - Tokens: a key's records are serialized by the (ns, key) index, and
 //     the token of each is claimed by a unique insert in the same command,
 //     after the record; every base is either this Backend's own last claim
@@ -132,8 +140,9 @@
 //     first claim is always of token 1 (every base is an existing claim,
 //     or a record's token, which its takeover claims), so its absence
 //     proves the key has no claims and a base of 0 is the highest.
-//     Assumption: no request is delayed in flight by more
-//     than GarbageAfter/2 (30 minutes by default).
+//     Assumption: no write is delayed in flight by more than
+//     GarbageAfter/2 (1 minute by default on FerretDB, 30 minutes on
+//     MongoDB) before the server applies it.
 //
 // # Time
 //
@@ -154,8 +163,8 @@
 // (majority) on a MongoDB replica set, exclusion and fencing survive a
 // failover. Weaker concerns, and a standalone mongod, are reported by
 // Describe as warnings. FerretDB has no replica set; its durability is its
-// handler's (SQLite or PostgreSQL). FerretDB has no TTL indexes: expired
-// records stay until their key is taken again.
+// handler's (SQLite or PostgreSQL). Expired records stay until their key
+// is taken again; claims are collected by age (GarbageAfter).
 //
 // There is no Watcher: change streams need a replica set and FerretDB has
 // none. Waiters poll with the engine's capped backoff, cut short when the

@@ -132,9 +132,8 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	case err == nil:
 		b.ttlIndex = true
 	case errors.As(err, &ce) && (ce.Code == 238 || ce.Name == "NotImplemented"):
-		// FerretDB has no TTL indexes: expired records are replaced by
-		// the next acquire of their key, and claims are deleted by the
-		// operations that end them.
+		// FerretDB has no TTL indexes: expired renewal claims are
+		// deleted by collect, like end claims and old token claims.
 	case errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86):
 		// IndexOptionsConflict: the index exists with another
 		// expireAfterSeconds (another GarbageAfter); keep it.
