@@ -130,3 +130,44 @@ func handleExpiry(t *testing.T, g driver.Grant) time.Time {
 	}
 	return time.UnixMilli(ms)
 }
+
+// TestPausedContenderWithdraws: a contender that read a record at epoch 0,
+// judged it expired and was paused while the holder renewed twice finds
+// the claim of epoch 1 deleted, so its end claim succeeds; it must see the
+// holder's later claim and withdraw, leaving the record, the holder's
+// renewals and its token alone.
+func TestPausedContenderWithdraws(t *testing.T) { eachServer(t, testPausedContenderWithdraws) }
+
+func testPausedContenderWithdraws(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	b, _ := openTest(t, raw)
+	const key = "paused/contender"
+	req := driver.RenewRequest{TTL: 10 * time.Second}
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: req.TTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if g, err = b.Renew(ctx, g, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = b.EndAsIfReadAt(ctx, key, 0)
+	var he *driver.HeldError
+	if !errors.As(err, &he) {
+		t.Fatalf("paused contender's end = %v; want a *driver.HeldError (withdrawn: the holder renewed past its epoch)", err)
+	}
+	info, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Owner != "holder" || info.Token != g.Token {
+		t.Fatalf("after the paused contender's end, Inspect = %+v; want the holder with token %d", info, g.Token)
+	}
+	if g, err = b.Renew(ctx, g, req); err != nil {
+		t.Fatalf("holder's renewal after the paused contender withdrew: %v", err)
+	}
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatalf("holder's release: %v", err)
+	}
+}
