@@ -120,8 +120,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		now = b.clock.now(ctx)
 		switch {
 		case st.ended:
-			// Another contender is taking the record over.
-			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			// A takeover or force-release claimed the record's last
+			// epoch; its ender may have stopped before removing it (its
+			// context ended, the server died). The record can never
+			// move again (see teardown): finish the removal and try
+			// once more.
+			if round >= maxTokenRounds {
+				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			}
+			if err := b.teardown(ctx, st.rid); err != nil {
+				return driver.Grant{}, err
+			}
+			continue
 		case st.owner == req.Owner && st.live(now):
 			// A retry after an ambiguous reply: the existing grant,
 			// renewed with this request's TTL and metadata.
@@ -236,10 +246,19 @@ func (b *Backend) end(ctx context.Context, key string, st *state, owner string, 
 	case err != mongo.ErrNoDocuments:
 		return err
 	}
-	// The record can no longer move: delete it and its renewal claims.
-	if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: recordID(st.rid)}}); err != nil {
+	return b.teardown(ctx, st.rid)
+}
+
+// teardown deletes an ended record and its renewal claims, keeping the
+// end claim. Anyone who reads a record whose newest epoch claim is an end
+// may call it: that end claim is genuine (a stale one lands in a deleted
+// epoch below a newer claim, so it is never the newest), the holder's next
+// renewal claims that very epoch and fails, and so the record can never
+// move again.
+func (b *Backend) teardown(ctx context.Context, rid string) error {
+	if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: recordID(rid)}}); err != nil {
 		return err
 	}
-	_, err = b.locks.DeleteMany(ctx, bson.D{{Key: "rec", Value: st.rid}, {Key: "kind", Value: kindRenew}})
+	_, err := b.locks.DeleteMany(ctx, bson.D{{Key: "rec", Value: rid}, {Key: "kind", Value: kindRenew}})
 	return err
 }

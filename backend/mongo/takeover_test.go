@@ -171,3 +171,32 @@ func testPausedContenderWithdraws(t *testing.T, _ server, raw string) {
 		t.Fatalf("holder's release: %v", err)
 	}
 }
+
+// TestStoppedEnderDoesNotStrandKey: an ender that stopped right after its
+// end claim (its context ended, its server died) leaves a record that can
+// never move again; the next acquire must finish removing it, not report
+// the key held until the claim is collected.
+func TestStoppedEnderDoesNotStrandKey(t *testing.T) { eachServer(t, testStoppedEnderDoesNotStrandKey) }
+
+func testStoppedEnderDoesNotStrandKey(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	b, _ := openTest(t, raw)
+	const key = "stopped/ender"
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ClaimEndOnly(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Renew(ctx, g, driver.RenewRequest{TTL: 10 * time.Second}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("holder's renewal after the end claim = %v; want ErrNotHeld", err)
+	}
+	g2, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("acquire after a stopped ender: %v; want the key (the ended record removed)", err)
+	}
+	if g2.Token <= g.Token {
+		t.Fatalf("next token %d not above the ended holder's %d", g2.Token, g.Token)
+	}
+}
