@@ -26,8 +26,19 @@ type Lease struct {
 	c      *Client
 	key    string
 	owner  string
+	label  string
 	parent context.Context // Acquire's ctx, for its values
 	done   chan struct{}
+
+	// The call's settings (see callConfig), fixed for the lease's life.
+	ttl         time.Duration // the TTL asked of the store
+	baseIvl     time.Duration // the renewal interval for ttl
+	baseMargin  time.Duration // the margin for ttl
+	rotateEvery time.Duration // 0: never
+	minHold     time.Duration
+
+	// metaMu serializes SetMetadata calls: one update in flight at a time.
+	metaMu chan struct{}
 
 	// sched is the lease's scheduler entry. It lives here to save an
 	// allocation, but belongs to the scheduler: guarded by c.mu and
@@ -54,6 +65,9 @@ type Lease struct {
 	lastRotate  time.Time
 	failures    int
 	acquired    time.Time   // clock reading before the acquiring request
+	granted     time.Time   // clock reading when the store's grant arrived
+	meta        []byte      // the metadata the store last confirmed
+	metaReq     *metaUpdate // a SetMetadata waiting for the next renewal
 	timer       *time.Timer // fires at the danger zone, then at the end of validity
 	dangerFired bool        // OnDanger ran for the current validity period
 	stopLoss    func()
@@ -66,14 +80,17 @@ type Lease struct {
 // reading taken before the request that produced g was sent.
 // begin is when the Acquire call started (for the wait metric); contended
 // says whether the key was found held on the way.
-func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
+func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, cfg *callConfig, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
 	if g.Key == "" {
 		g.Key = req.Key
 	}
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, label: cfg.label, parent: ctx, done: make(chan struct{}),
+		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold,
+		metaMu: make(chan struct{}, 1), meta: req.Metadata,
+		releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: c.now()}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	late := !c.now().Before(l.validUntil)
@@ -131,16 +148,15 @@ var errLateGrant = fmt.Errorf("%w: the store answered after the grant's local va
 
 // setValidityLocked restarts the local-validity clock for a request sent
 // at start that the store answered with the granted TTL. When the store
-// granted less than Options.TTL (a ZooKeeper session negotiated shorter,
-// say), the lease's renewal interval and margin shrink in proportion, so
-// its schedule fits the TTL it really has.
+// granted less than the lease's TTL (a ZooKeeper session negotiated
+// shorter, say), the lease's renewal interval and margin shrink in
+// proportion, so its schedule fits the TTL it really has.
 func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
-	o := &l.c.o
-	ttl := o.TTL
-	l.interval, l.margin = o.RenewInterval, o.Margin
+	ttl := l.ttl
+	l.interval, l.margin = l.baseIvl, l.baseMargin
 	if granted > 0 && granted < ttl {
-		l.interval = scaleDuration(o.RenewInterval, granted, ttl)
-		l.margin = scaleDuration(o.Margin, granted, ttl)
+		l.interval = scaleDuration(l.baseIvl, granted, ttl)
+		l.margin = scaleDuration(l.baseMargin, granted, ttl)
 		ttl = granted
 	}
 	l.validUntil = start.Add(ttl - l.margin)
@@ -255,9 +271,35 @@ func (l *Lease) lose(cause error) {
 // Key returns the lease's key.
 func (l *Lease) Key() string { return l.key }
 
-// Owner returns the owner string the store records for this lease (the
-// client's Options.Owner plus a unique suffix).
+// Owner returns the owner string the store records for this lease: its
+// label (WithLabel, or the client's Options.Owner) plus a suffix unique to
+// the call.
 func (l *Lease) Owner() string { return l.owner }
+
+// Label returns the lease's owner label as given (WithLabel, or the
+// client's Options.Owner); Info.Label returns the same for the store's
+// record.
+func (l *Lease) Label() string { return l.label }
+
+// TTL returns the TTL the lease asks of the store at every renewal
+// (WithTTL, or the client's Options.TTL).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// MinHold returns the lease's minimum hold (WithMinHold, or the client's
+// Options.MinHold); 0 if none.
+func (l *Lease) MinHold() time.Duration { return l.minHold }
+
+// Metadata returns a copy of the lease's metadata as the store last
+// confirmed it: the WithMetadata payload, or the last successful
+// SetMetadata's. nil if none.
+func (l *Lease) Metadata() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.meta) == 0 {
+		return nil
+	}
+	return append([]byte(nil), l.meta...)
+}
 
 // Token returns the lease's current fencing token. It changes only when
 // Options.RotateEvery rotates it, and only upwards. Pass it with every
@@ -486,4 +528,38 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 	}
 	l.c.emit(ev)
 	return err
+}
+
+// metaUpdate is a SetMetadata waiting for (or carried by) a renewal.
+type metaUpdate struct {
+	data []byte
+	done chan error // receives the outcome once
+}
+
+// SetMetadata replaces the lease's metadata in the store with b (at most
+// driver.MaxMetadataLen bytes; nil clears it). The update rides on a
+// renewal, sent at once, which the store accepts only from the current
+// holder: so only the holder changes its metadata, and a successful
+// SetMetadata has also renewed the lease. It returns when the store has
+// answered:
+//
+//   - nil: stored; Metadata returns b.
+//   - an *InvalidOptionError (ErrInvalidOption) for a payload too large;
+//     nothing is sent.
+//   - an error matching ErrNotHeld after Release, and matching both
+//     ErrNotHeld and ErrLeaseLost (with the *LostError) once the lease is
+//     lost, including when the store answers this very renewal "not held":
+//     the same answers Release gives.
+//   - ctx's error if ctx ends first. If the renewal was already sent, the
+//     store may or may not have the new metadata; Metadata says what the
+//     lease knows.
+//
+// A renewal that fails transiently is retried on the lease's retry
+// schedule, until the lease is lost or ctx ends. Concurrent SetMetadata
+// calls on one lease take effect one at a time.
+func (l *Lease) SetMetadata(ctx context.Context, b []byte) error {
+	if err := driver.ValidateMetadata(b); err != nil {
+		return err
+	}
+	return ErrUnsupported // TODO: implemented in the next commit
 }

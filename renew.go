@@ -146,7 +146,7 @@ func (c *Client) renewPlan(l *Lease, now time.Time) (g driver.Grant, rotate bool
 	}
 	// Rotate now if waiting for the next renewal would stretch the gap
 	// between rotations beyond RotateEvery.
-	rotate = c.o.RotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(c.o.RotateEvery))
+	rotate = l.rotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(l.rotateEvery))
 	l.renewing = true
 	return l.grant, rotate, l.validUntil, true
 }
@@ -160,7 +160,7 @@ func (c *Client) renewOne(l *Lease) {
 	}
 	// The lease's context aborts the request if the lease ends meanwhile.
 	ctx, cancel := context.WithTimeout(l.Context(), deadline.Sub(start))
-	ng, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+	ng, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: l.ttl, Rotate: rotate})
 	cancel()
 	c.renewed(l, start, g, rotate, ng, err)
 }
@@ -172,18 +172,33 @@ func (c *Client) renewBatch(due []*Lease) {
 		l *Lease
 		g driver.Grant
 	}
-	var groups [2][]item // [0] plain, [1] rotating
+	// One RenewBatch per distinct request: RenewRequest has one TTL and
+	// one Rotate flag for all its grants, and leases of one client may
+	// have different TTLs (WithTTL).
+	type group struct {
+		req   driver.RenewRequest
+		items []item
+	}
+	type groupKey struct {
+		ttl    time.Duration
+		rotate bool
+	}
+	var groups []*group
+	index := make(map[groupKey]*group)
 	deadline := time.Time{}
 	for _, l := range due {
 		g, rotate, until, ok := c.renewPlan(l, start)
 		if !ok {
 			continue
 		}
-		i := 0
-		if rotate {
-			i = 1
+		gk := groupKey{l.ttl, rotate}
+		gr := index[gk]
+		if gr == nil {
+			gr = &group{req: driver.RenewRequest{TTL: l.ttl, Rotate: rotate}}
+			index[gk] = gr
+			groups = append(groups, gr)
 		}
-		groups[i] = append(groups[i], item{l, g})
+		gr.items = append(gr.items, item{l, g})
 		// The latest deadline bounds the batch: each lease's own timer
 		// ends it at its deadline, and one lease near its end must not
 		// fail the renewal of all the others.
@@ -191,26 +206,22 @@ func (c *Client) renewBatch(due []*Lease) {
 			deadline = until
 		}
 	}
-	for i, group := range groups {
-		if len(group) == 0 {
-			continue
-		}
-		rotate := i == 1
-		grants := make([]driver.Grant, len(group))
-		for j, it := range group {
+	for _, gr := range groups {
+		grants := make([]driver.Grant, len(gr.items))
+		for j, it := range gr.items {
 			grants[j] = it.g
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
-		results, err := c.batch.RenewBatch(ctx, grants, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+		results, err := c.batch.RenewBatch(ctx, grants, gr.req)
 		cancel()
 		if err == nil && len(results) != len(grants) {
 			err = errors.New("backend returned a batch result of the wrong length")
 		}
-		for j, it := range group {
+		for j, it := range gr.items {
 			if err != nil {
-				c.renewed(it.l, start, it.g, rotate, driver.Grant{}, err)
+				c.renewed(it.l, start, it.g, gr.req.Rotate, driver.Grant{}, err)
 			} else {
-				c.renewed(it.l, start, it.g, rotate, results[j].Grant, results[j].Err)
+				c.renewed(it.l, start, it.g, gr.req.Rotate, results[j].Grant, results[j].Err)
 			}
 		}
 	}
