@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,6 +305,14 @@ func testMinHold(t *testing.T, s *suite) {
 	}
 }
 
+// brief quotes at most the first 32 bytes of a payload, with its length.
+func brief(b []byte) string {
+	if len(b) <= 32 {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%q… (%d bytes)", b[:32], len(b))
+}
+
 func testMetadataThroughClient(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
 	key := s.key(t, "meta")
@@ -319,14 +329,18 @@ func testMetadataThroughClient(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(info.Metadata, want) || info.Label() != "node-1" || info.Owner != l.Owner() {
-			t.Errorf("Client.Inspect = metadata %q, label %q, owner %q; want %q, node-1, %q", info.Metadata, info.Label(), info.Owner, want, l.Owner())
+			t.Errorf("Client.Inspect = metadata %s, label %q, owner %q; want %s, node-1, %q", brief(info.Metadata), info.Label(), info.Owner, brief(want), l.Owner())
 		}
 		infos, err := other.List(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(infos) != 1 || !bytes.Equal(infos[0].Metadata, want) || infos[0].Label() != "node-1" {
-			t.Errorf("Client.List = %+v; want one entry with metadata %q and label node-1", infos, want)
+			var got []string
+			for _, i := range infos {
+				got = append(got, fmt.Sprintf("%s: owner %q, metadata %s", i.Key, i.Owner, brief(i.Metadata)))
+			}
+			t.Errorf("Client.List = %q; want one entry with metadata %s and label node-1", got, brief(want))
 		}
 	}
 	check(first)
