@@ -84,7 +84,8 @@ func WithWait(d time.Duration) AcquireOption {
 // least MinTTL), stops renewing, and removes the record when the window
 // ends. The lease reports the release at once: Done is closed, Err is nil,
 // Release returns nil, and context.Cause(lease.Context()) matches both
-// ErrHeldForMinimum and ErrReleased. So a scheduled job that finishes fast
+// ErrHeldForMinimum and ErrReleased (and ErrClosed, when Client.Close
+// released it). So a scheduled job that finishes fast
 // still keeps the other instances out until the window ends, and no
 // longer than the window plus the store's TTL bound.
 //

@@ -475,8 +475,8 @@ func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
 					t.Fatal("lease not ended after release")
 				}
 				cause := context.Cause(l.Context())
-				if how != "Close" && (!errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased)) {
-					t.Errorf("context cause %v; want ErrHeldForMinimum and ErrReleased", cause)
+				if !errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased) || (how == "Close") != errors.Is(cause, fencelock.ErrClosed) {
+					t.Errorf("context cause %v; want ErrHeldForMinimum and ErrReleased (and ErrClosed after Close)", cause)
 				}
 				if l.Err() != nil {
 					t.Errorf("Err() = %v; want nil", l.Err())
