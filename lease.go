@@ -289,6 +289,16 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // Options.MinHold); 0 if none.
 func (l *Lease) MinHold() time.Duration { return l.minHold }
 
+// MinHoldEnd returns when the lease's minimum hold ends, by the client's
+// Clock: when the store's grant arrived, plus MinHold. A release before
+// then keeps the key until then. Zero without a minimum hold.
+func (l *Lease) MinHoldEnd() time.Time {
+	if l.minHold == 0 {
+		return time.Time{}
+	}
+	return l.granted.Add(l.minHold)
+}
+
 // Metadata returns a copy of the lease's metadata as the store last
 // confirmed it: the WithMetadata payload, or the last successful
 // SetMetadata's. nil if none.

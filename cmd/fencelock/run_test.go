@@ -295,3 +295,47 @@ func TestExitPromptOnceCommandEndsUnreachable(t *testing.T) {
 		t.Errorf("fencelock exit %d; want %d\n%s", r.code, exitLeaseLost, r.stderr)
 	}
 }
+
+// TestRunMinHold: a command that finishes inside --min-hold leaves the key
+// held until the hold ends (counted from the grant), and free from then on;
+// fencelock itself exits as soon as the command does on a store that keeps
+// the record by its TTL (the file backend).
+func TestRunMinHold(t *testing.T) {
+	f := newFixture(t)
+	const hold = 3 * time.Second
+	begin := time.Now()
+	_, stderr, code := f.run("run", "--min-hold", hold.String(), "cron/job", "--", "true")
+	exited := time.Now()
+	if code != 0 {
+		t.Fatalf("run --min-hold: exit %d\n%s", code, stderr)
+	}
+	if exited.Sub(begin) >= hold {
+		t.Errorf("run --min-hold on the file backend took %v: it should exit when COMMAND does", exited.Sub(begin))
+	}
+	for {
+		_, stderr, code = f.run("run", "--no-wait", "cron/job", "--", "true")
+		now := time.Now()
+		if code == 0 {
+			if now.Sub(begin) < hold {
+				t.Fatalf("key acquired %v after the first run began, inside its %v minimum hold", now.Sub(begin), hold)
+			}
+			if late := now.Sub(exited); late > hold+2*time.Second {
+				t.Errorf("key free only %v after the first run exited; want about its %v minimum hold", late, hold)
+			}
+			break
+		}
+		if code != exitNotAcquired {
+			t.Fatalf("run --no-wait: exit %d\n%s", code, stderr)
+		}
+		if now.Sub(exited) > hold+5*time.Second {
+			t.Fatalf("key still held %v after a run with a %v minimum hold exited\n%s", now.Sub(exited), hold, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, stderr, code := f.run("run", "--min-hold", "-1s", "k", "--", "true"); code != 64 {
+		t.Errorf("run --min-hold -1s: exit %d; want 64\n%s", code, stderr)
+	}
+	if _, stderr, code := f.run("run", "--min-hold", "25h", "k", "--", "true"); code != 64 {
+		t.Errorf("run --min-hold 25h: exit %d; want 64\n%s", code, stderr)
+	}
+}
