@@ -48,7 +48,9 @@ func newDialer(requested time.Duration, servers int) *dialer {
 // handshake of a new connection: the session timeout (the negotiated one
 // once known) divided by the number of servers, as ZooKeeper's Java client
 // (and so Curator) bounds it, so that one round of the server list fits in
-// a session timeout.
+// a session timeout; never less than minHandshake, since a session
+// timeout asked for below the server's minimum is raised only by the
+// server's answer.
 //
 // go-zookeeper itself waits 10 × its receive timeout (6⅔ session
 // timeouts) for the answer, and nothing else happens meanwhile: every
@@ -68,8 +70,12 @@ func (d *dialer) handshakeTimeout() time.Duration {
 	if ms := d.timeout.Load(); ms > 0 {
 		st = time.Duration(ms) * time.Millisecond
 	}
-	return st / time.Duration(d.servers)
+	return max(st/time.Duration(d.servers), minHandshake)
 }
+
+// minHandshake is the least time a server is given to answer a session
+// handshake (see dialer.handshakeTimeout).
+const minHandshake = 250 * time.Millisecond
 
 func (d *dialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	d.mu.Lock()
