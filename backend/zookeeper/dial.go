@@ -241,6 +241,12 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 		}
 		if ev.State == zk.StateHasSession {
 			readyOnce.Do(func() { close(ready) })
+			bmu.Lock()
+			bb := b
+			bmu.Unlock()
+			if bb != nil {
+				bb.reconnected()
+			}
 		}
 		o.Logger.Debug("zookeeper: session state", "state", ev.State.String(), "server", ev.Server)
 	}

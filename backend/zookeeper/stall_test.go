@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testenv"
 )
 
@@ -91,21 +92,31 @@ type waited struct {
 // acquires key and the waiters call Acquire, joining the queue in order.
 func newQueue(ctx context.Context, t *testing.T, u string, sess time.Duration, key string, n int) *queue {
 	t.Helper()
-	open := func() *Backend {
+	hb, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hb.Close() })
+	l, err := client(t, hb, sess).Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQueueBehind(ctx, t, u, sess, key, n, hb)
+	q.holder = l
+	return q
+}
+
+// newQueueBehind queues n waiters behind the holder of key, whose backend
+// is hb.
+func newQueueBehind(ctx context.Context, t *testing.T, u string, sess time.Duration, key string, n int, hb *Backend) *queue {
+	t.Helper()
+	q := &queue{holderB: hb, results: make(chan waited, n)}
+	for i := range n {
 		b, err := Open(ctx, u)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
-		return b
-	}
-	q := &queue{holderB: open(), results: make(chan waited, n)}
-	var err error
-	if q.holder, err = client(t, q.holderB, sess).Acquire(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		b := open()
 		q.waiterB = append(q.waiterB, b)
 		c := client(t, b, sess)
 		go func() {
@@ -300,4 +311,44 @@ func TestWaitersProgressAfterSilentHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.expectProgress(t, time.Now(), progressBound(sess))
+}
+
+// TestWaitersProgressAfterHolderReleaseFailed: the holder releases while
+// the server is down, and the release fails (as the engine's one attempt
+// to free a lease it took for lost while the server was down does). The
+// server then starts again with its data, and the holder's session,
+// restored by the server, survives its reconnection, so the znode would
+// live as long as the holder's client; the holder makes no further call.
+// The waiters queued behind it must each acquire the key within the safety
+// suite's progress bound after the server serves again.
+func TestWaitersProgressAfterHolderReleaseFailed(t *testing.T) {
+	const sess = 4 * time.Second
+	e, u := ownServer(t, sess)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	hb, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hb.Close() })
+	key := "stall/" + t.Name()
+	g, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: sess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQueueBehind(ctx, t, u, sess, key, 3, hb)
+	sid := hb.conn.SessionID()
+	if err := e.Stop(ctx, "zookeeper"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Release(ctx, g); err == nil || errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release while the server is down = %v; want a transport error", err)
+	}
+	if err := e.Start(ctx, "zookeeper"); err != nil {
+		t.Fatal(err)
+	}
+	q.expectProgress(t, time.Now(), progressBound(sess))
+	if got := hb.conn.SessionID(); got != sid {
+		t.Errorf("the holder's session changed (%x -> %x): it expired, which deletes the znode anyway; the test needs it to survive", sid, got)
+	}
 }
