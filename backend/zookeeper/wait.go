@@ -121,6 +121,7 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 			}
 		case <-recheck.C:
 			b.rechecks.Add(1)
+			b.sweep() // our own orphan may be ahead of us in the queue
 			pred = ""
 			recheck.Reset(b.recheckEvery())
 		case <-ctx.Done():
