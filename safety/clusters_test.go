@@ -29,7 +29,6 @@ const (
 
 // clusterRules are the expectations of the cluster cells.
 var clusterRules = report.Table{
-	{Backend: cluster.ZooKeeper3, Fault: fLeaderKill, Expectation: zkWaitersStranded},
 	{Backend: cluster.RedisHA, Fault: fFailover, Expectation: report.Expectation{
 		Unsafe:     true,
 		Properties: []string{"P1", "P2", "P3", "P4"},

@@ -73,7 +73,6 @@ var expectations = report.Table{
 		Fix: "`maxmemory-policy noeviction`; no client but fencelock may write the lock keys (ACL key patterns); pass the " +
 			"fencing token with every write to the protected resource.",
 	}},
-	{Backend: "zookeeper", Fault: fStoreKill, Expectation: zkWaitersStranded},
 	{Backend: "*", Fault: fFencingOff, Expectation: report.Expectation{
 		Control:    true,
 		Properties: []string{"P1"},
@@ -109,21 +108,6 @@ var expectations = report.Table{
 // race is gone (it rests on unique inserts only), and a weak write or read
 // concern it warns about is measured, not excused.
 func claimedRules(driver.Description) report.Table { return nil }
-
-// zkWaitersStranded is a liveness defect the suite measures on ZooKeeper
-// (a bug to fix, not a property of the store): progress (P6) may fail
-// when the server the clients are connected to dies.
-var zkWaitersStranded = report.Expectation{
-	Unsafe:     true,
-	Properties: []string{"P6"},
-	Why: "Liveness, not safety, and a defect of the backend rather than of ZooKeeper: when the server a client is " +
-		"connected to dies (a restart that outlasts the session timeout, or the ensemble's leader killed), waiting " +
-		"Acquire calls can stall past the progress bound. Waiters now re-read their queue once per session timeout " +
-		"(backend/zookeeper/wait.go), which fixed the stall in some runs but not all: the stall is probably in a " +
-		"go-zookeeper call made while the client reconnects. Measured intermittently.",
-	Fix: "Bound Acquire with a context; an ensemble with a session timeout longer than a member's restart. " +
-		"Open bug: find where the waiter blocks during reconnection.",
-}
 
 // cellsFor returns the cells to run on a backend.
 func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, left []string) {
