@@ -27,6 +27,10 @@
 // grants, a Wait event per blocking wait (driver.Waiter) or subscription
 // (driver.Watcher).
 //
+// The backends it can open are those linked into the binary (the
+// caller imports their packages; safety/backends links the built-in
+// ones).
+//
 // Its store connection goes through its own in-process faultproxy (the
 // host:port of Config.URL is rewritten), so the harness can cut, slow,
 // reset or drop replies on exactly this contender's path to the store.
@@ -58,7 +62,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
-	_ "github.com/fencelock/fencelock/safety/backends" // every backend's URL scheme
 	"github.com/fencelock/fencelock/safety/faultproxy"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
