@@ -676,7 +676,10 @@ func mutantCells(be *backendEnv) []cellSpec {
 			run: func(ctx context.Context, c *cell) (int, error) {
 				return 1, c.staleOps(ctx, "release")
 			}},
-		{fault: name(contender.MutantRenewAfterRelease), fencing: true, keys: 1, cooldown: 2*ttl + 2*be.slack,
+		// Held 1–2 TTLs: the other contenders (slow to start on a busy
+		// machine) must be waiting when the first holder releases, or P5
+		// has nobody to judge and the key stays stranded unseen.
+		{fault: name(contender.MutantRenewAfterRelease), fencing: true, keys: 1, hold: 2 * ttl, cooldown: 2*ttl + 2*be.slack,
 			setup: "a released grant keeps being renewed", mutant: contender.MutantRenewAfterRelease,
 			run: func(ctx context.Context, c *cell) (int, error) {
 				h, err := c.awaitHolder(ctx, 10*ttl)
