@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -160,7 +159,7 @@ func cmdSafety(e *env, args []string) int {
 		Timeout:   *timeout,
 		Repro:     "fencelock safety --url '<URL of {backend}>' --faults {fault} --seed {seed}",
 		ReproHint: "Each cell reruns alone with its seed (give the backend's URL, and its --server-* commands, again):",
-		Env:       map[string]string{},
+		EnvURLs:   true,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "fencelock safety: %s\n", red(fmt.Sprintf(format, args...)))
 		},
@@ -178,11 +177,6 @@ func cmdSafety(e *env, args []string) int {
 		b.TTL = *ttl
 		b.Control = bf.cmds[i].Control(b.URL)
 		cfg.Backends = append(cfg.Backends, b)
-		name := b.Name
-		if name == "" {
-			name = "#" + strconv.Itoa(i+1)
-		}
-		cfg.Env["url "+name] = driver.RedactURL(b.URL)
 	}
 	if *expect != "" {
 		t, err := readExpect(*expect)

@@ -258,9 +258,11 @@ type Config struct {
 	// with {backend}, {fault} and {seed}); ReproHint the sentence before
 	// the commands.
 	Repro, ReproHint string
-	// Env is added to the report's Env (machine, versions, URLs — redact
-	// them with driver.RedactURL).
+	// Env is added to the report's Env (machine, versions, …).
 	Env map[string]string
+	// EnvURLs adds each backend's URL, redacted (driver.RedactURL), to the
+	// report's Env as "url NAME".
+	EnvURLs bool
 	// Logf receives progress lines (one per cell, with its numbers).
 	// Default: none.
 	Logf func(format string, args ...any)
@@ -355,6 +357,11 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	}
 	var errs []error
 	timeBound := false
+	if cfg.EnvURLs {
+		for i, b := range cfg.Backends {
+			rep.Env["url "+plan.names[i]] = driver.RedactURL(b.URL)
+		}
+	}
 	for i, b := range cfg.Backends {
 		name := plan.names[i]
 		if ctx.Err() != nil {
