@@ -312,7 +312,8 @@ func MainIfContender() {
 // and returns the report (the cells that ran, and NotRun). The report is
 // also written to Config.OutDir. The error is nil when every requested
 // cell ran to the end; else it joins ErrConfig, ErrBackend (wrapped with
-// the backend's name), *CellError and ErrTimeBound. A report with
+// the backend's name), *CellError, and ErrTimeBound or ctx's error when
+// cells were left unstarted. A report with
 // Failed() true (an UNSAFE-UNEXPECTED cell, or a negative control not
 // caught) is not an error: check rep.Failed().
 func Run(ctx context.Context, cfg Config) (report.Report, error) {
@@ -357,6 +358,14 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	}
 	var errs []error
 	timeBound := false
+	// stopped says why no more cells start: the time bound, or the
+	// caller's ctx.
+	stopped := func() string {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return "time bound reached"
+		}
+		return "run cancelled"
+	}
 	if cfg.EnvURLs {
 		for i, b := range cfg.Backends {
 			rep.Env["url "+plan.names[i]] = driver.RedactURL(b.URL)
@@ -366,7 +375,7 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 		name := plan.names[i]
 		if ctx.Err() != nil {
 			timeBound = true
-			rep.NotRun = append(rep.NotRun, report.NotRun{Backend: name, Fault: "*", Why: "time bound reached before this backend's cells"})
+			rep.NotRun = append(rep.NotRun, report.NotRun{Backend: name, Fault: "*", Why: stopped() + " before this backend's cells"})
 			continue
 		}
 		be, err := openBackendEnv(ctx, b, name, exe, cfg.Expect)
@@ -391,7 +400,7 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 			}
 			if ctx.Err() != nil {
 				timeBound = true
-				rep.NotRun = append(rep.NotRun, report.NotRun{Backend: name, Fault: spec.fault, Why: "time bound reached before this cell"})
+				rep.NotRun = append(rep.NotRun, report.NotRun{Backend: name, Fault: spec.fault, Why: stopped() + " before this cell"})
 				continue
 			}
 			run := func() CellRun {
@@ -412,7 +421,11 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 		}
 	}
 	if timeBound {
-		errs = append(errs, ErrTimeBound)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			errs = append(errs, ErrTimeBound)
+		} else {
+			errs = append(errs, ctx.Err())
+		}
 	}
 	rep.Duration = time.Since(began).Round(time.Second)
 	if cfg.OutDir != "" {

@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 // (no server, and no host:port for the proxy) and a real Redis
 // (FENCELOCK_TEST_REDIS; under CI=true its absence fails the test). It
 // checks the verdicts, the numbers, what was not run and why, the files
-// written to OutDir, and that the caller's expectation table comes first.
+// written to OutDir, and that the caller's expectation table comes before
+// the built-in one.
 func TestRun(t *testing.T) {
 	redisURL := testenv.URL(t, "FENCELOCK_TEST_REDIS")
 	fileURL := "file://" + t.TempDir()
@@ -42,12 +43,13 @@ func TestRun(t *testing.T) {
 			suite.FaultServerKill, suite.ControlFencingOff},
 		Seed:   42,
 		OutDir: out,
-		// The team's own rule: the file backend's holder-kill cell is
-		// declared a negative control that must fail P1. It cannot (the
-		// cell is safe), so the report must fail on exactly this cell:
-		// proof that the caller's table is consulted first.
-		Expect: report.Table{{Backend: "file", Fault: suite.FaultHolderKill,
-			Expectation: report.Expectation{Control: true, Properties: []string{"P1"}, Why: "test: must be reported as not caught"}}},
+		// The team's own rule overrides the built-in one for the file
+		// backend's fencing-off control: declared expected-safe, its
+		// (certain) P1 failure must make it UNSAFE-UNEXPECTED and fail the
+		// report on exactly this cell. Under the built-in rule alone it
+		// would be a caught control.
+		Expect: report.Table{{Backend: "file", Fault: suite.ControlFencingOff,
+			Expectation: report.Expectation{Why: "test: declared safe"}}},
 		Timeout: 2 * time.Minute,
 		Logf:    t.Logf,
 	}
@@ -70,21 +72,17 @@ func TestRun(t *testing.T) {
 		if c.Seed != 42 || c.Rounds == 0 && c.Fault != suite.FaultBaseline {
 			t.Errorf("%s/%s: seed %d, %d rounds", c.Backend, c.Fault, c.Seed, c.Rounds)
 		}
-		switch c.Fault {
-		case suite.ControlFencingOff:
+		switch {
+		case c.Backend == "file" && c.Fault == suite.ControlFencingOff:
+			if c.Verdict != report.UnsafeUnexpected || c.Expect.Control {
+				t.Errorf("file/control-fencing-off: verdict %s, expectation %+v: the caller's rule was not applied first", c.Verdict, c.Expect)
+			}
+		case c.Fault == suite.ControlFencingOff:
 			p1, _ := c.Result.Property("P1")
 			if c.Verdict != report.UnsafeExpected || p1.OK || c.Problem() != "" {
 				t.Errorf("%s/%s: verdict %s, P1 held %v, problem %q: the control must be caught",
 					c.Backend, c.Fault, c.Verdict, p1.OK, c.Problem())
 			}
-		case suite.FaultHolderKill:
-			if c.Backend == "file" {
-				if !c.Expect.Control || !strings.Contains(c.Problem(), "negative control did not fail") {
-					t.Errorf("file/holder-kill: expectation %+v, problem %q: the caller's rule was not applied first", c.Expect, c.Problem())
-				}
-				continue
-			}
-			fallthrough
 		default:
 			if c.Verdict != report.Safe && c.Verdict != report.SafeWithFencing {
 				t.Errorf("%s/%s: verdict %s: %s", c.Backend, c.Fault, c.Verdict, c.Problem())
@@ -104,8 +102,8 @@ func TestRun(t *testing.T) {
 	if c := rep.Cells[slices.Index(ran, bf{"redis", suite.FaultBlackhole})]; c.Result.Stats.Faults == 0 {
 		t.Errorf("redis/blackhole: no fault recorded")
 	}
-	if got := rep.Problems(); len(got) != 1 || !strings.HasPrefix(got[0], "file/holder-kill: negative control did not fail") {
-		t.Errorf("Problems() = %q, want only file/holder-kill's", got)
+	if got := rep.Problems(); len(got) != 1 || !strings.HasPrefix(got[0], "file/control-fencing-off: UNSAFE-UNEXPECTED: P1") {
+		t.Errorf("Problems() = %q, want only file/control-fencing-off's", got)
 	}
 
 	notRun := map[bf]string{}
@@ -148,8 +146,8 @@ func TestRun(t *testing.T) {
 		t.Errorf("safety.json: %d cells, %d not run, seed %d; want %d, %d, 42", len(back.Cells), len(back.NotRun), back.Seed, len(rep.Cells), len(rep.NotRun))
 	}
 	hist, _ := filepath.Glob(filepath.Join(out, "histories", "*.jsonl"))
-	if len(hist) != 1 || filepath.Base(hist[0]) != "file-holder-kill.jsonl" {
-		t.Errorf("histories kept: %v, want only file-holder-kill.jsonl (the one failed cell)", hist)
+	if len(hist) != 1 || filepath.Base(hist[0]) != "file-control-fencing-off.jsonl" {
+		t.Errorf("histories kept: %v, want only file-control-fencing-off.jsonl (the one failed cell)", hist)
 	}
 }
 
@@ -170,8 +168,15 @@ func TestRunErrors(t *testing.T) {
 		}
 	}
 
+	// A time bound that has run out before the first cell: nothing runs,
+	// everything is listed, ErrTimeBound.
+	rep, err := suite.Run(ctx, suite.Config{Backends: []suite.Backend{{URL: "file://" + t.TempDir()}}, Timeout: time.Nanosecond})
+	if !errors.Is(err, suite.ErrTimeBound) || len(rep.Cells) != 0 || len(rep.NotRun) != 1 || !strings.Contains(rep.NotRun[0].Why, "time bound") {
+		t.Errorf("spent time bound: err %v, %d cells, not run %+v; want ErrTimeBound, none, the backend", err, len(rep.Cells), rep.NotRun)
+	}
+
 	const secret = "s3cr3t-pw"
-	rep, err := suite.Run(ctx, suite.Config{Backends: []suite.Backend{{URL: "nosuchscheme://user:" + secret + "@127.0.0.1:1/x"}}})
+	rep, err = suite.Run(ctx, suite.Config{Backends: []suite.Backend{{URL: "nosuchscheme://user:" + secret + "@127.0.0.1:1/x"}}, EnvURLs: true})
 	if !errors.Is(err, suite.ErrBackend) {
 		t.Fatalf("unknown scheme: %v, want ErrBackend", err)
 	}
@@ -185,5 +190,8 @@ func TestRunErrors(t *testing.T) {
 		if strings.Contains(n.Why, secret) {
 			t.Errorf("report leaks the URL's password: %q", n.Why)
 		}
+	}
+	if u := rep.Env["url nosuchscheme"]; u == "" || strings.Contains(u, secret) {
+		t.Errorf("report's URL %q: want it, redacted", u)
 	}
 }
