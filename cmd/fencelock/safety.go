@@ -123,7 +123,7 @@ func cmdSafety(e *env, args []string) int {
 		bf.set("server-resume", func(c *suite.Commands) *string { return &c.Resume }))
 	fs.Func("server-failover", "shell `command` that moves leadership to another member",
 		bf.set("server-failover", func(c *suite.Commands) *string { return &c.Failover }))
-	faults := fs.String("faults", suite.GroupDefault, "comma-separated `faults` and groups (default, mutants): "+strings.Join(suite.AllFaults(), ", "))
+	faults := fs.String("faults", "", "comma-separated `faults` and groups (default, mutants); without it, the group default: every fault\nbut redis-flushall and the mutants. Faults: "+strings.Join(suite.AllFaults(), ", "))
 	rounds := fs.Int("rounds", 1, "fault rounds per cell (holder-pause: twice this)")
 	seed := fs.Int64("seed", 0, "seed of the run; 0 picks one (printed first)")
 	out := fs.String("out", "", "report `dir` (default ./fencelock-safety-TIME)")
@@ -152,7 +152,6 @@ func cmdSafety(e *env, args []string) int {
 		return s
 	}
 	cfg := suite.Config{
-		Faults:    strings.Split(*faults, ","),
 		Rounds:    *rounds,
 		Seed:      *seed,
 		Baseline:  *baseline,
@@ -164,8 +163,10 @@ func cmdSafety(e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "fencelock safety: %s\n", red(fmt.Sprintf(format, args...)))
 		},
 	}
-	for i := range cfg.Faults {
-		cfg.Faults[i] = strings.TrimSpace(cfg.Faults[i])
+	if *faults != "" {
+		for _, f := range strings.Split(*faults, ",") {
+			cfg.Faults = append(cfg.Faults, strings.TrimSpace(f))
+		}
 	}
 	if *rounds < 1 {
 		return e.usageError("safety", "--rounds must be at least 1")
