@@ -6,8 +6,9 @@
 // The harness starts contenders as separate processes (see safety/proc),
 // so that it can pause one for real with SIGSTOP (a paused goroutine would
 // not stop the lease's renewer) or kill it with SIGKILL. The process is a
-// re-execution of the test binary: the test's TestMain calls FromEnv and,
-// when it finds a Config, runs Main instead of the tests.
+// re-execution of the running binary (a test binary, or the fencelock
+// command): its TestMain or main calls suite.MainIfContender first, which
+// calls FromEnv and, when it finds a Config, runs Main instead.
 //
 // # What a contender does
 //
