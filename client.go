@@ -256,6 +256,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	}
 	var l *Lease
 	contended := errors.Is(err, ErrNotAcquired)
+	if contended && ctx.Err() == nil {
+		c.emit(Event{Kind: EventWaiting, Key: key, Owner: req.Owner, Err: err})
+	}
 	switch {
 	case definite(err) && !errors.Is(err, ErrNotAcquired):
 	case ctx.Err() != nil:
@@ -409,6 +412,9 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, cf
 		}
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
+		if !contended && !ambiguous {
+			c.emit(Event{Kind: EventWaiting, Key: req.Key, Owner: req.Owner, Err: err})
+		}
 		contended = contended || !ambiguous
 		quiet = woke && sameHolder(before, err)
 		if ctx.Err() != nil {
