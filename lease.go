@@ -426,7 +426,14 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		return l.finishRelease(ctx, start, err)
 	}
 	l.state = released
-	l.releasePending = true
+	// Released before its minimum hold has passed: the store keeps the
+	// record until the window ends, instead of removing it now.
+	windowEnd := l.granted.Add(l.minHold)
+	hold := l.minHold > 0 && l.c.now().Before(windowEnd)
+	if hold && cause == ErrReleased {
+		cause = errHeldForMinimum
+	}
+	l.releasePending = !hold
 	// A renewal in flight may rotate the token after we read it: the
 	// store's answer to this release may then be "not held" about our
 	// own, rotated record.
@@ -445,8 +452,137 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		stop()
 	}
 	start := l.c.now()
+	if hold {
+		return l.holdForMinimum(ctx, start, g, unsure, windowEnd)
+	}
 	err := l.c.releaseStore(ctx, g, unsure)
 	return l.finishRelease(ctx, start, err)
+}
+
+// errHeldForMinimum is the context cause of a lease released before its
+// minimum hold passed: it matches ErrHeldForMinimum and ErrReleased.
+var errHeldForMinimum error = heldForMinimum{}
+
+type heldForMinimum struct{}
+
+func (heldForMinimum) Error() string { return ErrHeldForMinimum.Error() }
+
+func (heldForMinimum) Is(target error) bool {
+	return target == ErrHeldForMinimum || target == ErrReleased
+}
+
+// holdForMinimum is Release of a lease whose minimum hold ends at end,
+// still in the future: one renewal whose TTL is the rest of the window
+// (so a record store expires the record then, even if this process dies),
+// then, in the background, renewals of the same kind while the client
+// lives (a session store, etcd or ZooKeeper, ties the record to the
+// session and ignores the TTL), and the record's removal when the window
+// ends. The lease has already ended for its holder.
+func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time) error {
+	c := l.c
+	ng, err := c.holdRenew(ctx, g, unsure, end)
+	notHeld := errors.Is(err, ErrNotHeld)
+	l.mu.Lock()
+	if err == nil {
+		l.grant = mergeGrant(g, ng)
+		g = l.grant
+	} else if !notHeld {
+		l.releaseFailed = true // a second Release returns nil
+	}
+	interval := l.interval
+	l.mu.Unlock()
+	c.mu.Lock()
+	delete(c.pending, l)
+	c.mu.Unlock()
+	if !notHeld {
+		retrying := err != nil
+		c.goBackground(func() { c.keepUntil(g, interval, end, retrying) })
+	}
+	err = c.wrap(ctx, "renew", err)
+	now := c.now()
+	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: g.Token, Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}
+	if err != nil && !notHeld {
+		ev.Kind = EventReleaseFailed
+	}
+	c.emit(ev)
+	return err
+}
+
+// holdRenew renews g with the rest of the window until end as its TTL (at
+// least MinTTL). When unsure (a rotation of g may have taken effect
+// unseen) and the store answers "not held", it looks the key up and
+// renews the record if its owner is g's, as releaseStore does.
+func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end time.Time) (driver.Grant, error) {
+	req := driver.RenewRequest{TTL: max(MinTTL, end.Sub(c.now()))}
+	ng, err := c.b.Renew(ctx, g, req)
+	if !unsure || !errors.Is(err, ErrNotHeld) {
+		return ng, err
+	}
+	info, ierr := c.b.Inspect(ctx, g.Key)
+	if ierr != nil {
+		return ng, ierr
+	}
+	if info.Owner != g.Owner {
+		return ng, err
+	}
+	g.Token = info.Token
+	return c.b.Renew(ctx, g, req)
+}
+
+// keepUntil keeps the record of a lease released during its minimum hold
+// until end: it renews it every interval with the rest of the window as
+// TTL (retrying failures with backoff when retrying), then removes it by
+// owner. It stops early when the store says the record is gone, or when
+// the client closes (a record store then expires the record at end).
+func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time, retrying bool) {
+	backoff := c.o.MinBackoff
+	for {
+		now := c.now()
+		if !now.Before(end) {
+			c.abandon(driver.AcquireRequest{Key: g.Key, Owner: g.Owner})
+			return
+		}
+		wait := interval
+		if retrying {
+			wait = jitter(backoff)
+		}
+		t := time.NewTimer(min(wait, end.Sub(now)))
+		select {
+		case <-c.life.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !c.now().Before(end) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
+		ng, err := c.holdRenew(ctx, g, false, end)
+		cancel()
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			return
+		case err != nil:
+			retrying = true
+			backoff = min(2*backoff, interval)
+			c.emit(Event{Kind: EventRenewFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(context.Background(), "renew", err)})
+		default:
+			g = mergeGrant(g, ng)
+			retrying, backoff = false, c.o.MinBackoff
+		}
+	}
+}
+
+// mergeGrant returns a renewal's answer ng, completed with old's key,
+// owner and handle where the backend left them empty.
+func mergeGrant(old, ng driver.Grant) driver.Grant {
+	if ng.Key == "" {
+		ng.Key, ng.Owner = old.Key, old.Owner
+	}
+	if ng.Handle == "" {
+		ng.Handle = old.Handle
+	}
+	return ng
 }
 
 // releaseStore releases g. When unsure (a rotation of g may have taken
@@ -532,34 +668,97 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 
 // metaUpdate is a SetMetadata waiting for (or carried by) a renewal.
 type metaUpdate struct {
-	data []byte
-	done chan error // receives the outcome once
+	data      []byte
+	done      chan error // buffered: receives the outcome once
+	cancelled bool       // SetMetadata returned early (guarded by l.mu)
 }
 
-// SetMetadata replaces the lease's metadata in the store with b (at most
-// driver.MaxMetadataLen bytes; nil clears it). The update rides on a
-// renewal, sent at once, which the store accepts only from the current
-// holder: so only the holder changes its metadata, and a successful
-// SetMetadata has also renewed the lease. It returns when the store has
-// answered:
-//
-//   - nil: stored; Metadata returns b.
-//   - an *InvalidOptionError (ErrInvalidOption) for a payload too large;
-//     nothing is sent.
-//   - an error matching ErrNotHeld after Release, and matching both
-//     ErrNotHeld and ErrLeaseLost (with the *LostError) once the lease is
-//     lost, including when the store answers this very renewal "not held":
-//     the same answers Release gives.
-//   - ctx's error if ctx ends first. If the renewal was already sent, the
-//     store may or may not have the new metadata; Metadata says what the
-//     lease knows.
-//
-// A renewal that fails transiently is retried on the lease's retry
-// schedule, until the lease is lost or ctx ends. Concurrent SetMetadata
-// calls on one lease take effect one at a time.
+// answer gives a SetMetadata the outcome of the renewal that carried u:
+// nil if the store stored it (and the lease is held), else the error
+// Release would give for the lease's state.
+func (l *Lease) answer(u *metaUpdate, stored bool) {
+	if u == nil {
+		return
+	}
+	var err error
+	if !stored {
+		err = l.notHeldErr()
+	}
+	u.done <- err
+}
+
+// notHeldErr is what a call on an ended lease returns, as Release does:
+// ErrNotHeld (or ErrClosed if Client.Close released it) after a release,
+// ErrNotHeld joined with the *LostError after a loss; nil while held.
+func (l *Lease) notHeldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.notHeldErrLocked()
+}
+
+func (l *Lease) notHeldErrLocked() error {
+	switch l.state {
+	case lost:
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.err)
+	case released:
+		if errors.Is(l.endCause, ErrClosed) {
+			return ErrClosed
+		}
+		return ErrNotHeld
+	}
+	return nil
+}
+
 func (l *Lease) SetMetadata(ctx context.Context, b []byte) error {
 	if err := driver.ValidateMetadata(b); err != nil {
 		return err
 	}
-	return ErrUnsupported // TODO: implemented in the next commit
+	if len(b) == 0 {
+		b = nil
+	} else {
+		b = append([]byte(nil), b...)
+	}
+	select {
+	case l.metaMu <- struct{}{}:
+		defer func() { <-l.metaMu }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	u := &metaUpdate{data: b, done: make(chan error, 1)}
+	l.mu.Lock()
+	if err := l.notHeldErrLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.metaReq = u
+	l.mu.Unlock()
+	l.c.renewSoon(l)
+	var end <-chan struct{} = l.done
+	for {
+		select {
+		case err := <-u.done:
+			return err
+		case <-end:
+			// Ended: if no renewal took the update, it never will.
+			l.mu.Lock()
+			pending := l.metaReq == u
+			if pending {
+				l.metaReq = nil
+			}
+			err := l.notHeldErrLocked()
+			l.mu.Unlock()
+			if pending {
+				return err
+			}
+			end = nil // the renewal carrying it answers
+		case <-ctx.Done():
+			l.mu.Lock()
+			if l.metaReq == u {
+				l.metaReq = nil
+			}
+			u.cancelled = true
+			l.mu.Unlock()
+			return ctx.Err()
+		}
+	}
 }
