@@ -418,7 +418,7 @@ func testElectCrash(t *testing.T, s *suite) {
 	} else {
 		t.Logf("observer saw the change %v after the crash", d)
 	}
-	obs.until(t, poll+s.h.Slack, "the new leader", led+1, func(l fencelock.Leader) bool { return l.Identity == next.who && l.Token == next.token })
+	obs.until(t, poll+s.h.Slack, fmt.Sprintf("the new leader %s#%d", next.who, next.token), led+1, func(l fencelock.Leader) bool { return l.Identity == next.who && l.Token == next.token })
 	vcp.stop(t)
 	r.checkSequential(t)
 	checkHistory(t, obs.all())
