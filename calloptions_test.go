@@ -528,3 +528,109 @@ func TestMinHoldPassedReleasesAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// slowRotation delays the reply to a rotating renewal (single or batch)
+// that the store has already carried out, until reply is closed.
+type slowRotation struct {
+	*memory.Backend
+	inFlight, reply chan struct{}
+	once            sync.Once
+}
+
+func (b *slowRotation) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	ng, err := b.Backend.Renew(ctx, g, r)
+	if r.Rotate {
+		b.once.Do(func() { close(b.inFlight) })
+		<-b.reply
+	}
+	return ng, err
+}
+
+func (b *slowRotation) RenewBatch(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
+	res, err := b.Backend.RenewBatch(ctx, gs, r)
+	if r.Rotate {
+		b.once.Do(func() { close(b.inFlight) })
+		<-b.reply
+	}
+	return res, err
+}
+
+// single hides RenewBatch.
+type single struct{ *slowRotation }
+
+func (s single) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	return s.slowRotation.Renew(ctx, g, r)
+}
+
+// A release into the minimum hold while a rotating renewal is in flight
+// (the store rotated, the reply is on its way) must keep the record under
+// its rotated token, not report the lease "not held".
+func TestMinHoldReleaseDuringRotatingRenewal(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			store := memory.NewStore()
+			sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
+			var b driver.Backend = sr
+			if !batch {
+				b = struct {
+					driver.Backend
+				}{single{sr}}
+			}
+			c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-sr.inFlight
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatalf("batch %v: Release during a rotation = %v; want nil", batch, err)
+			}
+			close(sr.reply)
+			time.Sleep(8 * time.Second) // 9s into the window
+			if info, _ := store.Backend().Inspect(t.Context(), "k"); info.Owner != l.Owner() {
+				t.Errorf("batch %v: 9s into a 10s minimum hold, Inspect = %+v; want the lease's record", batch, info)
+			}
+			time.Sleep(1100 * time.Millisecond)
+			mustFree(t, store, "k")
+		})
+	}
+}
+
+// Defect (found by the generative mode): a rotating renewal sent before a
+// release into the minimum hold, but reaching the store after the first
+// hold renewal, moved the record to a token the hold's keep-alive never
+// saw; the keep-alive took "not held" for the record's end and stopped,
+// and the record expired with the lease's TTL, long before the window.
+func TestMinHoldSurvivesRotationLandingAfterRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		sent, land := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		h := &hook{Backend: store.Backend()}
+		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			if r.Rotate {
+				once.Do(func() { close(sent) })
+				<-land // on the wire while the lease is released
+				ng, err := h.Backend.Renew(context.WithoutCancel(ctx), g, r)
+				return ng, err
+			}
+			return h.Backend.Renew(ctx, g, r)
+		}
+		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-sent
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("Release = %v", err)
+		}
+		close(land)
+		time.Sleep(8500 * time.Millisecond) // 9.5s into the window
+		if info, _ := store.Backend().Inspect(t.Context(), "k"); info.Owner != l.Owner() {
+			t.Errorf("9.5s into a 10s minimum hold, Inspect = %+v; want the lease's record", info)
+		}
+		time.Sleep(600 * time.Millisecond)
+		mustFree(t, store, "k")
+	})
+}

@@ -532,8 +532,8 @@ func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end
 // keepUntil keeps the record of a lease released during its minimum hold
 // until end: it renews it every interval with the rest of the window as
 // TTL (retrying failures with backoff when retrying), then removes it by
-// owner. It stops early when the store says the record is gone, or when
-// the client closes (a record store then expires the record at end).
+// owner. It stops early when the store has no record of this owner, or
+// when the client closes (a record store then expires the record at end).
 func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time, retrying bool) {
 	backoff := c.o.MinBackoff
 	for {
@@ -556,8 +556,13 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 		if !c.now().Before(end) {
 			continue
 		}
+		// A rotating renewal that was in flight when the lease was
+		// released may reach the store after the first hold renewal
+		// and move the record to a token this loop never saw: "not
+		// held" is then answered by looking the record up by owner
+		// (unique per lease).
 		ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
-		ng, err := c.holdRenew(ctx, g, false, end)
+		ng, err := c.holdRenew(ctx, g, true, end)
 		cancel()
 		switch {
 		case errors.Is(err, ErrNotHeld):

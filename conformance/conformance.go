@@ -130,6 +130,7 @@ var cases = []testCase{
 	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a contended acquire is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
 	{"TokenFloorHolds", "a TokenFloorer reports the highest token it issued per key, and after RaiseFloor every new token of that key (or of every key, for a global floor) is above the floor; a held lock keeps its token; raising to a lower floor changes nothing; a bad key is rejected.", testTokenFloor},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
+	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
 	{"Election", electionRule, testElection},
 }
 
