@@ -166,7 +166,20 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 				value = l.Metadata()
 				term.Value, term.Token = value, l.Token()
 			}()
-			fnErr = fn(lctx, l)
+			// fn's context is a child of the lease's, so that a loss
+			// cancels it synchronously, before the engine frees the
+			// store's record for the next leader. (Do's lctx is
+			// cancelled by a context.AfterFunc goroutine, which may
+			// run after the next leader's callback has started.) The
+			// end of ctx reaches it through lctx; Elect waits for fn
+			// before releasing in that case anyway.
+			fctx, cancel := context.WithCancelCause(l.Context())
+			stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+			defer func() {
+				stop()
+				cancel(nil)
+			}()
+			fnErr = fn(fctx, l)
 			return fnErr
 		}, append(o.Acquire[:len(o.Acquire):len(o.Acquire)], WithLabel(identity), WithMetadata(value))...)
 		if !started {
