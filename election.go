@@ -220,7 +220,7 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 // new value it published (Lease.SetMetadata), a rotation of its token, and
 // the key becoming free. The channel is closed when ctx ends or the Client
 // is closed. Observe returns an error (and no channel) if the first read
-// of the key fails.
+// of the key fails, or ErrClosed if the Client is closing.
 //
 // What it delivers is a history the store went through, in order: the
 // leaders' tokens increase, each Leader replaces the one before it, and a
@@ -260,24 +260,27 @@ func (c *Client) Observe(ctx context.Context, key string) (<-chan Leader, error)
 		return nil, err
 	}
 	ob.deliver(first)
-	out := make(chan Leader, 1)
-	out <- first
 	if !c.track() {
 		stop()
-		close(out)
-		return out, nil
+		return nil, ErrClosed
 	}
+	out := make(chan Leader)
 	go func() {
 		defer c.wg.Done()
 		defer close(out)
 		defer stop()
-		ob.run(ctx, func(l Leader) {
+		send := func(l Leader) bool {
 			select {
 			case out <- l:
+				return true
 			case <-ctx.Done():
 			case <-c.life.Done():
 			}
-		})
+			return false
+		}
+		if send(first) {
+			ob.run(ctx, func(l Leader) { send(l) })
+		}
 	}()
 	return out, nil
 }
