@@ -80,11 +80,12 @@ func WithWait(d time.Duration) AcquireOption {
 // in place of Options.MinHold: between 0 and MaxTTL. A Release (or Do's
 // release, or Client.Close's) before the minimum hold has passed, counted
 // from when the store's grant arrived, does not free the key at once: the
-// engine sends one last renewal whose TTL is the rest of the window (at
-// least MinTTL), stops renewing, and removes the record when the window
-// ends. The lease reports the release at once: Done is closed, Err is nil,
+// release renews the record with the rest of the window as its TTL (at
+// least MinTTL), and while the Client is open the engine renews it that
+// way every renewal interval and removes it when the window ends. The lease reports the release at once: Done is closed, Err is nil,
 // Release returns nil, and context.Cause(lease.Context()) matches both
-// ErrHeldForMinimum and ErrReleased. So a scheduled job that finishes fast
+// ErrHeldForMinimum and ErrReleased (and ErrClosed, when Client.Close
+// released it). So a scheduled job that finishes fast
 // still keeps the other instances out until the window ends, and no
 // longer than the window plus the store's TTL bound.
 //

@@ -233,10 +233,21 @@ func TestOwnerLabelReadsBackWithoutParsing(t *testing.T) {
 	}
 }
 
+// queueing is a Waiter whose queue never moves: AcquireWait returns only
+// when its context ends, as a waiter behind a live holder on etcd or
+// ZooKeeper does.
+type queueing struct{ driver.Backend }
+
+func (q queueing) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	<-ctx.Done()
+	return driver.Grant{}, ctx.Err()
+}
+
 func TestWaitBoundEndsAcquireWithNotAcquired(t *testing.T) {
 	for name, b := range map[string]func() driver.Backend{
 		"watcher": func() driver.Backend { return memory.New() },
 		"polling": func() driver.Backend { return plain{memory.New()} },
+		"queue":   func() driver.Backend { return queueing{plain{memory.New()}} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -475,8 +486,8 @@ func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
 					t.Fatal("lease not ended after release")
 				}
 				cause := context.Cause(l.Context())
-				if how != "Close" && (!errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased)) {
-					t.Errorf("context cause %v; want ErrHeldForMinimum and ErrReleased", cause)
+				if !errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased) || (how == "Close") != errors.Is(cause, fencelock.ErrClosed) {
+					t.Errorf("context cause %v; want ErrHeldForMinimum and ErrReleased (and ErrClosed after Close)", cause)
 				}
 				if l.Err() != nil {
 					t.Errorf("Err() = %v; want nil", l.Err())

@@ -289,6 +289,16 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // Options.MinHold); 0 if none.
 func (l *Lease) MinHold() time.Duration { return l.minHold }
 
+// MinHoldEnd returns when the lease's minimum hold ends, by the client's
+// Clock: when the store's grant arrived, plus MinHold. A release before
+// then keeps the key until then. Zero without a minimum hold.
+func (l *Lease) MinHoldEnd() time.Time {
+	if l.minHold == 0 {
+		return time.Time{}
+	}
+	return l.granted.Add(l.minHold)
+}
+
 // Metadata returns a copy of the lease's metadata as the store last
 // confirmed it: the WithMetadata payload, or the last successful
 // SetMetadata's. nil if none.
@@ -430,8 +440,8 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	// record until the window ends, instead of removing it now.
 	windowEnd := l.granted.Add(l.minHold)
 	hold := l.minHold > 0 && l.c.now().Before(windowEnd)
-	if hold && cause == ErrReleased {
-		cause = errHeldForMinimum
+	if hold {
+		cause = heldForMinimum{closed: errors.Is(cause, ErrClosed)}
 	}
 	l.releasePending = !hold
 	// A renewal in flight may rotate the token after we read it: the
@@ -459,16 +469,20 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	return l.finishRelease(ctx, start, err)
 }
 
-// errHeldForMinimum is the context cause of a lease released before its
-// minimum hold passed: it matches ErrHeldForMinimum and ErrReleased.
-var errHeldForMinimum error = heldForMinimum{}
+// heldForMinimum is the context cause of a lease released before its
+// minimum hold passed: it matches ErrHeldForMinimum and ErrReleased, and
+// ErrClosed too when Client.Close released it.
+type heldForMinimum struct{ closed bool }
 
-type heldForMinimum struct{}
+func (h heldForMinimum) Error() string {
+	if h.closed {
+		return ErrHeldForMinimum.Error() + " (released by Client.Close)"
+	}
+	return ErrHeldForMinimum.Error()
+}
 
-func (heldForMinimum) Error() string { return ErrHeldForMinimum.Error() }
-
-func (heldForMinimum) Is(target error) bool {
-	return target == ErrHeldForMinimum || target == ErrReleased
+func (h heldForMinimum) Is(target error) bool {
+	return target == ErrHeldForMinimum || target == ErrReleased || h.closed && target == ErrClosed
 }
 
 // holdForMinimum is Release of a lease whose minimum hold ends at end,

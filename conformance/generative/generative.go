@@ -685,6 +685,7 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 				return nil
 			}, opts...)
 		}()
+		doneAt := time.Now()
 		cancel()
 		if l != nil && !isDone(l) {
 			r.rec.violate("DoEndsItsLease", "Do on %q returned (%v) with its lease still held", key, err)
@@ -699,6 +700,7 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 				}
 			case s.kind != stepDoPanic && (err == nil || onlyCallback(err)):
 				// Released into its minimum hold, the record stays.
+				r.rec.releasedOK(rec, l, doneAt)
 				r.rec.released(rec, !r.rec.heldForMinimum(rec, l))
 			}
 			r.after(ctx, l, rec, s)
@@ -724,6 +726,9 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 	default:
 	}
 	rerr := l.Release(ctx)
+	if rerr == nil {
+		r.rec.releasedOK(rec, l, time.Now())
+	}
 	if rerr != nil && !errors.Is(rerr, fencelock.ErrNotHeld) {
 		rerr = l.Release(ctx) // a retry after an ambiguous failure
 	}

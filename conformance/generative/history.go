@@ -43,7 +43,8 @@ type leaseRec struct {
 	minHold time.Duration // 0: none
 	invAt   time.Time     // wall clock before Acquire (or Do) was called
 	gotAt   time.Time     // wall clock after it returned
-	heldMin bool          // released into its minimum hold: the record stays until invAt + minHold at least
+	heldMin bool          // released before its minimum hold could end: the record must stay until invAt + minHold at least
+	inHold  bool          // the engine says it went into its minimum hold
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
@@ -335,23 +336,39 @@ func (r *recorder) inspected(rec *leaseRec, info driver.Info) {
 	r.notes = append(r.notes, fmt.Sprintf("%5d lease %d inspects %q: owner %s, label %q, metadata %q", s, rec.id, info.Key, info.Owner, info.Label(), info.Metadata))
 }
 
-// heldForMinimum records (and reports) whether l, released, went into its
-// minimum hold: its record stays until the hold ends.
+// heldForMinimum reports whether the engine says l, released, went into
+// its minimum hold (its context's cause): its record stays until the hold
+// ends, so stale calls with its grant are its own.
 func (r *recorder) heldForMinimum(rec *leaseRec, l *fencelock.Lease) bool {
 	held := l.Err() == nil && errors.Is(context.Cause(l.Context()), fencelock.ErrHeldForMinimum)
-	if held {
-		r.mu.Lock()
-		rec.heldMin = true
-		r.mu.Unlock()
-	}
+	r.mu.Lock()
+	rec.inHold = held
+	r.mu.Unlock()
 	return held
 }
 
-// inHold reports whether rec was released into its minimum hold.
+// releasedOK records that lease rec's own release (Release, or Do's)
+// returned success at retAt. If that was before its minimum hold could
+// have ended (its Acquire was called at invAt, and the engine counts
+// from the grant, later), the lease was released into its hold, whatever
+// the engine says: MinHoldRespected checks the key stayed held, and
+// MinHoldReported that the lease's context said so.
+func (r *recorder) releasedOK(rec *leaseRec, l *fencelock.Lease, retAt time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.minHold > 0 && l.Err() == nil && retAt.Before(rec.invAt.Add(rec.minHold)) {
+		rec.heldMin = true
+		if cause := context.Cause(l.Context()); !errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased) {
+			r.direct = append(r.direct, violation{"MinHoldReported", fmt.Sprintf("lease %d (%q) was released inside its minimum hold, yet its context's cause is %v", rec.id, rec.key, cause)})
+		}
+	}
+}
+
+// inHold reports whether the engine said rec went into its minimum hold.
 func (r *recorder) inHold(rec *leaseRec) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return rec.heldMin
+	return rec.inHold
 }
 
 // holdsEnd returns the latest instant at which a lease's minimum hold
