@@ -260,32 +260,43 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 		}
 	}
 
-	// ResignFreesKey: the observer's last word is "no leader".
+	// ResignFreesKey: the store frees the key (at once, or once a
+	// crashed or faulted campaigner's record expires), and the observer's
+	// last word is then "no leader".
 	bound := time.Duration(0)
 	if crashed || faulted {
 		bound = h.TTL + h.Slack
 	}
-	bound += max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
+	poll := max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
+	ended := time.Now()
 	for {
+		l, err := watcher.Leader(ctx, key)
+		if errors.Is(err, fencelock.ErrNoLeader) {
+			break
+		}
+		if time.Since(ended) > bound || ctx.Err() != nil {
+			e.violate("ResignFreesKey", "the key is still held %v after every campaign ended (crashed %v, faults %v): %s, %v", bound, crashed, faulted, describeLeader(l), err)
+			break
+		}
+		sleepCtx(ctx, tenth/2)
+	}
+	deadline := time.NewTimer(poll)
+	defer deadline.Stop()
+	for free := false; !free; {
 		omu.Lock()
-		free := len(observed) > 0 && !observed[len(observed)-1].Elected()
+		free = len(observed) > 0 && !observed[len(observed)-1].Elected()
 		omu.Unlock()
 		if free {
-			if l, err := watcher.Leader(ctx, key); !errors.Is(err, fencelock.ErrNoLeader) {
-				e.violate("ResignFreesKey", "Leader after every campaign ended and the observer saw none = %s, %v", describeLeader(l), err)
-			}
 			break
 		}
 		select {
 		case <-oseen:
-			continue
 		case <-deadline.C:
+			e.violate("ResignFreesKey", "the observer did not report the free key within its polling bound %v", poll)
+			free = true
 		case <-ctx.Done():
+			free = true
 		}
-		e.violate("ResignFreesKey", "the key is still led %v after every campaign ended (crashed %v, faults %v)", bound, crashed, faulted)
-		break
 	}
 	stopObserving()
 	<-odone
