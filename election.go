@@ -232,9 +232,9 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 // delivers the state it reads next).
 //
 // When Observe reads: at once when the backend notifies that the key may
-// have changed (driver.Watcher: PostgreSQL's LISTEN/NOTIFY and Redis's
-// pub/sub on release, inotify on every write of the file backend, the
-// memory backend on release); when the leader's record is due to expire
+// have changed (driver.Watcher: PostgreSQL's LISTEN/NOTIFY on the
+// release of a key someone waited for, Redis's pub/sub on release, inotify
+// on every write of the file backend, the memory backend on release); when the leader's record is due to expire
 // by the store's report (Info.Remaining), so a crashed leader's end is
 // seen as soon as the store has expired it; and otherwise at least every
 // Options.MaxBackoff (default 1s) — the polling bound on backends without
