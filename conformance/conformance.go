@@ -132,6 +132,7 @@ var cases = []testCase{
 	{"MetadataStoredAndHolderOnly", "a metadata payload (any bytes, up to driver.MaxMetadataLen; empty reads back as nil) is stored by Acquire and reported by Inspect and List; only the current holder's Renew with SetMetadata replaces it (a stale or forged grant gets ErrNotHeld and changes nothing); a Renew without SetMetadata, RenewBatch and rotation keep it; a same-owner re-Acquire replaces it; Release and ForceRelease drop it; an oversized payload is refused with an *InvalidOptionError and nothing is stored.", testMetadata},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
 	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
+	{"Election", electionRule, testElection},
 }
 
 type suite struct {

@@ -40,6 +40,12 @@
 //     (at once when no client crashed and no fault was injected, else
 //     within TTL plus slack).
 //
+// One program in five is an election instead (election.go): campaigners
+// running Client.Elect through the same faults, resigning, proclaiming
+// and crashing, watched with Client.Observe; checked for NoTwoHolders
+// (no callback starts while another's context is live), ObserveInOrder,
+// ObservedValuePublished and ResignFreesKey.
+//
 // A failure prints rapid's seed and a shrunk program, and the history of
 // the failing run, one line per recorded instant. With real servers a
 // rerun may interleave differently; the seed reproduces the program.
@@ -186,6 +192,10 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		// The budget only stops new programs before any failure:
 		// rapid's shrinking reruns failing programs whatever the time.
 		if !failed.Load() && time.Since(begin) > o.Budget {
+			return
+		}
+		if rapid.IntRange(0, 4).Draw(rt, "election") == 0 {
+			electionCheck(rt, h, &o, &stats, &failed) // election.go
 			return
 		}
 		p := genProgram(rt, &o)

@@ -1,0 +1,420 @@
+package generative
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
+	"pgregory.net/rapid"
+)
+
+// Election programs: two or three campaigners run Client.Elect on one key
+// (each through the fault-injecting driver, some rotating tokens), and at
+// generated instants one resigns and campaigns again, the leader publishes
+// a new value (Lease.SetMetadata), or a campaigner crashes; a client of
+// its own observes the key with Client.Observe. Their histories are
+// checked for:
+//
+//   - NoTwoHolders: no campaigner's callback started while another's
+//     callback context was live (a crashed leader's included: it ends by
+//     local validity before the store frees the key);
+//   - ObserveInOrder: what Observe delivered moves forward only (a
+//     leader's token never below one delivered before, a lease once
+//     replaced never delivered again);
+//   - ObservedValuePublished: every leader Observe delivered carries a
+//     value its campaigner published;
+//   - ResignFreesKey: once every campaigner's Elect returned, the key is
+//     free — at once without faults or crashes, else within the TTL plus
+//     slack (a failed release or a crashed holder's record expires).
+
+type electActionKind int
+
+const (
+	electResign electActionKind = iota
+	electProclaim
+	electCrash
+)
+
+var electActionNames = [...]string{"resign", "proclaim", "crash"}
+
+type electAction struct {
+	kind electActionKind
+	at   int // tenths of the TTL from the start
+}
+
+type campaignProg struct {
+	faults  faults
+	rotate  bool
+	actions []electAction
+}
+
+type electionProg struct{ campaigners []campaignProg }
+
+func (p electionProg) String() string {
+	var b strings.Builder
+	for i, c := range p.campaigners {
+		fmt.Fprintf(&b, "  campaigner %d: rotate=%v faults=%+v:", i, c.rotate, c.faults)
+		for _, a := range c.actions {
+			fmt.Fprintf(&b, " %s@%d", electActionNames[a.kind], a.at)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func genElection(t *rapid.T, o *Options) electionProg {
+	var p electionProg
+	n := rapid.IntRange(2, max(2, o.Clients)).Draw(t, "campaigners")
+	for range n {
+		c := campaignProg{rotate: rapid.Bool().Draw(t, "rotate")}
+		if !o.NoFaults {
+			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
+			case 1:
+				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
+			case 2:
+				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
+			}
+			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5}).Draw(t, "maxDelay")
+			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+		}
+		at := 0
+		for range rapid.IntRange(0, 4).Draw(t, "actions") {
+			at += rapid.IntRange(1, 10).Draw(t, "after")
+			kind := electActionKind(rapid.IntRange(0, 4).Draw(t, "action") % 3)
+			if kind == electCrash && rapid.Bool().Draw(t, "crashLate") {
+				kind = electResign // crashes are rarer
+			}
+			c.actions = append(c.actions, electAction{kind: kind, at: at})
+			if kind == electCrash {
+				break
+			}
+		}
+		p.campaigners = append(p.campaigners, c)
+	}
+	return p
+}
+
+// electionCheck runs one generated election program as Run's property
+// does for lock programs: counted in stats, violations of properties
+// in o.Known logged, others failing with the program and its history.
+func electionCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *atomic.Bool) {
+	p := genElection(rt, o)
+	body := func(rt *rapid.T) {
+		if o.Fresh != nil {
+			o.Fresh()
+		}
+		rec, vs, terms, err := runElection(rt.Context(), h, o, p)
+		if err != nil {
+			rt.Fatalf("generative: election: %v", err)
+		}
+		atomic.AddInt64(&stats.Programs, 1)
+		atomic.AddInt64(&stats.Leases, int64(terms))
+		var fail []string
+		for _, v := range vs {
+			if why, ok := o.Known[v.property]; ok {
+				atomic.AddInt64(&stats.Known, 1)
+				rt.Logf("known violation (%s): %s", why, v)
+				continue
+			}
+			fail = append(fail, v.String())
+		}
+		if len(fail) > 0 {
+			failed.Store(true)
+			rt.Fatalf("election invariants violated:\n  %s\nelection program:\n%s\nhistory:\n%s", strings.Join(fail, "\n  "), p, rec.trace())
+		}
+	}
+	if o.SyncTest {
+		rapid.SyncTest(rt, body)
+	} else {
+		body(rt)
+	}
+}
+
+// electTerm is one campaigner's term, as its callback saw it.
+type electTerm struct {
+	who   int
+	token fencelock.Token
+	ctx   context.Context
+}
+
+type electRun struct {
+	mu        sync.Mutex
+	terms     []electTerm
+	published map[string]map[string]bool // identity → values it published
+	vs        []violation
+}
+
+func (e *electRun) violate(property, format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.vs = append(e.vs, violation{property, fmt.Sprintf(format, args...)})
+}
+
+func (e *electRun) publish(identity, value string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.published[identity] == nil {
+		e.published[identity] = map[string]bool{}
+	}
+	e.published[identity][value] = true
+}
+
+func runElection(ctx context.Context, h conformance.Harness, o *Options, p electionProg) (*recorder, []violation, int, error) {
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	key := "generative-" + hex.EncodeToString(rnd[:]) + "/election"
+	tenth := h.TTL / 10
+	rec := newRecorder()
+	e := &electRun{published: map[string]map[string]bool{}}
+	start := time.Now()
+
+	opts := func(rotate bool) *fencelock.Options {
+		o := &fencelock.Options{
+			TTL:            h.TTL,
+			MinBackoff:     2 * time.Millisecond,
+			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
+			ReleaseTimeout: max(h.TTL, 2*time.Second),
+		}
+		if rotate {
+			o.RotateEvery = h.TTL / 3
+		}
+		return o
+	}
+	raw, err := h.Open(ctx)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("Harness.Open: %w", err)
+	}
+	watcher, err := fencelock.New(raw, opts(false))
+	if err != nil {
+		raw.Close()
+		return nil, nil, 0, err
+	}
+	defer watcher.Close()
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	ch, err := watcher.Observe(octx, key)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("Observe: %w", err)
+	}
+	var (
+		omu      sync.Mutex
+		observed []fencelock.Leader
+		oseen    = make(chan struct{}, 1)
+		odone    = make(chan struct{})
+	)
+	go func() {
+		defer close(odone)
+		for l := range ch {
+			omu.Lock()
+			observed = append(observed, l)
+			omu.Unlock()
+			rec.note("observer: %s", describeLeader(l))
+			select {
+			case oseen <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	crashed, faulted := false, false
+	var wg sync.WaitGroup
+	clients := make([]*fencelock.Client, len(p.campaigners))
+	for i, cp := range p.campaigners {
+		inner, err := h.Open(ctx)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("Harness.Open: %w", err)
+		}
+		f := cp.faults
+		f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
+		faulted = faulted || f.any()
+		w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
+		c, err := fencelock.New(wrap(w), opts(cp.rotate))
+		if err != nil {
+			inner.Close()
+			return nil, nil, 0, err
+		}
+		clients[i] = c
+		for _, a := range cp.actions {
+			crashed = crashed || a.kind == electCrash
+		}
+		id := fmt.Sprintf("c%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.campaign(ctx, rec, c, w, h, key, id, i, cp, start, tenth)
+		}()
+	}
+	wg.Wait() // every campaign has ended (resigned, or crashed and stopped)
+	for i, c := range clients {
+		if err := c.Close(); err != nil && !crashedProg(p.campaigners[i]) && !p.campaigners[i].faults.any() {
+			e.violate("ResignFreesKey", "campaigner %d: Close: %v", i, err)
+		}
+	}
+
+	// ResignFreesKey: the store frees the key (at once, or once a
+	// crashed or faulted campaigner's record expires), and the observer's
+	// last word is then "no leader".
+	bound := time.Duration(0)
+	if crashed || faulted {
+		bound = h.TTL + h.Slack
+	}
+	poll := max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
+	ended := time.Now()
+	for {
+		l, err := watcher.Leader(ctx, key)
+		if errors.Is(err, fencelock.ErrNoLeader) {
+			break
+		}
+		if time.Since(ended) > bound || ctx.Err() != nil {
+			e.violate("ResignFreesKey", "the key is still held %v after every campaign ended (crashed %v, faults %v): %s, %v", bound, crashed, faulted, describeLeader(l), err)
+			break
+		}
+		sleepCtx(ctx, tenth/2)
+	}
+	deadline := time.NewTimer(poll)
+	defer deadline.Stop()
+	for free := false; !free; {
+		omu.Lock()
+		free = len(observed) > 0 && !observed[len(observed)-1].Elected()
+		omu.Unlock()
+		if free {
+			break
+		}
+		select {
+		case <-oseen:
+		case <-deadline.C:
+			e.violate("ResignFreesKey", "the observer did not report the free key within its polling bound %v", poll)
+			free = true
+		case <-ctx.Done():
+			free = true
+		}
+	}
+	stopObserving()
+	<-odone
+
+	e.checkObserved(observed)
+	return rec, e.vs, len(e.terms), nil
+}
+
+func crashedProg(cp campaignProg) bool {
+	for _, a := range cp.actions {
+		if a.kind == electCrash {
+			return true
+		}
+	}
+	return false
+}
+
+// campaign runs one campaigner's Elect, applying its actions, until the
+// program's end (30 tenths) or its crash.
+func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Client, w *faulty, h conformance.Harness, key, id string, i int, cp campaignProg, start time.Time, tenth time.Duration) {
+	proclaim := make(chan struct{}, 1)
+	values := 0
+	value := "v0-" + id
+	e.publish(id, value)
+	fn := func(ctx context.Context, l *fencelock.Lease) error {
+		e.mu.Lock()
+		for _, t := range e.terms {
+			if t.ctx.Err() == nil {
+				e.vs = append(e.vs, violation{"NoTwoHolders", fmt.Sprintf("election: %s's callback (token %d) started while c%d's (token %d) context was live", id, l.Token(), t.who, t.token)})
+			}
+		}
+		e.terms = append(e.terms, electTerm{who: i, token: l.Token(), ctx: ctx})
+		e.mu.Unlock()
+		rec.note("%s leads, token %d", id, l.Token())
+		for {
+			select {
+			case <-ctx.Done():
+				rec.note("%s's term (token %d) ends: %v", id, l.Token(), context.Cause(ctx))
+				return ctx.Err()
+			case <-proclaim:
+				values++
+				v := fmt.Sprintf("v%d-%s", values, id)
+				e.publish(id, v) // before the store can show it
+				err := l.SetMetadata(ctx, []byte(v))
+				rec.note("%s proclaims %s: %v", id, v, err)
+			}
+		}
+	}
+	run := func() (stop func()) {
+		ectx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Elect(ectx, key, id, []byte(value), fn, nil) }()
+		return func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				e.violate("ResignFreesKey", "%s: Elect returned %v after its ctx ended; want context.Canceled", id, err)
+			}
+		}
+	}
+	stop := run()
+	wait := func(tenths int) {
+		sleepCtx(ctx, time.Duration(tenths)*tenth-time.Since(start))
+	}
+	for _, a := range cp.actions {
+		wait(a.at)
+		switch a.kind {
+		case electResign:
+			rec.note("%s resigns and campaigns again", id)
+			stop()
+			stop = run()
+		case electProclaim:
+			select {
+			case proclaim <- struct{}{}:
+			default:
+			}
+		case electCrash:
+			rec.note("%s crashes", id)
+			w.crash()
+			if h.Crash != nil {
+				h.Crash(w.b)
+			}
+			wait(30)
+			stop()
+			return
+		}
+	}
+	wait(30)
+	stop()
+}
+
+// checkObserved checks what Observe delivered.
+func (e *electRun) checkObserved(ls []fencelock.Leader) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var top fencelock.Token
+	gone := map[string]bool{}
+	for i, l := range ls {
+		if i > 0 {
+			if p := ls[i-1]; p.Elected() && p.Owner != l.Owner {
+				gone[p.Owner] = true
+			}
+		}
+		if !l.Elected() {
+			continue
+		}
+		if l.Token < top || gone[l.Owner] {
+			e.vs = append(e.vs, violation{"ObserveInOrder", fmt.Sprintf("delivery %d (%s) after a newer one", i, describeLeader(l))})
+		}
+		top = max(top, l.Token)
+		if !e.published[l.Identity][string(l.Value)] {
+			e.vs = append(e.vs, violation{"ObservedValuePublished", fmt.Sprintf("delivery %d (%s): %q was never published by %q", i, describeLeader(l), l.Value, l.Identity)})
+		}
+	}
+}
+
+func describeLeader(l fencelock.Leader) string {
+	if !l.Elected() {
+		return "no leader"
+	}
+	return fmt.Sprintf("%s#%d %q", l.Identity, l.Token, l.Value)
+}
