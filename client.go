@@ -556,8 +556,12 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	// fn's context is a child of the lease's, which the engine cancels
+	// before it gives the key up (a callback on it, as AfterFunc would
+	// run, can come after the next holder has started); ctx's end
+	// cancels it too.
+	fctx, cancel := context.WithCancelCause(l.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	release := func() error {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
 		defer rcancel()

@@ -340,9 +340,11 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 			l.metaReq = p.meta // retried with the next renewal
 		}
 	}
-	if rotate && err != nil && !definite(err) {
+	if (rotate || p.meta != nil) && err != nil && !definite(err) {
 		// The rotation may have taken effect: our record may now carry
-		// a token we have not seen. Kept until a renewal succeeds.
+		// a token we have not seen (a metadata update issues one too on
+		// stores whose token is the record's version: etcd, ZooKeeper).
+		// Kept until a renewal succeeds.
 		l.unsure = true
 	}
 	if l.state != held {

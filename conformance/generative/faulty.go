@@ -126,7 +126,10 @@ func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (g driv
 }
 
 func (w *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (ng driver.Grant, err error) {
-	err = w.call(ctx, "renew", req.Rotate, []string{g.Owner}, func() error {
+	// A metadata update may issue a new token as a rotation does (etcd and
+	// ZooKeeper re-put the record, whose version is the token): a fault
+	// that hides its outcome is treated like one hiding a rotation's.
+	err = w.call(ctx, "renew", req.Rotate || req.SetMetadata, []string{g.Owner}, func() error {
 		ng, err = w.b.Renew(ctx, g, req)
 		if debug {
 			w.rec.note("renew rotate %v %v -> %v %v", req.Rotate, g, ng, err)
