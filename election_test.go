@@ -705,3 +705,36 @@ func TestElectNextLeaderStartsAfterOldContextCancelled(t *testing.T) {
 		})
 	}
 }
+
+// TestDoNextHolderStartsAfterOldContextCancelled: Do's callback context
+// is cancelled before the engine gives the key up, so the next holder's
+// Do never starts while the lost holder's callback context is live (the
+// same gap Elect had: a cancellation run from context.AfterFunc can come
+// after the key was freed).
+func TestDoNextHolderStartsAfterOldContextCancelled(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			store := memory.NewStore()
+			log := newTermLog()
+			o := &fencelock.Options{TTL: 3 * time.Second}
+			rf := &renewFails{Backend: store.Backend()}
+			a := newClient(t, rf, o)
+			b := newClient(t, store.Backend(), o)
+			done := make(chan error, 2)
+			go func() { done <- a.Do(t.Context(), "k", log.fn("a")) }()
+			synctest.Wait()
+			go func() { done <- b.Do(t.Context(), "k", log.fn("b")) }()
+			synctest.Wait()
+			rf.on.Store(true)
+			if err := <-done; !errors.Is(err, fencelock.ErrLeaseLost) {
+				t.Fatalf("a's Do = %v; want its lease lost", err)
+			}
+			time.Sleep(3 * time.Second) // a's record expires; b's polling takes the key
+			synctest.Wait()
+			if terms := log.snapshot(); len(terms) < 2 || terms[1].who != "b" {
+				t.Fatalf("terms %+v; want b's Do running after a lost the key", terms)
+			}
+			log.checkNoOverlap(t)
+		})
+	}
+}
