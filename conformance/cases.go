@@ -801,6 +801,22 @@ func (r *eventLog) kinds(key string) []string {
 	return out
 }
 
+// await polls the log (the observer offers nothing to block on) until an
+// event of kind for key is recorded, failing the test after bound.
+func (r *eventLog) await(t *testing.T, key string, kind fencelock.EventKind, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		if _, ok := r.last(key, kind); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event for %q within %v; events %v", kind, key, bound, r.kinds(key))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (r *eventLog) last(key string, kind fencelock.EventKind) (fencelock.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -825,16 +841,7 @@ func testObserver(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	// Hold through at least one renewal.
-	deadline := time.Now().Add(s.h.TTL + s.h.Slack)
-	for {
-		if _, ok := rec.last(key, fencelock.EventRenewed); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no renewed event within TTL+slack; events %v", rec.kinds(key))
-		}
-		time.Sleep(10 * time.Millisecond) // polling the recorder; nothing to await
-	}
+	rec.await(t, key, fencelock.EventRenewed, s.h.TTL+s.h.Slack)
 	// A contender waits, then gets the key on release.
 	got := make(chan *fencelock.Lease, 1)
 	go func() {
@@ -845,16 +852,7 @@ func testObserver(t *testing.T, s *suite) {
 		got <- wl
 	}()
 	// Release only once the contender has found the key held.
-	deadline = time.Now().Add(s.h.TTL + s.h.Slack)
-	for {
-		if _, ok := rec.last(key, fencelock.EventWaiting); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the contender reported no waiting event within TTL+slack; events %v", rec.kinds(key))
-		}
-		time.Sleep(5 * time.Millisecond) // polling the recorder; nothing to await
-	}
+	rec.await(t, key, fencelock.EventWaiting, s.h.TTL+s.h.Slack)
 	mustRelease(t, l)
 	wl := <-got
 	if wl == nil {
