@@ -22,8 +22,9 @@ const maxTxnOps = 128
 
 // Backend is a lock store on an etcd cluster. It implements
 // driver.Backend and the optional capabilities driver.Waiter (FIFO
-// queueing), driver.BatchRenewer, driver.LossNotifier (a watch on the
-// holder's entry), driver.ForceReleaser and driver.Describer.
+// queueing), driver.Watcher (a watch on a key's queue, for observers),
+// driver.BatchRenewer, driver.LossNotifier (a watch on the holder's
+// entry), driver.ForceReleaser and driver.Describer.
 type Backend struct {
 	cli            *clientv3.Client
 	own            bool // Close closes cli
