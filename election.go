@@ -235,13 +235,14 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 // have changed (driver.Watcher: PostgreSQL's LISTEN/NOTIFY on the
 // release of a key someone waited for, Redis's pub/sub on release, inotify
 // on every write of the file backend, the memory backend on release,
-// etcd's watch on every change of the key's queue); when the leader's record is due to expire
+// etcd's and ZooKeeper's watches on every change of the key's queue and
+// its holder); when the leader's record is due to expire
 // by the store's report (Info.Remaining), so a crashed leader's end is
 // seen as soon as the store has expired it; and otherwise at least every
 // Options.MaxBackoff (default 1s) — the polling bound on backends without
-// notifications (ZooKeeper, MongoDB), and for changes a backend does not
-// notify (on PostgreSQL, Redis and memory: a new leader, a new value;
-// etcd's watch on the key's queue notifies every change). After the key was seen free it
+// notifications (MongoDB), and for changes a backend does not notify (on
+// PostgreSQL, Redis and memory: a new leader, a new value; etcd's and
+// ZooKeeper's watches notify every change). After the key was seen free it
 // reads sooner, from Options.MinBackoff doubling up to that bound, as a
 // new leader usually follows at once. A failing store is read again with
 // the same backoff; its failures are not delivered.

@@ -16,8 +16,9 @@ import (
 )
 
 // Backend is a fencelock backend on one ZooKeeper session. It implements
-// driver.Backend and the optional Waiter, BatchRenewer, LossNotifier,
-// ForceReleaser, TokenFloorer and Describer. It is safe for concurrent use.
+// driver.Backend and the optional Waiter, Watcher, BatchRenewer,
+// LossNotifier, ForceReleaser, TokenFloorer and Describer. It is safe for
+// concurrent use.
 type Backend struct {
 	conn  *zk.Conn
 	owned bool    // Open dialled conn; Close closes it
