@@ -171,7 +171,11 @@ func TestSemaphorePermitsMismatchRefused(t *testing.T) {
 		for name, acquire := range map[string]func(context.Context, ...fencelock.AcquireOption) (*fencelock.Lease, error){
 			"TryAcquire": sb.TryAcquire, "Acquire": sb.Acquire,
 		} {
-			_, err := acquire(t.Context())
+			// Bounded: a caller that ignored the mismatch might wait
+			// for a slot a holds.
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			_, err := acquire(ctx)
+			cancel()
 			var me *fencelock.PermitsMismatchError
 			if !errors.Is(err, fencelock.ErrPermitsMismatch) || !errors.As(err, &me) || me.Held != 2 || me.Permits != n || me.Slot != la.Key() {
 				t.Errorf("%s with %d permits while a holds one of 2: %v; want a *PermitsMismatchError (held 2, slot %s)", name, n, err, la.Key())
