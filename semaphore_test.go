@@ -301,3 +301,42 @@ func TestSemaphoreBadInput(t *testing.T) {
 		t.Errorf("TryAcquire on the longest key: %v, %v", l, err)
 	}
 }
+
+// hookAcquire runs before every Acquire of its backend.
+type hookAcquire struct {
+	driver.Backend
+	before func(key string)
+}
+
+func (h hookAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	h.before(req.Key)
+	return h.Backend.Acquire(ctx, req)
+}
+
+// A caller with another N that takes a permit between a TryAcquire's
+// first check and its grant (and so passes its own check after its grant) is caught by the check after the grant: the
+// permit just taken is released and the mismatch reported.
+func TestSemaphorePermitsMismatchCaughtAfterGrant(t *testing.T) {
+	store := memory.NewStore()
+	other := newClient(t, store.Backend(), &fencelock.Options{Owner: "other"})
+	var once sync.Once
+	var intruder *fencelock.Lease
+	hook := func(string) {
+		once.Do(func() {
+			l, err := semaphore(t, other, "pool", 5).TryAcquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			intruder = l
+		})
+	}
+	c := newClient(t, hookAcquire{Backend: store.Backend(), before: hook}, &fencelock.Options{Owner: "c"})
+	_, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context())
+	if !errors.Is(err, fencelock.ErrPermitsMismatch) {
+		t.Fatalf("TryAcquire while a caller with 5 permits took one just before the grant: %v; want ErrPermitsMismatch", err)
+	}
+	hs := holders(t, semaphore(t, other, "pool", 5))
+	if len(hs) != 1 || intruder == nil || hs[0].Owner != intruder.Owner() {
+		t.Fatalf("holders %v; want only the other caller's permit: the refused permit must be released", hs)
+	}
+}
