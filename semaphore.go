@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -194,7 +195,12 @@ func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, 
 		if ctx.Err() != nil {
 			return nil, s.c.ended(ctx, err)
 		}
-		if l, err = s.race(ctx, opts); err != nil {
+		if s.c.waiter == nil && s.c.watcher == nil {
+			l, err = s.poll(ctx, opts, err)
+		} else {
+			l, err = s.race(ctx, opts)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -219,12 +225,14 @@ func (s *Semaphore) options(opts []AcquireOption) []AcquireOption {
 // slot's state is unknown); else an error matching ErrNotAcquired.
 func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, error) {
 	var transient error
+	var held []error
 	for _, i := range rand.Perm(s.n) {
 		l, err := s.c.TryAcquire(ctx, s.slots[i], opts...)
 		switch {
 		case err == nil:
 			return l, nil
 		case errors.Is(err, ErrNotAcquired):
+			held = append(held, err)
 		case definite(err) || ctx.Err() != nil:
 			return nil, err
 		default:
@@ -234,8 +242,75 @@ func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, e
 	if transient != nil {
 		return nil, transient
 	}
-	return nil, fmt.Errorf("%w: all %d permits of semaphore %s are held", ErrNotAcquired, s.n, strconv.Quote(s.key))
+	return nil, fmt.Errorf("%w: all %d permits of semaphore %s are held%w", ErrNotAcquired, s.n, strconv.Quote(s.key), heldBy(held))
 }
+
+// poll waits for a permit on a backend that can neither queue nor
+// notify: tryAll again after a capped, jittered backoff, never longer than
+// until the first holder's record is due to expire. (Racing N polling
+// Acquires there would cancel N−1 store requests in flight at every win;
+// a store that applies a cancelled insert after the engine's clean-up has
+// looked (FerretDB) keeps such a record until its TTL.)
+func (s *Semaphore) poll(ctx context.Context, opts []AcquireOption, last error) (*Lease, error) {
+	backoff := s.c.o.MinBackoff
+	for {
+		wait := jitter(backoff)
+		if d := soonestExpiry(last); d > 0 && d < wait {
+			wait = d + time.Millisecond
+		}
+		if err := s.c.sleep(ctx, wait); err != nil {
+			return nil, s.c.ended(ctx, last)
+		}
+		backoff = min(2*backoff, s.c.o.MaxBackoff)
+		l, err := s.tryAll(ctx, opts)
+		switch {
+		case err == nil:
+			return l, nil
+		case definite(err) && !errors.Is(err, ErrNotAcquired):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, s.c.ended(ctx, err)
+		}
+		last = err
+	}
+}
+
+// soonestExpiry returns the shortest Remaining among the holders that
+// the *HeldErrors wrapped in err name (0 if none is known).
+func soonestExpiry(err error) time.Duration {
+	var soonest time.Duration
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *HeldError:
+			if r := e.Holder.Remaining; r > 0 && (soonest == 0 || r < soonest) {
+				soonest = r
+			}
+		case interface{ Unwrap() []error }:
+			for _, e := range e.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			if e := e.Unwrap(); e != nil {
+				walk(e)
+			}
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return soonest
+}
+
+// heldBy carries the slots' *HeldErrors (for the time to their expiry)
+// in an error whose text is empty.
+func heldBy(errs []error) error { return silent{errors.Join(errs...)} }
+
+// silent wraps an error without adding to the message.
+type silent struct{ err error }
+
+func (silent) Error() string   { return "" }
+func (e silent) Unwrap() error { return e.err }
 
 // race waits on every slot at once, with a shared cancellation, and
 // returns the first permit. It returns only when every wait has ended;

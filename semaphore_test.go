@@ -35,7 +35,24 @@ func holders(t *testing.T, s *fencelock.Semaphore) []fencelock.Permit {
 	return hs
 }
 
+// semBackends are the two ways a Semaphore waits: racing the engine's
+// waits on every slot (memory notifies waiters), and polling every slot
+// (a backend that can neither queue nor notify).
+var semBackends = []struct {
+	name string
+	wrap func(*memory.Backend) driver.Backend
+}{
+	{"notify", func(b *memory.Backend) driver.Backend { return b }},
+	{"poll", func(b *memory.Backend) driver.Backend { return plain{b} }},
+}
+
 func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
+	for _, sb := range semBackends {
+		t.Run(sb.name, func(t *testing.T) { testSemaphoreNeverMoreThanN(t, sb.wrap) })
+	}
+}
+
+func testSemaphoreNeverMoreThanN(t *testing.T, wrap func(*memory.Backend) driver.Backend) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, clients, workers, rounds = 3, 4, 4, 15
 		store := memory.NewStore()
@@ -46,7 +63,7 @@ func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
 			wg           sync.WaitGroup
 		)
 		for ci := range clients {
-			c := newClient(t, store.Backend(), &fencelock.Options{TTL: time.Second, Owner: fmt.Sprint("c", ci)})
+			c := newClient(t, wrap(store.Backend()), &fencelock.Options{TTL: time.Second, Owner: fmt.Sprint("c", ci)})
 			s := semaphore(t, c, "pool", n)
 			for range workers {
 				wg.Add(1)
@@ -202,12 +219,18 @@ func TestSemaphorePermitsMismatchRefused(t *testing.T) {
 // A holder that stops renewing (a crash, a partition) gives its permit
 // back within the TTL.
 func TestSemaphoreCrashedHolderFreedWithinTTL(t *testing.T) {
+	for _, sb := range semBackends {
+		t.Run(sb.name, func(t *testing.T) { testSemaphoreCrash(t, sb.wrap) })
+	}
+}
+
+func testSemaphoreCrash(t *testing.T, wrap func(*memory.Backend) driver.Backend) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, ttl = 2, 3 * time.Second
 		store := memory.NewStore()
 		deadB := store.Backend()
 		dead := newClient(t, deadB, &fencelock.Options{TTL: ttl, Owner: "dead"})
-		live := newClient(t, store.Backend(), &fencelock.Options{TTL: ttl, Owner: "live"})
+		live := newClient(t, wrap(store.Backend()), &fencelock.Options{TTL: ttl, Owner: "live"})
 		sd, sl := semaphore(t, dead, "pool", n), semaphore(t, live, "pool", n)
 		start := time.Now()
 		for range n {
