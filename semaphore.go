@@ -92,8 +92,9 @@ func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermi
 // Generic: a Semaphore only uses the Client's Acquire, TryAcquire and
 // List, so it works on every backend; no backend has a native one yet.
 // A waiting Acquire waits on every slot at once with the engine's own
-// waiting (the backend's queue or notifications, else polling with
-// backoff), so it is not FIFO across slots even on queueing stores.
+// waiting where the backend can queue or notify, and polls every slot
+// with backoff where it can do neither; it is not FIFO across slots, even
+// on queueing stores.
 type Semaphore struct {
 	c     *Client
 	key   string
@@ -159,11 +160,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 
 // Acquire takes a permit, waiting while all N are held, until it has one
 // or ctx ends (or WithWait's bound passes: an error matching
-// ErrNotAcquired). It first tries every slot once in a random order; then
-// it waits on every slot at once, as Client.Acquire waits for a key, and
-// keeps the first permit it gets: the waits on the other slots are
-// cancelled, and a permit one of them got meanwhile is released before
-// Acquire returns. A wait that ends without a permit leaves nothing
+// ErrNotAcquired). It first tries every slot once in a random order.
+// Then, on a backend that can queue or notify, it waits on every slot at
+// once, as Client.Acquire waits for a key, and keeps the first permit it
+// gets: the waits on the other slots are cancelled, and a permit one of
+// them got meanwhile is released before Acquire returns. On a backend that
+// can do neither it tries every slot again after a capped, jittered
+// backoff, never later than the soonest holder's record is due to expire. A wait that ends without a permit leaves nothing
 // behind in the store. A holder that uses another number of permits makes
 // Acquire return a *PermitsMismatchError (see Semaphore). opts apply to
 // the permit's lease as to Client.Acquire.
