@@ -166,8 +166,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // gets: the waits on the other slots are cancelled, and a permit one of
 // them got meanwhile is released before Acquire returns. On a backend that
 // can do neither it tries every slot again after a capped, jittered
-// backoff, never later than the soonest holder's record is due to expire. A wait that ends without a permit leaves nothing
-// behind in the store. A holder that uses another number of permits makes
+// backoff, never later than the soonest holder's record is due to
+// expire. A wait that ends without a permit (ctx, WithWait, or
+// Client.Close: ErrClosed) leaves nothing behind in the store. A holder that uses another number of permits makes
 // Acquire return a *PermitsMismatchError (see Semaphore). opts apply to
 // the permit's lease as to Client.Acquire.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
@@ -182,8 +183,13 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 		defer cancel()
 	}
 	opts = s.options(opts)
-	l, err := s.acquire(ctx, opts)
-	return l, waitBoundErr(parent, ctx, cfg.wait, err)
+	bound, done, err := s.c.begin(ctx) // Close ends the wait, and waits for its clean-up
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	l, err := s.acquire(bound, opts)
+	return l, waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, bound, err))
 }
 
 func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, error) {

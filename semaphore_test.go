@@ -363,3 +363,36 @@ func TestSemaphorePermitsMismatchCaughtAfterGrant(t *testing.T) {
 		t.Fatalf("holders %v; want only the other caller's permit: the refused permit must be released", hs)
 	}
 }
+
+// Client.Close ends a Semaphore.Acquire that is waiting, both ways, with
+// ErrClosed, and nothing is left behind.
+func TestSemaphoreCloseEndsWait(t *testing.T) {
+	for _, sb := range semBackends {
+		t.Run(sb.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				a := newClient(t, store.Backend(), nil)
+				if _, err := semaphore(t, a, "pool", 1).TryAcquire(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				b, err := fencelock.New(sb.wrap(store.Backend()), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				errc := make(chan error, 1)
+				go func() {
+					_, err := semaphore(t, b, "pool", 1).Acquire(t.Context())
+					errc <- err
+				}()
+				synctest.Wait()
+				b.Close()
+				if err := <-errc; !errors.Is(err, fencelock.ErrClosed) {
+					t.Errorf("waiting Acquire after Close: %v; want ErrClosed", err)
+				}
+				if hs := holders(t, semaphore(t, a, "pool", 1)); len(hs) != 1 {
+					t.Errorf("holders %v; want only a's", hs)
+				}
+			})
+		})
+	}
+}
