@@ -413,6 +413,11 @@ func TestRunPermits(t *testing.T) {
 	if _, stderr, code := f.run("run", "--permits", "1", "--no-wait", "pool", "--", "true"); code != 0 {
 		t.Errorf("run --permits 1 after every holder exited: exit %d; want 0 (nothing left behind)\n%s", code, stderr)
 	}
+	// --summary reports the permit's lease.
+	_, stderr, code = f.run("run", "--permits", "3", "pool", "--", fencelockBin, "run", "--permits", "3", "--summary", "pool", "--", "true")
+	if code != 0 || !strings.Contains(stderr, "end=released") {
+		t.Errorf("run --permits 3 --summary: exit %d; want 0 and end=released\n%s", code, stderr)
+	}
 	for _, bad := range [][]string{{"--permits", "0"}, {"--permits", "-1"}, {"--permits", "257"}, {"--permits", "2", strings.Repeat("k", 510)}} {
 		args := append(append([]string{"run"}, bad...), "--", "true")
 		if len(bad) == 2 {
