@@ -131,6 +131,7 @@ var cases = []testCase{
 	{"TokenFloorHolds", "a TokenFloorer reports the highest token it issued per key, and after RaiseFloor every new token of that key (or of every key, for a global floor) is above the floor; a held lock keeps its token; raising to a lower floor changes nothing; a bad key is rejected.", testTokenFloor},
 	{"MetadataStoredAndHolderOnly", "a metadata payload (any bytes, up to driver.MaxMetadataLen; empty reads back as nil) is stored by Acquire and reported by Inspect and List; only the current holder's Renew with SetMetadata replaces it (a stale or forged grant gets ErrNotHeld and changes nothing); a Renew without SetMetadata, RenewBatch and rotation keep it; a same-owner re-Acquire replaces it; Release and ForceRelease drop it; an oversized payload is refused with an *InvalidOptionError and nothing is stored.", testMetadata},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
+	{"Semaphore", "fencelock.Semaphore, generic over every backend (each permit a lease on a slot key), through the store: at most N holders, cancelled waits leave nothing, a different N is refused, Holders lists every holder, crashed holders' permits return within TTL (subtests, each with its own rule).", testSemaphore},
 	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
 	{"Election", electionRule, testElection},
 }

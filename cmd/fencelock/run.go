@@ -21,6 +21,7 @@ import (
 
 const runUsage = `
 Usage: fencelock run [flags] KEY -- COMMAND [ARG...]
+       fencelock run --permits N [flags] KEY -- COMMAND [ARG...]
 
 Acquire the lock KEY (waiting while someone else holds it, unless --no-wait),
 run COMMAND while holding it, release it when COMMAND exits, and exit with
@@ -48,6 +49,13 @@ lease stops its children too), except when fencelock's stdin is a terminal:
 then it stays in fencelock's group so that it can use the terminal, and
 terminal-generated INT and QUIT reach it directly rather than being forwarded.
 
+With --permits N, KEY is a semaphore of N permits: at most N runs with the
+same KEY and the same N hold a permit at once, across every host using the
+store. Each permit is a lock on the slot key KEY/.permit/I (0 <= I < N),
+with its own token: FENCELOCK_KEY is that slot key, and a fenced resource
+checks FENCELOCK_TOKEN against it. A run whose N differs from the one a
+holder recorded is refused (exit 64).
+
 With --min-hold D, a COMMAND that finishes before D has passed since KEY was
 granted leaves KEY held until then (ShedLock's lockAtLeastFor), so a
 scheduled job started on several hosts runs on one of them only. On stores
@@ -58,7 +66,8 @@ ZooKeeper and other session stores fencelock stays, renewing, until then.
 Exit status:
   N       COMMAND exited with status N
   128+N   COMMAND was killed by signal N
-  64      usage error (bad flags, bad key, bad URL or unknown URL scheme)
+  64      usage error (bad flags, bad key, bad URL or unknown URL scheme;
+          with --permits, a holder of KEY uses another number of permits)
   69      the backend cannot be opened or reached, or failed
   75      the lock was not acquired: held by someone else (--no-wait), or
           --timeout passed
@@ -82,6 +91,9 @@ const runExamples = `Examples:
   # Across machines, via Redis, waiting at most a minute:
   fencelock run --url redis://redis.internal:6379 --timeout 1m deploy/web -- ./deploy.sh
 
+  # At most 4 concurrent backups across the fleet:
+  fencelock run --url postgres://locks@db/app --permits 4 backup -- ./backup.sh
+
   # Pass the fencing token on to the resource:
   fencelock run accounts/1 -- sh -c 'psql -v ON_ERROR_STOP=1 -v token="$FENCELOCK_TOKEN" -v owner="$FENCELOCK_OWNER" -f write.sql'  # write.sql: docs/fencing.md`
 
@@ -97,6 +109,7 @@ type runFlags struct {
 	graceSet bool // --grace was given; otherwise it is the most the danger zone allows
 	summary  bool
 	minHold  time.Duration
+	permits  int // 0: a plain lock; else a semaphore of this many permits
 }
 
 func cmdRun(e *env, args []string) int {
@@ -118,6 +131,7 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
 	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
 	fset.DurationVar(&rf.minHold, "min-hold", 0, "keep KEY held for at least `D` from the grant, even if COMMAND exits sooner\n(ShedLock's lockAtLeastFor: a fast cron job still keeps the other hosts out)")
+	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(fencelock.MaxPermits)+")")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
@@ -140,12 +154,18 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "durations must not be negative"), true
 	case rf.minHold > fencelock.MaxTTL:
 		return rf, e.usageError("run", "--min-hold %v is longer than the longest lease (%v)", rf.minHold, fencelock.MaxTTL), true
+	case explicit["permits"] && (rf.permits < 1 || rf.permits > fencelock.MaxPermits):
+		return rf, e.usageError("run", "--permits must be between 1 and %d", fencelock.MaxPermits), true
 	case explicit["ttl"] && rf.ttl == 0:
 		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
 	rf.key = pos[0]
 	if err := driver.ValidateKey(rf.key); err != nil {
 		return rf, e.usageError("run", "%v", err), true
+	}
+	if slot := rf.key + fencelock.PermitSeparator + strconv.Itoa(rf.permits-1); rf.permits > 0 && len(slot) > driver.MaxKeyLen {
+		return rf, e.usageError("run", "with --permits %d, KEY may be at most %d bytes: its slot keys (KEY%sI) must fit in %d",
+			rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), fencelock.PermitSeparator, driver.MaxKeyLen), true
 	}
 	return rf, 0, false
 }
@@ -317,6 +337,9 @@ func watchSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc) (stop f
 // acquireForRun acquires rf.key for run. When it fails, ok is false and
 // code is the exit status (its message printed).
 func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
+	if rf.permits > 0 {
+		return e.acquirePermit(ctx, c, rf, u, interrupted)
+	}
 	var err error
 	if rf.noWait {
 		l, err = c.TryAcquire(ctx, rf.key)
@@ -345,6 +368,44 @@ func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFla
 		return nil, code, false
 	}
 	if errors.Is(err, fencelock.ErrNotAcquired) {
+		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
+		return nil, exitNotAcquired, false
+	}
+	return nil, e.fail("run", err, u), false
+}
+
+// acquirePermit is acquireForRun with --permits: a permit of the
+// semaphore KEY.
+func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
+	sem, err := c.Semaphore(rf.key, rf.permits)
+	if err != nil {
+		return nil, e.fail("run", err, u), false
+	}
+	if rf.noWait {
+		l, err = sem.TryAcquire(ctx)
+	} else {
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if rf.timeout > 0 {
+			actx, acancel = context.WithTimeout(ctx, rf.timeout)
+		}
+		l, err = sem.Acquire(actx)
+		acancel()
+		if err != nil && ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, fencelock.ErrPermitsMismatch) {
+			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for one of the %d permits of %s after %v (--timeout)\n", rf.permits, strconv.Quote(rf.key), rf.timeout)
+			return nil, exitNotAcquired, false
+		}
+	}
+	if err == nil {
+		return l, 0, true
+	}
+	if code, ok := interrupted(); ok {
+		return nil, code, false
+	}
+	switch {
+	case errors.Is(err, fencelock.ErrPermitsMismatch):
+		fmt.Fprintf(e.stderr, "fencelock run: %s\n", scrub(err.Error(), u))
+		return nil, exitUsage, false
+	case errors.Is(err, fencelock.ErrNotAcquired):
 		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
 		return nil, exitNotAcquired, false
 	}

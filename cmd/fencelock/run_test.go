@@ -386,3 +386,45 @@ func randSuffix(t *testing.T) string {
 	}
 	return hex.EncodeToString(b[:])
 }
+
+// TestRunPermits: with --permits N, at most N runs of KEY hold a permit at
+// once (nested runs, each holding its permit while the next tries), each
+// with its own slot key in FENCELOCK_KEY; a run with another N is refused
+// (64); bad --permits values are usage errors.
+func TestRunPermits(t *testing.T) {
+	f := newFixture(t)
+	inner := `echo "$FENCELOCK_KEY"; exec "$0" run --permits 2 --no-wait pool -- true`
+	middle := `echo "$FENCELOCK_KEY"; exec "$0" run --permits 2 --no-wait pool -- sh -c '` + inner + `' "$0"`
+	stdout, stderr, code := f.run("run", "--permits", "2", "pool", "--", "sh", "-c", middle, fencelockBin)
+	if code != exitNotAcquired {
+		t.Errorf("a third run while two hold the 2 permits: exit %d; want %d\n%s", code, exitNotAcquired, stderr)
+	}
+	keys := strings.Fields(stdout)
+	if len(keys) != 2 || keys[0] == keys[1] || !strings.HasPrefix(keys[0], "pool/.permit/") || !strings.HasPrefix(keys[1], "pool/.permit/") {
+		t.Errorf("FENCELOCK_KEY of the two holders: %q; want two distinct slot keys pool/.permit/I", stdout)
+	}
+	if !strings.Contains(stderr, "all 2 permits") {
+		t.Errorf("stderr does not say the permits are all held:\n%s", stderr)
+	}
+	_, stderr, code = f.run("run", "--permits", "2", "pool", "--", fencelockBin, "run", "--permits", "3", "--no-wait", "pool", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "permits") {
+		t.Errorf("a run with 3 permits while one holds a permit of 2: exit %d; want %d\n%s", code, exitUsage, stderr)
+	}
+	if _, stderr, code := f.run("run", "--permits", "1", "--no-wait", "pool", "--", "true"); code != 0 {
+		t.Errorf("run --permits 1 after every holder exited: exit %d; want 0 (nothing left behind)\n%s", code, stderr)
+	}
+	// --summary reports the permit's lease.
+	_, stderr, code = f.run("run", "--permits", "3", "pool", "--", fencelockBin, "run", "--permits", "3", "--summary", "pool", "--", "true")
+	if code != 0 || !strings.Contains(stderr, "end=released") {
+		t.Errorf("run --permits 3 --summary: exit %d; want 0 and end=released\n%s", code, stderr)
+	}
+	for _, bad := range [][]string{{"--permits", "0"}, {"--permits", "-1"}, {"--permits", "257"}, {"--permits", "2", strings.Repeat("k", 510)}} {
+		args := append(append([]string{"run"}, bad...), "--", "true")
+		if len(bad) == 2 {
+			args = append(append([]string{"run"}, bad...), "k", "--", "true")
+		}
+		if _, stderr, code := f.run(args...); code != exitUsage {
+			t.Errorf("run %v: exit %d; want %d\n%s", bad, code, exitUsage, stderr)
+		}
+	}
+}

@@ -23,6 +23,7 @@ type runSummary struct {
 	held     time.Duration
 	end      string
 	endCause error
+	heldKey  string // the key of the lease acquired (a permit's slot key), once acquired
 }
 
 func newRunSummary(key string) *runSummary {
@@ -33,6 +34,12 @@ func newRunSummary(key string) *runSummary {
 func (s *runSummary) Observe(e fencelock.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.heldKey != "" && e.Key != s.heldKey {
+		return // with --permits: the cancelled waits on the other slots
+	}
+	if e.Kind == fencelock.EventAcquired {
+		s.heldKey = e.Key
+	}
 	s.counts[e.Kind]++
 	if e.Token != 0 {
 		s.token = e.Token
