@@ -34,7 +34,6 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 	switch {
 	case err == nil:
 		b.remember(req.Key, tok)
-		b.collect(ctx, req.Key, tok, now)
 		b.hold(rid, heldGrant{token: tok})
 		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok), Handle: handle(rid, 0, x.Until)}, inserted, nil
 	case writeErrorAt(err, 0) == 11000:

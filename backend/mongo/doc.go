@@ -141,8 +141,8 @@
 //     or a record's token, which its takeover claims), so its absence
 //     proves the key has no claims and a base of 0 is the highest.
 //     Assumption: no write is delayed in flight by more than
-//     GarbageAfter/2 (1 minute by default on FerretDB, 30 minutes on
-//     MongoDB) before the server applies it.
+//     GarbageAfter/2 (30 minutes by default) before the server applies
+//     it.
 //
 // # Time
 //

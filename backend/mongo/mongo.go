@@ -38,6 +38,8 @@ type Backend struct {
 	own      map[string]ownToken // per key: the highest token this backend claimed
 	warnings []string
 
+	collects atomic.Int64 // calls of collect, for its rarer sweep
+
 	heldMu sync.Mutex
 	held   map[string]heldGrant // per record (rid): the newest grant this backend issued
 }
@@ -103,9 +105,6 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&bi); err == nil {
 		b.version, _ = bi["version"].(string)
 		_, b.ferret = bi["ferretdbVersion"]
-	}
-	if b.ferret && (opts == nil || opts.GarbageAfter == 0) {
-		b.o.GarbageAfter = DefaultGarbageAfterFerretDB
 	}
 	// One createIndexes per index: FerretDB 1.24 panics on a command
 	// creating several indexes when they exist already.
@@ -268,25 +267,27 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (
 	return max(c.Token, c.Floor), nil
 }
 
-// collect deletes garbage once every 64 tokens of a key (tok is the key's
-// newest): the key's token claims below tok older than GarbageAfter
-// (except the claim of token 1), and, of any record, end claims made and
-// renewal claims expired GarbageAfter ago. Claims are immutable, so these
-// filters hold at the delete as they held when read, on every server.
-// Each filter starts with equalities (FerretDB's PostgreSQL handler
-// evaluates those in SQL, the rest on what they select).
+// collect deletes garbage; an acquire that reads a key's highest claim
+// calls it. Once every 64 tokens of a key (tok is the key's newest): the
+// key's token claims below tok older than GarbageAfter (except the claim
+// of token 1). Once every 1024 calls on this Backend:
+// end claims made, and renewal claims expired, GarbageAfter ago, of any
+// record. Claims are immutable, so these filters hold at the delete as
+// they held when read, on every server. Each filter starts with
+// equalities, which FerretDB's PostgreSQL handler evaluates in SQL.
 func (b *Backend) collect(ctx context.Context, key string, tok int64, now time.Time) {
-	if tok%64 != 0 {
-		return
-	}
 	old := date(now.Add(-b.o.GarbageAfter))
-	_, _ = b.locks.DeleteMany(ctx, bson.D{
-		{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
-		{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
-		{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
-	})
-	_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindEnd}, {Key: "at", Value: bson.D{{Key: "$lt", Value: old}}}})
-	_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindRenew}, {Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: old}}}})
+	if tok%64 == 0 {
+		_, _ = b.locks.DeleteMany(ctx, bson.D{
+			{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
+			{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
+			{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
+		})
+	}
+	if b.collects.Add(1)%1024 == 0 {
+		_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindEnd}, {Key: "at", Value: bson.D{{Key: "$lt", Value: old}}}})
+		_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindRenew}, {Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: old}}}})
+	}
 }
 
 func (b *Backend) tokenClaim(key string, tok int64, now time.Time) claimDoc {

@@ -19,8 +19,6 @@ const (
 	DefaultNamespace    = "default"
 	DefaultClockResync  = 30 * time.Second
 	DefaultGarbageAfter = time.Hour
-	// DefaultGarbageAfterFerretDB is GarbageAfter's default on FerretDB.
-	DefaultGarbageAfterFerretDB = 2 * time.Minute
 )
 
 // MaxNamespaceLen is the longest Options.Namespace, in bytes.
@@ -65,21 +63,18 @@ type Options struct {
 	ClockResync time.Duration
 
 	// GarbageAfter is how old a claim must be before it is deleted as
-	// garbage: a token claim below its key's highest (deleted by every
-	// 16th acquire of the key), an end claim, a renewal claim that
-	// expired that long ago (by those deletes, and on MongoDB by a TTL
-	// index on expiresAt). The highest token claim of a key is never
-	// deleted. A token this backend claimed is used as the base of its
-	// next claim for GarbageAfter/2 without reading the key's claims, which
-	// assumes that no write is delayed in flight by more than
-	// GarbageAfter/2 before the server applies it.
-	//
-	// Default 1h on MongoDB, where indexes make retained claims free; 2m on
-	// FerretDB, which reads every document of the collection for each
-	// delete and find (its SQLite handler even for _id lookups), so every
-	// retained claim slows every operation. Between 1 minute and 1 year.
-	// Lock records are never deleted by a TTL index: an expired record
-	// counts as free and is replaced by the next acquire of its key.
+	// garbage: a token claim below its key's highest, an end claim, a
+	// renewal claim that expired that long ago. The acquires that read a
+	// key's claims delete them (a key's old token claims every 64th token,
+	// the rest every 1024th such acquire), and on MongoDB a TTL index on
+	// expiresAt deletes expired renewal claims. The highest token claim of
+	// a key is never deleted. A token this backend claimed is used as the
+	// base of its next claim for GarbageAfter/2 without reading the key's
+	// claims, which assumes that no write is delayed in flight by more
+	// than GarbageAfter/2 before the server applies it. Default 1h;
+	// between 1 minute and 1 year. Lock records are never deleted by a TTL
+	// index: an expired record counts as free and is replaced by the next
+	// acquire of its key.
 	GarbageAfter time.Duration
 }
 
