@@ -114,8 +114,11 @@ func minTTL(a, b time.Duration) time.Duration {
 }
 
 // sides returns the two sub-grants of g. A grant without a Handle (the
-// engine's clean-up after an ambiguous acquire builds one from Inspect)
-// has its sides looked up: each side's record, if it belongs to g's owner.
+// engine builds one from Inspect, after an ambiguous acquire or a
+// rotation it did not see) has its sides looked up: each side's record,
+// if it belongs to g's owner, and only if g's token is the one Inspect
+// reports for them (the larger); any other token is a stale grant's, and
+// ErrNotHeld, as a single store answers a stale token.
 func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, err error) {
 	o = driver.Grant{Key: g.Key, Owner: g.Owner}
 	n = o
@@ -131,6 +134,9 @@ func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, er
 			if info.Owner == g.Owner {
 				s.g.Token = info.Token
 			}
+		}
+		if g.Token != max(o.Token, n.Token) {
+			return o, n, driver.ErrNotHeld
 		}
 		return o, n, nil
 	}

@@ -1,0 +1,94 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// lateRotation wraps one side of a Dual: a rotating renewal takes effect
+// in the store at once, and its answer is held back until reply closes
+// (inFlight closes when the first one has taken effect).
+type lateRotation struct {
+	*memory.Backend
+	once     sync.Once
+	inFlight chan struct{}
+	reply    chan struct{}
+}
+
+func (b *lateRotation) wait(rotate bool) {
+	if rotate {
+		b.once.Do(func() { close(b.inFlight) })
+		<-b.reply
+	}
+}
+
+func (b *lateRotation) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	ng, err := b.Backend.Renew(ctx, g, r)
+	b.wait(r.Rotate)
+	return ng, err
+}
+
+func (b *lateRotation) RenewBatch(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
+	res, err := b.Backend.RenewBatch(ctx, gs, r)
+	b.wait(r.Rotate)
+	return res, err
+}
+
+// Defect (found by the generative mode on Dual): a release into the
+// minimum hold while a rotating renewal was in flight renewed the record
+// under the token it looked up, but with the Handle of the grant it had,
+// which names the old token; Dual refuses such a grant as a stale one, so
+// Release answered "not held", the hold's keep-alive never started, and
+// the key was free long before the window ended. A stale call with the
+// lease's last grant was then accepted by Dual, which looked its sides up
+// by owner whatever the token.
+func TestMinHoldReleaseDuringRotatingRenewalOnDual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		oldStore, newStore := memory.NewStore(), memory.NewStore()
+		lr := &lateRotation{Backend: oldStore.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
+		d := mustDual(t, lr, newStore.Backend())
+		c, err := fencelock.New(d, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := l.Token()
+		<-lr.inFlight // both sides rotated; the old side's answer is late
+		err = l.Release(t.Context())
+		close(lr.reply) // before any Fatal: Close waits for the renewal
+		if err != nil {
+			t.Fatalf("Release into the minimum hold during a rotation = %v; want nil", err)
+		}
+		synctest.Wait()
+		time.Sleep(8 * time.Second) // 9s into the window
+		for name, s := range map[string]*memory.Store{"old": oldStore, "new": newStore} {
+			if info, _ := s.Backend().Inspect(t.Context(), "k"); info.Owner != l.Owner() {
+				t.Errorf("9s into a 10s minimum hold, the %s side has %+v; want the lease's record", name, info)
+			}
+		}
+		// The lease's first grant, without a Handle (as a paused holder's
+		// stale call would send it), is not the record's any more.
+		stale := driver.Grant{Key: "k", Owner: l.Owner(), Token: first}
+		if _, err := d.Renew(t.Context(), stale, driver.RenewRequest{TTL: time.Second}); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("Renew with the pre-rotation token %d and no Handle = %v; want ErrNotHeld", first, err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		for name, s := range map[string]*memory.Store{"old": oldStore, "new": newStore} {
+			if info, _ := s.Backend().Inspect(t.Context(), "k"); info.Locked() {
+				t.Errorf("after the minimum hold, the %s side still has %+v; want the key free", name, info)
+			}
+		}
+	})
+}
