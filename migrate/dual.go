@@ -488,9 +488,17 @@ func renewAll(ctx context.Context, b driver.Backend, grants []driver.Grant, req 
 	return res, nil
 }
 
-// Release implements driver.Backend: both sides, concurrently. It returns
-// ErrNotHeld if either side no longer had the grant (after releasing the
-// other).
+// Release implements driver.Backend: the new side first, then the old,
+// the reverse of Acquire's order. The old side is the gate every dual
+// acquire passes first, so it is opened last: while a release is under
+// way nobody can take old and then be refused by new (an acquire that
+// took old would be rolled back, and Inspect would meanwhile show its
+// owner as the holder of a key it never held). If the new side fails
+// transiently, the old side is kept and the error returned (the engine
+// retries the release; the record expires with its TTL otherwise); a
+// transient failure of the old side is returned as such too. It returns
+// ErrNotHeld if either side no longer had the grant, once the other's
+// record is gone.
 func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	o, n, err := d.sides(ctx, g)
 	if err != nil {
@@ -505,22 +513,30 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	// that raced a rotation removed one side and was refused by the
 	// other, whose record had moved to a new token).
 	lookedUp := g.Handle == "" && (sub[oldSide].Token != 0 || sub[newSide].Token != 0)
-	var errs [2]error
-	onBoth(func(i int) (struct{}, error) {
+	release := func(i int) error {
 		if sub[i].Token == 0 { // looked up and not ours: nothing to release
 			if !lookedUp {
-				errs[i] = driver.ErrNotHeld
+				return driver.ErrNotHeld
 			}
-			return struct{}{}, nil
+			return nil
 		}
 		err := d.side(i).Release(ctx, sub[i])
 		if err == nil || errors.Is(err, driver.ErrNotHeld) {
 			d.forget(i, held[i])
 		}
-		errs[i] = err
-		return struct{}{}, nil
-	})
-	return joinSides(errs[oldSide], errs[newSide])
+		return err
+	}
+	errNew := release(newSide)
+	if errNew != nil && !errors.Is(errNew, driver.ErrNotHeld) {
+		return fmt.Errorf("migrate: new backend: %w", errNew)
+	}
+	errOld := release(oldSide)
+	if errOld != nil && !errors.Is(errOld, driver.ErrNotHeld) {
+		// Not "not held", even if new said so: the old side may still
+		// have the record, and a retry must remove it.
+		return fmt.Errorf("migrate: old backend: %w", errOld)
+	}
+	return joinSides(errOld, errNew)
 }
 
 // merge combines the two sides' records of one key. A key held by the

@@ -92,3 +92,58 @@ func TestMinHoldReleaseDuringRotatingRenewalOnDual(t *testing.T) {
 		}
 	})
 }
+
+// slowRelease wraps one side of a Dual: its Release waits for proceed
+// once started has been closed.
+type slowRelease struct {
+	*memory.Backend
+	started, proceed chan struct{}
+}
+
+func (b *slowRelease) Release(ctx context.Context, g driver.Grant) error {
+	close(b.started)
+	<-b.proceed
+	return b.Backend.Release(ctx, g)
+}
+
+// Defect (found by the generative election programs on Dual): Release
+// freed both sides at once, so while the holder's new-side release was
+// still under way another dual client could take the old side, be
+// refused by the new one and roll back; meanwhile Inspect (and so
+// Observe) reported that client as the holder of a key it never held,
+// under a token the old side issued for nothing. Release now frees new
+// before old: the old side, which every dual acquire takes first, stays
+// closed until the holder is gone from both.
+func TestReleaseKeepsOldSideUntilNewSideIsFree(t *testing.T) {
+	oldStore, newStore := memory.NewStore(), memory.NewStore()
+	sr := &slowRelease{Backend: newStore.Backend(), started: make(chan struct{}), proceed: make(chan struct{})}
+	holder := mustDual(t, oldStore.Backend(), sr)
+	other := mustDual(t, oldStore.Backend(), newStore.Backend())
+	ctx := t.Context()
+	g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- holder.Release(ctx, g) }()
+	<-sr.started // the holder's release is under way on one side at least
+
+	_, err = other.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Minute})
+	var held *driver.HeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "holder" {
+		t.Errorf("Acquire during the holder's release = %v; want HeldError naming the holder", err)
+	}
+	if hw, err := oldStore.Backend().HighWater(ctx, "k"); err != nil || hw.Keys["k"] != g.Token {
+		t.Errorf("old side's high-water mark of k during the release = %v, %v; want %d, no token issued to a dual acquire that could not win", hw.Keys["k"], err, g.Token)
+	}
+	close(sr.proceed)
+	if err := <-released; err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if info, err := other.Inspect(ctx, "k"); err != nil || info.Locked() {
+		t.Errorf("after the release, Inspect = %+v, %v; want the key free", info, err)
+	}
+	if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Minute}); err != nil {
+		t.Errorf("Acquire after the release = %v; want the key", err)
+	}
+}
