@@ -359,7 +359,8 @@ func (d *Dual) forget(i int, h driver.Grant) {
 }
 
 // finish turns the two sides' answers to a renewal of g into the dual
-// answer: ErrNotHeld from either side is ErrNotHeld; otherwise any side's
+// answer: ErrNotHeld from either side is ErrNotHeld (and the other side's
+// record, if it renewed, is released); otherwise any side's
 // error is a transient error; otherwise, after a rotation (or when a side
 // was sent what an earlier failed renewal left), the sides' floors are
 // levelled as Acquire does, and the grant is g with both new sub-grants.
@@ -381,6 +382,18 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
 	}
 	d.settle(held, got, errs, err, req.TTL)
+	if errors.Is(err, driver.ErrNotHeld) {
+		// The lease is over, and nobody will release what the other
+		// side just renewed: release it now, as Acquire does after a
+		// refusal, so that "not held" means gone from both sides (the
+		// record would otherwise keep the key from others on that side
+		// until its TTL, and take a stale call with this grant).
+		for i := range got {
+			if errs[i] == nil {
+				d.cleanup(g.Key, g.Owner, got[i], i)
+			}
+		}
+	}
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -389,7 +402,7 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 
 // Renew implements driver.Backend: both sides, concurrently. ErrNotHeld
 // from either side is ErrNotHeld: a dual lease never falls back to one
-// side. A rotating renewal levels the sides' floors as Acquire does. If
+// side, and the other side's record is released. A rotating renewal levels the sides' floors as Acquire does. If
 // one side rotated and the renewal still failed (the other side failed
 // transiently), the engine's retry with the grant it holds is sent with
 // the rotated side's new token, so the lease survives.

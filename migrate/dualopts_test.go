@@ -147,3 +147,44 @@ func TestReleaseKeepsOldSideUntilNewSideIsFree(t *testing.T) {
 		t.Errorf("Acquire after the release = %v; want the key", err)
 	}
 }
+
+// Defect (found by the generative mode on Dual): a renewal that one side
+// refused (its record forced away) and the other side renewed answered
+// ErrNotHeld and left the renewed record behind: it kept the key from
+// others on that side until its TTL, and a stale Release with the
+// lease's grant was accepted though the holder had been told its lease
+// was gone.
+func TestRenewRefusedByOneSideReleasesTheOther(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		oldStore, newStore := memory.NewStore(), memory.NewStore()
+		d := mustDual(t, oldStore.Backend(), newStore.Backend())
+		ctx := t.Context()
+		g, err := d.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newStore.Backend().ForceRelease(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		req := driver.RenewRequest{TTL: time.Minute}
+		if batch {
+			var res []driver.RenewResult
+			res, err = d.RenewBatch(ctx, []driver.Grant{g}, req)
+			if err == nil {
+				err = res[0].Err
+			}
+		} else {
+			_, err = d.Renew(ctx, g, req)
+		}
+		if !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("batch %v: renewal after the new side's record was forced away = %v; want ErrNotHeld", batch, err)
+		}
+		if info, _ := oldStore.Backend().Inspect(ctx, "k"); info.Locked() {
+			t.Errorf("batch %v: after ErrNotHeld the old side still has %+v; want it released", batch, info)
+		}
+		stale := driver.Grant{Key: g.Key, Owner: g.Owner, Token: g.Token}
+		if err := d.Release(ctx, stale); !errors.Is(err, driver.ErrNotHeld) {
+			t.Errorf("batch %v: a stale Release with the lease's grant = %v; want ErrNotHeld", batch, err)
+		}
+	}
+}
