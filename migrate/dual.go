@@ -35,6 +35,9 @@ type Dual struct {
 	mu     sync.Mutex
 	unseen map[subKey]subState // see settle
 	high   int                 // prune unseen when it reaches this size
+
+	releasing map[leaseKey]time.Time // see releaseStarted
+	relHigh   int                    // prune releasing when it reaches this size
 }
 
 var (
@@ -351,6 +354,41 @@ func (d *Dual) settle(held, got [2]driver.Grant, errs [2]error, reported error, 
 	}
 }
 
+// leaseKey names a lease by key and owner (owners are unique per lease).
+type leaseKey struct{ key, owner string }
+
+// releaseMemory is how long Dual remembers that a lease's release began.
+const releaseMemory = time.Minute
+
+// startRelease remembers that the release of the lease of key and owner
+// began, for releaseStarted.
+func (d *Dual) startRelease(key, owner string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	if d.releasing == nil {
+		d.releasing = make(map[leaseKey]time.Time)
+	}
+	if len(d.releasing) >= max(d.relHigh, 64) {
+		for k, until := range d.releasing {
+			if !now.Before(until) {
+				delete(d.releasing, k)
+			}
+		}
+		d.relHigh = 2 * len(d.releasing)
+	}
+	d.releasing[leaseKey{key, owner}] = now.Add(releaseMemory)
+}
+
+// releaseStarted reports whether a release of the lease of key and owner
+// began through this Dual in the last releaseMemory.
+func (d *Dual) releaseStarted(key, owner string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until, ok := d.releasing[leaseKey{key, owner}]
+	return ok && time.Now().Before(until)
+}
+
 // forget drops what is remembered of side i's sub-grant h.
 func (d *Dual) forget(i int, h driver.Grant) {
 	d.mu.Lock()
@@ -382,12 +420,15 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
 	}
 	d.settle(held, got, errs, err, req.TTL)
-	if errors.Is(err, driver.ErrNotHeld) {
+	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) {
 		// The lease is over, and nobody will release what the other
 		// side just renewed: release it now, as Acquire does after a
 		// refusal, so that "not held" means gone from both sides (the
 		// record would otherwise keep the key from others on that side
-		// until its TTL, and take a stale call with this grant).
+		// until its TTL, and take a stale call with this grant). Not
+		// if the holder's release has begun: the refusal may be that
+		// release's doing, and the release (with the engine's look-up
+		// by owner after a "not held") removes what is left.
 		for i := range got {
 			if errs[i] == nil {
 				d.cleanup(g.Key, g.Owner, got[i], i)
@@ -513,6 +554,7 @@ func renewAll(ctx context.Context, b driver.Backend, grants []driver.Grant, req 
 // ErrNotHeld if either side no longer had the grant, once the other's
 // record is gone.
 func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
+	d.startRelease(g.Key, g.Owner)
 	o, n, err := d.sides(ctx, g)
 	if err != nil {
 		return err

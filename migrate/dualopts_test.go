@@ -188,3 +188,77 @@ func TestRenewRefusedByOneSideReleasesTheOther(t *testing.T) {
 		}
 	}
 }
+
+// Defect (found by the generative mode once a refused renewal released
+// the other side): the holder's release, new side first, raced a rotating
+// renewal that had rotated the old side; the release's old-side call was
+// refused (the token had moved), and before the engine could look the
+// record up by owner and release it, the renewal, refused by the new
+// side the release had just freed, released the old side's record
+// itself. The engine found no record and reported its own release as a
+// loss. A renewal refused while the holder's release is under way leaves
+// the clean-up to that release.
+func TestReleaseRacingRotationIsNotALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		oldStore, newStore := memory.NewStore(), memory.NewStore()
+		hold, letGo := make(chan struct{}), make(chan struct{})
+		var once, releaseOnce sync.Once
+		newSide := &hookNew{Backend: newStore.Backend(), renew: func() { once.Do(func() { close(hold); <-letGo }) }}
+		oldSide := &hookOld{Backend: oldStore.Backend(), released: func() {
+			releaseOnce.Do(func() { close(letGo); synctest.Wait() })
+		}}
+		d := mustDual(t, oldSide, newSide)
+		c, err := fencelock.New(d, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-hold // the old side rotated; the new side's rotation waits
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("Release racing a rotation = %v; want nil", err)
+		}
+		for name, s := range map[string]*memory.Store{"old": oldStore, "new": newStore} {
+			if info, _ := s.Backend().Inspect(t.Context(), "k"); info.Locked() {
+				t.Errorf("after the release, the %s side has %+v; want the key free", name, info)
+			}
+		}
+	})
+}
+
+// hookNew calls renew before a rotating renewal reaches the store.
+type hookNew struct {
+	*memory.Backend
+	renew func()
+}
+
+func (h *hookNew) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	if r.Rotate {
+		h.renew()
+	}
+	return h.Backend.Renew(ctx, g, r)
+}
+
+func (h *hookNew) RenewBatch(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
+	if r.Rotate {
+		h.renew()
+	}
+	return h.Backend.RenewBatch(ctx, gs, r)
+}
+
+// hookOld calls released after a Release the store refused.
+type hookOld struct {
+	*memory.Backend
+	released func()
+}
+
+func (h *hookOld) Release(ctx context.Context, g driver.Grant) error {
+	err := h.Backend.Release(ctx, g)
+	if errors.Is(err, driver.ErrNotHeld) {
+		h.released()
+	}
+	return err
+}
