@@ -354,6 +354,24 @@ func (d *Dual) settle(held, got [2]driver.Grant, errs [2]error, reported error, 
 	}
 }
 
+// movedOn reports whether a side that refused a renewal of g (errs) still
+// has a record of g's owner, or could not be asked: the refusal was of a
+// token that moved, not of the lease.
+func (d *Dual) movedOn(g driver.Grant, errs [2]error) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for i, err := range errs {
+		if !errors.Is(err, driver.ErrNotHeld) {
+			continue
+		}
+		info, err := d.side(i).Inspect(ctx, g.Key)
+		if err != nil || info.Owner == g.Owner {
+			return true
+		}
+	}
+	return false
+}
+
 // leaseKey names a lease by key and owner (owners are unique per lease).
 type leaseKey struct{ key, owner string }
 
@@ -420,7 +438,7 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
 	}
 	d.settle(held, got, errs, err, req.TTL)
-	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) {
+	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) && !d.movedOn(g, errs) {
 		// The lease is over, and nobody will release what the other
 		// side just renewed: release it now, as Acquire does after a
 		// refusal, so that "not held" means gone from both sides (the
@@ -428,7 +446,10 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		// until its TTL, and take a stale call with this grant). Not
 		// if the holder's release has begun: the refusal may be that
 		// release's doing, and the release (with the engine's look-up
-		// by owner after a "not held") removes what is left.
+		// by owner after a "not held") removes what is left. Nor if
+		// the refusing side still has the owner's record under another
+		// token: a rotation the caller has not seen moved it, and the
+		// engine looks it up by owner and carries on with both sides.
 		for i := range got {
 			if errs[i] == nil {
 				d.cleanup(g.Key, g.Owner, got[i], i)

@@ -262,3 +262,73 @@ func (h *hookOld) Release(ctx context.Context, g driver.Grant) error {
 	}
 	return err
 }
+
+// rotated wraps a side and closes done once a rotating renewal has taken
+// effect there.
+type rotated struct {
+	*memory.Backend
+	once sync.Once
+	done chan struct{}
+}
+
+func (r *rotated) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	ng, err := r.Backend.Renew(ctx, g, req)
+	if req.Rotate {
+		r.once.Do(func() { close(r.done) })
+	}
+	return ng, err
+}
+
+func (r *rotated) RenewBatch(ctx context.Context, gs []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	res, err := r.Backend.RenewBatch(ctx, gs, req)
+	if req.Rotate {
+		r.once.Do(func() { close(r.done) })
+	}
+	return res, err
+}
+
+// Defect (found by the generative mode once a refused renewal released
+// the other side): a release into the minimum hold while a rotation had
+// reached the old side but not yet the new one renewed with the old
+// token; old refused it (moved on), new renewed it, and Dual released
+// new's record as the remains of a lost lease, so the engine's look-up by
+// owner found the lease on old only and the hold failed as "not held".
+// A side that refused because the owner's record moved keeps the other.
+func TestMinHoldReleaseBetweenSidesRotationsOnDual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		oldStore, newStore := memory.NewStore(), memory.NewStore()
+		oldSide := &rotated{Backend: oldStore.Backend(), done: make(chan struct{})}
+		held, letGo := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		newSide := &hookNew{Backend: newStore.Backend(), renew: func() { once.Do(func() { close(held); <-letGo }) }}
+		d := mustDual(t, oldSide, newSide)
+		c, err := fencelock.New(d, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-oldSide.done // old rotated
+		<-held         // new's rotation waits
+		err = l.Release(t.Context())
+		close(letGo)
+		if err != nil {
+			t.Fatalf("Release into the minimum hold between the sides' rotations = %v; want nil", err)
+		}
+		time.Sleep(8 * time.Second) // released 1s in (the rotation): 9s into the window
+		for name, s := range map[string]*memory.Store{"old": oldStore, "new": newStore} {
+			if info, _ := s.Backend().Inspect(t.Context(), "k"); info.Owner != l.Owner() {
+				t.Errorf("9s into a 10s minimum hold, the %s side has %+v; want the lease's record", name, info)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond)
+		for name, s := range map[string]*memory.Store{"old": oldStore, "new": newStore} {
+			if info, _ := s.Backend().Inspect(t.Context(), "k"); info.Locked() {
+				t.Errorf("after the minimum hold, the %s side still has %+v; want the key free", name, info)
+			}
+		}
+	})
+}
