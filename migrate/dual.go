@@ -372,6 +372,20 @@ func (d *Dual) movedOn(g driver.Grant, errs [2]error) bool {
 	return false
 }
 
+// releaseMoved releases side i's record of g's owner, whatever its
+// token, and returns nil if it did; otherwise refused, the side's answer
+// to the release of the token it was sent.
+func (d *Dual) releaseMoved(ctx context.Context, g driver.Grant, i int, refused error) error {
+	info, err := d.side(i).Inspect(ctx, g.Key)
+	if err != nil || info.Owner != g.Owner {
+		return refused
+	}
+	if err := d.side(i).Release(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token}); err != nil {
+		return refused
+	}
+	return nil
+}
+
 // leaseKey names a lease by key and owner (owners are unique per lease).
 type leaseKey struct{ key, owner string }
 
@@ -607,6 +621,18 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 		return fmt.Errorf("migrate: new backend: %w", errNew)
 	}
 	errOld := release(oldSide)
+	// A side that refused while the other released the lease's record
+	// (so the lease was live when its release began) was moved by a
+	// rotating renewal racing this release: its record is the owner's
+	// under a token the caller has not seen. Release it by owner now, as
+	// the engine would after a "not held", but before it can expire
+	// while the caller waits (owners are unique per lease).
+	if errors.Is(errOld, driver.ErrNotHeld) && errNew == nil && sub[newSide].Token != 0 {
+		errOld = d.releaseMoved(ctx, g, oldSide, errOld)
+	}
+	if errors.Is(errNew, driver.ErrNotHeld) && errOld == nil && sub[oldSide].Token != 0 {
+		errNew = d.releaseMoved(ctx, g, newSide, errNew)
+	}
 	if errOld != nil && !errors.Is(errOld, driver.ErrNotHeld) {
 		// Not "not held", even if new said so: the old side may still
 		// have the record, and a retry must remove it.

@@ -332,3 +332,39 @@ func TestMinHoldReleaseBetweenSidesRotationsOnDual(t *testing.T) {
 		}
 	})
 }
+
+// Defect (found by the generative mode): a rotating renewal that reached
+// the old side before the holder's release (new side first) did moved
+// the old record to a token the release did not know: old refused, Dual
+// answered "not held", and the engine's look-up by owner came only after
+// the release's delayed answer, when the record could have expired; the
+// holder was told its lease was lost. The new side released the lease's
+// record, so the lease was live: Dual releases the old side's record of
+// the owner itself.
+func TestReleaseAfterOneSideRotatedReleasesBoth(t *testing.T) {
+	for _, rotatedSide := range []string{"old", "new"} {
+		oldB, newB := memory.New(), memory.New()
+		d := mustDual(t, oldB, newB)
+		ctx := t.Context()
+		g, err := d.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		side := oldB
+		if rotatedSide == "new" {
+			side = newB
+		}
+		// The rotation reached one side only before the release.
+		if _, err := side.Renew(ctx, driver.Grant{Key: "k", Owner: "o", Token: g.Token}, driver.RenewRequest{TTL: time.Minute, Rotate: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, g); err != nil {
+			t.Errorf("%s rotated: Release = %v; want nil", rotatedSide, err)
+		}
+		for name, b := range map[string]*memory.Backend{"old": oldB, "new": newB} {
+			if info, _ := b.Inspect(ctx, "k"); info.Locked() {
+				t.Errorf("%s rotated: after the release the %s side has %+v; want the key free", rotatedSide, name, info)
+			}
+		}
+	}
+}
