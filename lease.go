@@ -539,8 +539,11 @@ func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end
 	if info.Owner != g.Owner {
 		return ng, err
 	}
-	g.Token = info.Token
-	return c.b.Renew(ctx, g, req)
+	// The record under its rotated token, as releaseStore sends it: a
+	// fresh grant with no Handle, because g's Handle names the old token
+	// (a backend that keeps state in it, such as migrate.Dual, refuses a
+	// token its Handle does not match).
+	return c.b.Renew(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token}, req)
 }
 
 // keepUntil keeps the record of a lease released during its minimum hold

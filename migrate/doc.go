@@ -11,10 +11,11 @@
 //     (the same fixed order in every client, so dual clients and
 //     single-backend clients of either side cannot both win or deadlock),
 //     renews both, reports the lease lost if either side loses it, and
-//     releases both. Its token is the larger of the two sides' tokens, and
-//     before the grant is returned that token is pushed into the other
-//     side's floor, so the next holder on either side, dual or not, gets a
-//     higher one.
+//     releases both, new first (old, the gate every dual acquire passes
+//     first, stays closed until the holder is gone from new). Its token
+//     is the larger of the two sides' tokens, and before the grant is
+//     returned that token is pushed into the other side's floor, so the
+//     next holder on either side, dual or not, gets a higher one.
 //   - CopyTokens, for the cut-over: it raises the new backend's token floor
 //     above the old backend's high-water marks (per key, and globally when
 //     the new backend has a global floor). It is idempotent and safe to

@@ -35,6 +35,9 @@ type Dual struct {
 	mu     sync.Mutex
 	unseen map[subKey]subState // see settle
 	high   int                 // prune unseen when it reaches this size
+
+	releasing map[leaseKey]time.Time // see releaseStarted
+	relHigh   int                    // prune releasing when it reaches this size
 }
 
 var (
@@ -114,8 +117,11 @@ func minTTL(a, b time.Duration) time.Duration {
 }
 
 // sides returns the two sub-grants of g. A grant without a Handle (the
-// engine's clean-up after an ambiguous acquire builds one from Inspect)
-// has its sides looked up: each side's record, if it belongs to g's owner.
+// engine builds one from Inspect, after an ambiguous acquire or a
+// rotation it did not see) has its sides looked up: each side's record,
+// if it belongs to g's owner, and only if g's token is the one Inspect
+// reports for them (the larger); any other token is a stale grant's, and
+// ErrNotHeld, as a single store answers a stale token.
 func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, err error) {
 	o = driver.Grant{Key: g.Key, Owner: g.Owner}
 	n = o
@@ -131,6 +137,9 @@ func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, er
 			if info.Owner == g.Owner {
 				s.g.Token = info.Token
 			}
+		}
+		if g.Token != max(o.Token, n.Token) {
+			return o, n, driver.ErrNotHeld
 		}
 		return o, n, nil
 	}
@@ -345,6 +354,73 @@ func (d *Dual) settle(held, got [2]driver.Grant, errs [2]error, reported error, 
 	}
 }
 
+// movedOn reports whether a side that refused a renewal of g (errs) still
+// has a record of g's owner, or could not be asked: the refusal was of a
+// token that moved, not of the lease.
+func (d *Dual) movedOn(g driver.Grant, errs [2]error) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for i, err := range errs {
+		if !errors.Is(err, driver.ErrNotHeld) {
+			continue
+		}
+		info, err := d.side(i).Inspect(ctx, g.Key)
+		if err != nil || info.Owner == g.Owner {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseMoved releases side i's record of g's owner, whatever its
+// token, and returns nil if it did; otherwise refused, the side's answer
+// to the release of the token it was sent.
+func (d *Dual) releaseMoved(ctx context.Context, g driver.Grant, i int, refused error) error {
+	info, err := d.side(i).Inspect(ctx, g.Key)
+	if err != nil || info.Owner != g.Owner {
+		return refused
+	}
+	if err := d.side(i).Release(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token}); err != nil {
+		return refused
+	}
+	return nil
+}
+
+// leaseKey names a lease by key and owner (owners are unique per lease).
+type leaseKey struct{ key, owner string }
+
+// releaseMemory is how long Dual remembers that a lease's release began.
+const releaseMemory = time.Minute
+
+// startRelease remembers that the release of the lease of key and owner
+// began, for releaseStarted.
+func (d *Dual) startRelease(key, owner string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	if d.releasing == nil {
+		d.releasing = make(map[leaseKey]time.Time)
+	}
+	if len(d.releasing) >= max(d.relHigh, 64) {
+		for k, until := range d.releasing {
+			if !now.Before(until) {
+				delete(d.releasing, k)
+			}
+		}
+		d.relHigh = 2 * len(d.releasing)
+	}
+	d.releasing[leaseKey{key, owner}] = now.Add(releaseMemory)
+}
+
+// releaseStarted reports whether a release of the lease of key and owner
+// began through this Dual in the last releaseMemory.
+func (d *Dual) releaseStarted(key, owner string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until, ok := d.releasing[leaseKey{key, owner}]
+	return ok && time.Now().Before(until)
+}
+
 // forget drops what is remembered of side i's sub-grant h.
 func (d *Dual) forget(i int, h driver.Grant) {
 	d.mu.Lock()
@@ -353,7 +429,8 @@ func (d *Dual) forget(i int, h driver.Grant) {
 }
 
 // finish turns the two sides' answers to a renewal of g into the dual
-// answer: ErrNotHeld from either side is ErrNotHeld; otherwise any side's
+// answer: ErrNotHeld from either side is ErrNotHeld (and the other side's
+// record, if it renewed, is released); otherwise any side's
 // error is a transient error; otherwise, after a rotation (or when a side
 // was sent what an earlier failed renewal left), the sides' floors are
 // levelled as Acquire does, and the grant is g with both new sub-grants.
@@ -375,6 +452,24 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
 	}
 	d.settle(held, got, errs, err, req.TTL)
+	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) && !d.movedOn(g, errs) {
+		// The lease is over, and nobody will release what the other
+		// side just renewed: release it now, as Acquire does after a
+		// refusal, so that "not held" means gone from both sides (the
+		// record would otherwise keep the key from others on that side
+		// until its TTL, and take a stale call with this grant). Not
+		// if the holder's release has begun: the refusal may be that
+		// release's doing, and the release (with the engine's look-up
+		// by owner after a "not held") removes what is left. Nor if
+		// the refusing side still has the owner's record under another
+		// token: a rotation the caller has not seen moved it, and the
+		// engine looks it up by owner and carries on with both sides.
+		for i := range got {
+			if errs[i] == nil {
+				d.cleanup(g.Key, g.Owner, got[i], i)
+			}
+		}
+	}
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -383,7 +478,7 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 
 // Renew implements driver.Backend: both sides, concurrently. ErrNotHeld
 // from either side is ErrNotHeld: a dual lease never falls back to one
-// side. A rotating renewal levels the sides' floors as Acquire does. If
+// side, and the other side's record is released. A rotating renewal levels the sides' floors as Acquire does. If
 // one side rotated and the renewal still failed (the other side failed
 // transiently), the engine's retry with the grant it holds is sent with
 // the rotated side's new token, so the lease survives.
@@ -482,10 +577,19 @@ func renewAll(ctx context.Context, b driver.Backend, grants []driver.Grant, req 
 	return res, nil
 }
 
-// Release implements driver.Backend: both sides, concurrently. It returns
-// ErrNotHeld if either side no longer had the grant (after releasing the
-// other).
+// Release implements driver.Backend: the new side first, then the old,
+// the reverse of Acquire's order. The old side is the gate every dual
+// acquire passes first, so it is opened last: while a release is under
+// way nobody can take old and then be refused by new (an acquire that
+// took old would be rolled back, and Inspect would meanwhile show its
+// owner as the holder of a key it never held). If the new side fails
+// transiently, the old side is kept and the error returned (the engine
+// retries the release; the record expires with its TTL otherwise); a
+// transient failure of the old side is returned as such too. It returns
+// ErrNotHeld if either side no longer had the grant, once the other's
+// record is gone.
 func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
+	d.startRelease(g.Key, g.Owner)
 	o, n, err := d.sides(ctx, g)
 	if err != nil {
 		return err
@@ -499,22 +603,42 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 	// that raced a rotation removed one side and was refused by the
 	// other, whose record had moved to a new token).
 	lookedUp := g.Handle == "" && (sub[oldSide].Token != 0 || sub[newSide].Token != 0)
-	var errs [2]error
-	onBoth(func(i int) (struct{}, error) {
+	release := func(i int) error {
 		if sub[i].Token == 0 { // looked up and not ours: nothing to release
 			if !lookedUp {
-				errs[i] = driver.ErrNotHeld
+				return driver.ErrNotHeld
 			}
-			return struct{}{}, nil
+			return nil
 		}
 		err := d.side(i).Release(ctx, sub[i])
 		if err == nil || errors.Is(err, driver.ErrNotHeld) {
 			d.forget(i, held[i])
 		}
-		errs[i] = err
-		return struct{}{}, nil
-	})
-	return joinSides(errs[oldSide], errs[newSide])
+		return err
+	}
+	errNew := release(newSide)
+	if errNew != nil && !errors.Is(errNew, driver.ErrNotHeld) {
+		return fmt.Errorf("migrate: new backend: %w", errNew)
+	}
+	errOld := release(oldSide)
+	// A side that refused while the other released the lease's record
+	// (so the lease was live when its release began) was moved by a
+	// rotating renewal racing this release: its record is the owner's
+	// under a token the caller has not seen. Release it by owner now, as
+	// the engine would after a "not held", but before it can expire
+	// while the caller waits (owners are unique per lease).
+	if errors.Is(errOld, driver.ErrNotHeld) && errNew == nil && sub[newSide].Token != 0 {
+		errOld = d.releaseMoved(ctx, g, oldSide, errOld)
+	}
+	if errors.Is(errNew, driver.ErrNotHeld) && errOld == nil && sub[oldSide].Token != 0 {
+		errNew = d.releaseMoved(ctx, g, newSide, errNew)
+	}
+	if errOld != nil && !errors.Is(errOld, driver.ErrNotHeld) {
+		// Not "not held", even if new said so: the old side may still
+		// have the record, and a retry must remove it.
+		return fmt.Errorf("migrate: old backend: %w", errOld)
+	}
+	return joinSides(errOld, errNew)
 }
 
 // merge combines the two sides' records of one key. A key held by the

@@ -775,8 +775,9 @@ func (r *runner) hold(ctx context.Context, c *fencelock.Client, l *fencelock.Lea
 		err := l.SetMetadata(mctx, []byte(v))
 		r.rec.setMeta(rec, v, inv, err)
 		cancel()
+		look := r.rec.tick()
 		if info, err := c.Inspect(ctx, l.Key()); err == nil {
-			r.rec.inspected(rec, info)
+			r.rec.inspected(rec, look, info)
 		}
 	}
 	if d > 0 {

@@ -54,9 +54,11 @@ type metaSet struct {
 	ok       bool  // the store confirmed it
 }
 
-// metaObs is what Client.Inspect showed the worker of lease by.
+// metaObs is what Client.Inspect showed the worker of lease by: the look
+// was called at inv and returned at seq.
 type metaObs struct {
 	by    int
+	inv   int64
 	seq   int64
 	owner string
 	label string
@@ -327,13 +329,14 @@ func (r *recorder) setMeta(rec *leaseRec, v string, inv int64, err error) {
 	}
 }
 
-// inspected records what Client.Inspect showed lease rec's worker.
-func (r *recorder) inspected(rec *leaseRec, info driver.Info) {
+// inspected records what Client.Inspect, called at inv, showed lease
+// rec's worker.
+func (r *recorder) inspected(rec *leaseRec, inv int64, info driver.Info) {
 	s := r.tick()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.obs = append(r.obs, metaObs{by: rec.id, seq: s, owner: info.Owner, label: info.Label(), meta: string(info.Metadata)})
-	r.notes = append(r.notes, fmt.Sprintf("%5d lease %d inspects %q: owner %s, label %q, metadata %q", s, rec.id, info.Key, info.Owner, info.Label(), info.Metadata))
+	r.obs = append(r.obs, metaObs{by: rec.id, inv: inv, seq: s, owner: info.Owner, label: info.Label(), meta: string(info.Metadata)})
+	r.notes = append(r.notes, fmt.Sprintf("%5d lease %d inspects %q (called at %d): owner %s, label %q, metadata %q", s, rec.id, info.Key, inv, info.Owner, info.Label(), info.Metadata))
 }
 
 // heldForMinimum reports whether the engine says l, released, went into
@@ -582,8 +585,10 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 	add := func(p, f string, args ...any) { vs = append(vs, violation{p, fmt.Sprintf(f, args...)}) }
 	// LabelReadBack, MetadataIsHoldersLast: what Inspect shows for a
 	// holder is the label it gave and the last metadata it set — the last
-	// value the store confirmed before the look, or one it asked for
-	// since (whose outcome was unknown when the look was made).
+	// value the store confirmed before the look was called, or one asked
+	// for since, before the look returned (an update whose outcome was
+	// unknown, or one that ran concurrently with the look: a look called
+	// before the update returned may be served before it took effect).
 	for _, o := range r.obs {
 		l := r.byOwner[o.owner]
 		if l == nil || o.owner == "" {
@@ -598,7 +603,7 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 		possible := map[string]bool{}
 		for _, m := range l.metas {
 			switch {
-			case m.ok && m.ret < o.seq:
+			case m.ok && m.ret < o.inv:
 				possible = map[string]bool{m.value: true}
 			case m.inv < o.seq:
 				possible[m.value] = true
@@ -610,7 +615,7 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 				vals = append(vals, v)
 			}
 			sort.Strings(vals)
-			add("MetadataIsHoldersLast", "Inspect (by lease %d, at %d) showed holder lease %d's metadata as %q; it had last set one of %q", o.by, o.seq, l.id, o.meta, vals)
+			add("MetadataIsHoldersLast", "Inspect (by lease %d, called at %d, returned at %d) showed holder lease %d's metadata as %q; it had last set one of %q", o.by, o.inv, o.seq, l.id, o.meta, vals)
 		}
 	}
 	// MinHoldRespected: a lease released into its minimum hold keeps its
