@@ -8,6 +8,11 @@
 // FENCELOCK_BENCH_ETCD, if set, names the server instead of
 // FENCELOCK_TEST_ETCD.
 //
+// fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
+// nil) with the server's URL and only a fresh prefix (the URL's path)
+// added; the raw transactions and concurrency.Mutex use a clientv3 client
+// on the same endpoints.
+//
 // Three shapes: one goroutine uncontended (acquire+release of one key),
 // 16 goroutines on distinct keys, and 8 goroutines contending for one key
 // (handoffs/s, the wait of each handoff at p50 and p99, and the CPU the
@@ -27,7 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
-	fencelocketcd "github.com/fencelock/fencelock/backend/etcd"
+	_ "github.com/fencelock/fencelock/backend/etcd"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/benchkit"
 )
@@ -78,27 +83,36 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
 
-// fencelockLib is the fencelock client; shared or one per goroutine, each
-// with its own backend (lease, watches) on the run's etcd connection.
+// fencelockURL returns the URL a user would write: the server's URL with
+// only a fresh prefix (its path) added, so that runs do not share keys.
+// Everything else (TTL, timeouts) is the URL's default.
+func fencelockURL(b *testing.B) string {
+	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_BENCH_ETCD", "FENCELOCK_TEST_ETCD"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.Path = "/fencelock-bench-" + benchkit.RandomHex() + "/"
+	return u.String()
+}
+
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): shared, or one per goroutine, each with
+// its own etcd connection, lease and watches, as separate processes would
+// have.
 func fencelockLib(name string, shared bool) benchkit.Lib {
 	return benchkit.FencelockLib(name, shared, func(b *testing.B) func() (*fencelock.Client, error) {
-		cli := client(b)
-		return func() (*fencelock.Client, error) {
-			be, err := fencelocketcd.New(context.Background(), cli, &fencelocketcd.Options{Prefix: "/fencelock-bench/"})
-			if err != nil {
-				return nil, err
-			}
-			return fencelock.New(be, &fencelock.Options{TTL: ttl})
-		}
+		u := fencelockURL(b)
+		return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), u, nil) }
 	})
 }
 
-// backendOnly calls the backend's Acquire and Release directly, one backend
-// per goroutine.
+// backendOnly calls the backend's Acquire and Release directly
+// (fencelock.OpenBackend of the same URL), one backend per goroutine.
 var backendOnly = benchkit.BackendLib("fencelock-backend-only", false, ttl, func(b *testing.B) func() (driver.Backend, error) {
-	cli := client(b)
+	u := fencelockURL(b)
 	return func() (driver.Backend, error) {
-		return fencelocketcd.New(context.Background(), cli, &fencelocketcd.Options{Prefix: "/fencelock-bench/"})
+		be, _, err := fencelock.OpenBackend(context.Background(), u)
+		return be, err
 	}
 })
 

@@ -16,6 +16,12 @@
 // handoff, against 8 goroutines spinning on the raw upsert (the no-backoff
 // ceiling).
 //
+// fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
+// nil) with the test server's URL and only table= added (a fresh table per
+// run), so its pools and TTL are the defaults. The raw statements run on a
+// pool of 16 connections, one per goroutine of the widest run: the server's
+// limit, not pgx's default pool's.
+//
 // cirello.io/pglock, which the issue names, is not included: the module
 // proxy available here refuses it (403) and its host cannot be reached.
 package bench
@@ -31,13 +37,15 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/backend/postgres"
+	_ "github.com/fencelock/fencelock/backend/postgres"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/benchkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// ttl is the backend-only lease's TTL: fencelock's default, which the
+// clients get from the URL.
 const ttl = 15 * time.Second
 
 func dsn(b *testing.B) string {
@@ -58,9 +66,12 @@ func withParam(u, param string) string {
 	return u + "?" + param
 }
 
-// pool opens a pool on the server, closed when b ends.
-func pool(b *testing.B) *pgxpool.Pool {
-	p, err := pgxpool.New(context.Background(), dsn(b))
+// pool opens a pool on the server with pgx's defaults, closed when b ends
+// (for set-up and the counters).
+func pool(b *testing.B) *pgxpool.Pool { return poolOf(b, dsn(b)) }
+
+func poolOf(b *testing.B, dsn string) *pgxpool.Pool {
+	p, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -82,12 +93,18 @@ CREATE TABLE %[1]s (key text COLLATE "C" PRIMARY KEY, owner text NOT NULL, token
 	rawRelease = `DELETE FROM %[1]s WHERE key = $1 AND owner = $2 AND token = $3`
 )
 
+// rawConns is the raw statements' pool size: one connection for each of
+// the 16 goroutines of the widest run, so that raw is the server's limit,
+// not a pool's.
+const rawConns = 16
+
 // rawLib runs the raw statements on a table of the same shape as
-// fencelock's; waiting spins on the upsert with no pause (the ceiling).
+// fencelock's, on a pool of rawConns connections; waiting spins on the
+// upsert with no pause (the ceiling).
 func rawLib(name string) benchkit.Lib {
 	return benchkit.Lib{Name: name, Setup: func(b *testing.B) benchkit.Lockers {
 		ctx := context.Background()
-		p := pool(b)
+		p := poolOf(b, withParam(dsn(b), "pool_max_conns="+strconv.Itoa(rawConns)))
 		table := "bench_raw_" + benchkit.RandomHex()
 		if _, err := p.Exec(ctx, fmt.Sprintf(rawTable, table)); err != nil {
 			b.Fatal(err)
@@ -114,8 +131,9 @@ func rawLib(name string) benchkit.Lib {
 	}}
 }
 
-// fencelockDSN returns the DSN of a fresh fencelock table, dropped when b
-// ends.
+// fencelockDSN returns the URL a user would write for a fresh fencelock
+// table (the test server's URL plus table=), dropped when b ends. Nothing
+// else is tuned: pools, TTL and renewal are the URL's defaults.
 func fencelockDSN(b *testing.B) string {
 	p := pool(b)
 	table := "bench_" + benchkit.RandomHex()
@@ -125,26 +143,24 @@ func fencelockDSN(b *testing.B) string {
 	return withParam(dsn(b), "table="+table)
 }
 
-// backendLib is postgres.Backend's Acquire and Release, one backend (and
-// pool) shared by the goroutines.
+// backendLib is the backend's Acquire and Release (fencelock.OpenBackend
+// of the same URL), one backend (and pool) shared by the goroutines.
 var backendLib = benchkit.BackendLib("backend", true, ttl, func(b *testing.B) func() (driver.Backend, error) {
 	d := fencelockDSN(b)
-	return func() (driver.Backend, error) { return postgres.Open(context.Background(), d) }
+	return func() (driver.Backend, error) {
+		be, _, err := fencelock.OpenBackend(context.Background(), d)
+		return be, err
+	}
 })
 
-// fencelockLib is the fencelock client: shared, or one per goroutine, each
-// with its own backend, pools and LISTEN connection, as separate processes
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): shared, or one per goroutine, each with
+// its own backend, pools and LISTEN connection, as separate processes
 // would have.
 func fencelockLib(name string, shared bool) benchkit.Lib {
 	return benchkit.FencelockLib(name, shared, func(b *testing.B) func() (*fencelock.Client, error) {
 		d := fencelockDSN(b)
-		return func() (*fencelock.Client, error) {
-			bk, err := postgres.Open(context.Background(), d)
-			if err != nil {
-				return nil, err
-			}
-			return fencelock.New(bk, &fencelock.Options{TTL: ttl})
-		}
+		return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), d, nil) }
 	})
 }
 

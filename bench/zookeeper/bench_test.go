@@ -9,9 +9,7 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +21,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-const sessTO = 10 * time.Second
+// sessTO is the session timeout of the raw and zk.Lock connections:
+// fencelock's URL default, which its clients get.
+const sessTO = 15 * time.Second
 
 type env struct {
 	url     string
@@ -31,7 +31,8 @@ type env struct {
 	root    string // for raw and zk.Lock
 }
 
-// setup gives a run its own fencelock prefix and root for raw and zk.Lock.
+// setup gives a run its own fencelock prefix (the only parameter added to
+// the server's URL) and root for raw and zk.Lock.
 func setup(b *testing.B) env {
 	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_TEST_ZOOKEEPER"))
 	if err != nil {
@@ -39,7 +40,6 @@ func setup(b *testing.B) env {
 	}
 	id := benchkit.RandomHex()
 	q := u.Query()
-	q.Set("session_timeout", sessTO.String())
 	q.Set("prefix", "fencelock-bench-"+id)
 	u.RawQuery = q.Encode()
 	return env{url: u.String(), servers: strings.Split(u.Host, ","), root: "/bench-raw-" + id}
@@ -116,13 +116,14 @@ func zklock(shared bool) benchkit.Lib {
 	}}
 }
 
-// fencelockLib is the fencelock client: one for the goroutines (one
-// session), or one each, as separate processes.
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): one for the goroutines (one session), or
+// one each, as separate processes.
 func fencelockLib(shared bool) benchkit.Lib {
 	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
 		e := setup(b)
 		return func() (*fencelock.Client, error) {
-			return fencelock.Open(context.Background(), e.url, &fencelock.Options{TTL: sessTO, Logger: benchLogger})
+			return fencelock.Open(context.Background(), e.url, nil)
 		}
 	})
 }
@@ -163,6 +164,3 @@ func BenchmarkInterleaved(b *testing.B) {
 func BenchmarkInterleavedContended(b *testing.B) {
 	benchkit.InterleavedContended(b, 8, 200, contenders, benchkit.Barging(), benchkit.Unit(time.Millisecond))
 }
-
-// benchLogger shows the engine's warnings (failed attempts, retries).
-var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
