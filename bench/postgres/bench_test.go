@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,10 +165,20 @@ func fencelockLib(name string, shared bool) benchkit.Lib {
 	})
 }
 
-// interleaved runs the raw statements, the backend alone and the fencelock
-// client in turns of 64 acquire+release, by 1 and by 16 goroutines.
+// pgxPoolLib is the fencelock client on a URL that sets pool_max_conns to
+// pgx's own default, max(4, NumCPU), which Open used before it had a
+// default of its own (postgres.DefaultPoolMaxConns): the configuration
+// issue 20 measured at 0.39× raw with 16 goroutines.
+var pgxPoolLib = benchkit.FencelockLib("fencelock-pgxpool", true, func(b *testing.B) func() (*fencelock.Client, error) {
+	d := withParam(fencelockDSN(b), "pool_max_conns="+strconv.Itoa(max(4, runtime.NumCPU())))
+	return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), d, nil) }
+})
+
+// interleaved runs the raw statements, the backend alone, the fencelock
+// client and the same on pgx's pool size in turns of 64 acquire+release,
+// by 1 and by 16 goroutines.
 func interleaved(b *testing.B, opts ...benchkit.Option) {
-	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true)}
+	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true), pgxPoolLib}
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			benchkit.Interleaved(b, g, 64, libs, append(opts, benchkit.Rate("ops/s"))...)
