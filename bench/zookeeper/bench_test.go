@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -149,12 +150,17 @@ func BenchmarkContended8(b *testing.B) {
 }
 
 // BenchmarkInterleaved measures the ratios on a noisy machine: each
-// iteration runs a round of 100 acquire+release cycles of each variant
-// back to back (raw, zk.Lock, fencelock, single goroutine, one key each),
-// and reports each one's rate and ratio to raw over all rounds. Run it
-// with -benchtime 15x or so.
+// iteration runs a round of 100 acquire+release cycles (by 1 goroutine)
+// or 400 (spread over 16 goroutines of one process, one key each) of each
+// variant back to back (raw, zk.Lock, fencelock), and reports each
+// one's rate and ratio to raw over all rounds. Run it with -benchtime 15x
+// or so.
 func BenchmarkInterleaved(b *testing.B) {
-	benchkit.Interleaved(b, 1, 100, libs, benchkit.Rate("ops/s"))
+	for _, r := range []struct{ goroutines, turn int }{{1, 100}, {16, 400}} {
+		b.Run("goroutines="+strconv.Itoa(r.goroutines), func(b *testing.B) {
+			benchkit.Interleaved(b, r.goroutines, r.turn, libs, benchkit.Rate("ops/s"))
+		})
+	}
 }
 
 // BenchmarkInterleavedContended alternates rounds of 200 handoffs among 8
