@@ -54,7 +54,7 @@ func client(b *testing.B) *clientv3.Client {
 }
 
 // raw is what every etcd lock costs at least: a put-if-absent transaction
-// on a lease granted once, and a delete guarded by the create revision.
+// on a lease granted once (and kept alive), and a delete guarded by the create revision.
 // Waiting spins without backoff (the ceiling).
 var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	cli := client(b)
@@ -63,6 +63,12 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
+	// Kept alive like a real lock's lease, for runs longer than its TTL.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	if _, err := cli.KeepAlive(ctx, lease.ID); err != nil {
+		b.Fatal(err)
+	}
 	try := func(ctx context.Context, key string) (func() error, error) {
 		k := "/raw/" + key
 		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
