@@ -199,8 +199,9 @@ func BenchmarkReacquire(b *testing.B) { interleaved(b) }
 // BenchmarkContended: 8 contenders on one key, b.N handoffs; every
 // contender loops freely (a releaser may take the lock back) and the wait
 // is one acquire call. raw-spin is the no-backoff ceiling: every contender
-// retries at once. Beyond the waits and the CPU it reports the server
-// transactions per handoff.
+// retries at once; raw-notify waits for the release's NOTIFY (the store's
+// best raw strategy without spinning). Beyond the waits and the CPU it
+// reports the server transactions per handoff.
 func BenchmarkContended(b *testing.B) {
 	p := pool(b)
 	xacts := func() (float64, error) {
@@ -211,7 +212,7 @@ func BenchmarkContended(b *testing.B) {
 		err := p.QueryRow(context.Background(), "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
 		return float64(n), err
 	}
-	benchkit.Contended(b, 8, []benchkit.Lib{rawLib("raw-spin"), fencelockLib("fencelock", false)},
+	benchkit.Contended(b, 8, []benchkit.Lib{rawLib("raw-spin"), rawNotifyLib("raw-notify"), fencelockLib("fencelock", false)},
 		benchkit.Barging(), benchkit.Unit(time.Millisecond), benchkit.ServerCPU(benchkit.TestenvCPU("postgres")),
 		benchkit.PerHandoff("server-xacts/handoff", xacts))
 }
