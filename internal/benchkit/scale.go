@@ -28,7 +28,8 @@ const scaleWorkers = 32
 //     interval; batch renewal should keep it O(1) in N. What one
 //     RenewBatch costs the store is the backend's: one pipeline (Redis),
 //     one statement (PostgreSQL, which also coalesces concurrent calls),
-//     one read for every grant with an armed loss watch (ZooKeeper),
+//     one read for all the grants with armed, quiet loss watches
+//     (ZooKeeper),
 //     concurrent read transactions of up to 128 grants plus a keep-alive
 //     (etcd).
 //   - "renewed/interval": grants those calls carried per interval (about
