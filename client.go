@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -31,7 +32,7 @@ type Client struct {
 	loss    driver.LossNotifier
 	forcer  driver.ForceReleaser
 
-	ownerPrefix string // Options.Owner + "/" + a random nonce + "."
+	ownerSuffix string // "/" + a random nonce + ".", after a lease's label
 	seq         atomic.Uint64
 
 	life    context.Context // cancelled when Close begins
@@ -66,7 +67,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		b:           b,
 		name:        "backend",
 		o:           o,
-		ownerPrefix: o.Owner + "/" + hex.EncodeToString(nonce[:]) + ".",
+		ownerSuffix: "/" + hex.EncodeToString(nonce[:]) + ".",
 		leases:      make(map[*Lease]*renewal),
 		pending:     make(map[*Lease]struct{}),
 		wake:        make(chan struct{}, 1),
@@ -103,8 +104,10 @@ func (c *Client) Describe() driver.Description {
 	return driver.Description{Name: c.name}
 }
 
-func (c *Client) newOwner() string {
-	return c.ownerPrefix + strconv.FormatUint(c.seq.Add(1), 10)
+// newOwner returns a fresh owner string for one call: label, the client's
+// nonce and a call number (see driver.OwnerLabel).
+func (c *Client) newOwner(label string) string {
+	return label + c.ownerSuffix + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
 func (c *Client) now() time.Time { return c.o.Clock.Now() }
@@ -179,20 +182,26 @@ func (c *Client) ended(ctx context.Context, last error) error {
 // else it returns an error matching ErrNotAcquired (a *HeldError that names
 // the holder where the backend knows it). If the attempt's outcome is
 // unknown (ctx ended, or the backend failed mid-request), any record it may
-// have left is removed before TryAcquire returns.
-func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+// have left is removed before TryAcquire returns. opts override the
+// Client's Options for this call (WithWait does not apply: TryAcquire
+// never waits).
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	cfg, err := c.resolveCall(opts)
+	if err != nil {
+		return nil, err
+	}
 	parent := ctx
 	ctx, done, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
+	req := cfg.request(key, c.newOwner(cfg.label))
 	start := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
 		var l *Lease
-		if l, err = c.newLease(parent, start, start, false, req, g); err == nil || errors.Is(err, ErrClosed) {
+		if l, err = c.newLease(parent, start, start, false, &cfg, req, g); err == nil || errors.Is(err, ErrClosed) {
 			return l, err
 		}
 	}
@@ -216,19 +225,30 @@ func (c *Client) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // When ctx ends first, Acquire returns ctx's error (joined with the store's
 // last failure, if the store was failing) and leaves nothing behind in the
 // backend: records or queue entries of its attempts are removed using a
-// fresh context bounded by Options.ReleaseTimeout.
-func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
+// fresh context bounded by Options.ReleaseTimeout. opts override the
+// Client's Options for this call; with WithWait, Acquire gives up when the
+// bound passes, with an error matching ErrNotAcquired.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	cfg, err := c.resolveCall(opts)
+	if err != nil {
+		return nil, err
+	}
 	parent := ctx
+	if cfg.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
+		defer cancel()
+	}
 	ctx, done, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	req := driver.AcquireRequest{Key: key, Owner: c.newOwner(), TTL: c.o.TTL}
+	req := cfg.request(key, c.newOwner(cfg.label))
 	begin := c.now()
 	g, err := c.b.Acquire(ctx, req)
 	if err == nil {
-		l, lerr := c.newLease(parent, begin, begin, false, req, g)
+		l, lerr := c.newLease(parent, begin, begin, false, &cfg, req, g)
 		if !errors.Is(lerr, errLateGrant) {
 			return l, lerr
 		}
@@ -236,6 +256,9 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 	}
 	var l *Lease
 	contended := errors.Is(err, ErrNotAcquired)
+	if contended && ctx.Err() == nil {
+		c.emit(Event{Kind: EventWaiting, Key: key, Owner: req.Owner, Err: err})
+	}
 	switch {
 	case definite(err) && !errors.Is(err, ErrNotAcquired):
 	case ctx.Err() != nil:
@@ -243,12 +266,12 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 		err = c.ended(ctx, err)
 	default:
 		if c.waiter != nil {
-			l, err = c.acquireQueued(ctx, parent, begin, req)
+			l, err = c.acquireQueued(ctx, parent, begin, &cfg, req)
 		} else {
-			l, err = c.acquirePolling(ctx, parent, begin, req, err)
+			l, err = c.acquirePolling(ctx, parent, begin, &cfg, req, err)
 		}
 	}
-	err = closedErr(parent, ctx, err)
+	err = waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, ctx, err))
 	if err != nil {
 		c.emit(Event{Kind: EventAcquireFailed, Key: key, Owner: req.Owner, Wait: c.now().Sub(begin), Contended: contended, Err: err})
 	}
@@ -257,7 +280,7 @@ func (c *Client) Acquire(ctx context.Context, key string) (*Lease, error) {
 
 // acquireQueued waits in the backend's queue. parent is the caller's
 // context, whose values the lease carries.
-func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req driver.AcquireRequest) (*Lease, error) {
+func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, cfg *callConfig, req driver.AcquireRequest) (*Lease, error) {
 	backoff := c.o.MinBackoff
 	var last error
 	for {
@@ -266,9 +289,9 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 			// Confirm the grant so the local-validity clock starts
 			// before a request the store answered.
 			start := c.now()
-			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL})
+			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL})
 			if err == nil {
-				l, err := c.newLease(parent, begin, start, true, req, g2)
+				l, err := c.newLease(parent, begin, start, true, cfg, req, g2)
 				if !errors.Is(err, errLateGrant) {
 					return l, err
 				}
@@ -285,7 +308,7 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 				// background, by owner: a grant under this owner
 				// handed out later would be removed by it. Queue
 				// again as a new contender.
-				req.Owner = c.newOwner()
+				req.Owner = c.newOwner(cfg.label)
 			}
 			if ctx.Err() != nil {
 				c.abandon(req)
@@ -315,7 +338,7 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, req
 
 // acquirePolling retries Acquire, woken by the backend's notifications when
 // it has them, with capped exponential backoff as the safety net.
-func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, req driver.AcquireRequest, last error) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, cfg *callConfig, req driver.AcquireRequest, last error) (*Lease, error) {
 	var notify <-chan struct{}
 	if c.watcher != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -377,7 +400,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 		before := last
 		g, err := c.b.Acquire(ctx, req)
 		if err == nil {
-			l, err := c.newLease(parent, begin, start, contended, req, g)
+			l, err := c.newLease(parent, begin, start, contended, cfg, req, g)
 			if !errors.Is(err, errLateGrant) {
 				return l, err
 			}
@@ -389,6 +412,9 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 		}
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
+		if !contended && !ambiguous {
+			c.emit(Event{Kind: EventWaiting, Key: req.Key, Owner: req.Owner, Err: err})
+		}
 		contended = contended || !ambiguous
 		quiet = woke && sameHolder(before, err)
 		if ctx.Err() != nil {
@@ -401,6 +427,25 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, re
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
 		}
 	}
+}
+
+// errWaitBound is the cancellation cause of an Acquire whose WithWait
+// bound passed.
+var errWaitBound = errors.New("fencelock: wait bound passed")
+
+// waitBoundErr turns the error of an Acquire whose WithWait bound passed
+// (and not the caller's ctx) into one matching ErrNotAcquired, joined with
+// the store's last failure, if any.
+func waitBoundErr(parent, ctx context.Context, wait time.Duration, err error) error {
+	if err == nil || wait <= 0 || parent.Err() != nil || !errors.Is(context.Cause(ctx), errWaitBound) {
+		return err
+	}
+	e := fmt.Errorf("%w within the wait bound (%v)", ErrNotAcquired, wait)
+	var be *BackendError
+	if errors.As(err, &be) {
+		return errors.Join(e, be)
+	}
+	return e
 }
 
 // sameHolder reports whether two failed attempts found the key held by
@@ -502,9 +547,12 @@ func (c *Client) releaseGrant(g driver.Grant) {
 // cancelled the moment the lease is lost (or ctx ends), and releases the
 // lease when fn returns. It returns fn's error, joined with the
 // *LostError if the lease was lost while fn ran: in that case fn's work
-// may not have been exclusive, even if fn itself returned nil.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error) error {
-	l, err := c.Acquire(ctx, key)
+// may not have been exclusive, even if fn itself returned nil. opts
+// apply as to Acquire; with a minimum hold (WithMinHold), the release
+// keeps the key for the rest of the window, as Lease.Release does, and
+// Do returns fn's error alone.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lease) error, opts ...AcquireOption) error {
+	l, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}

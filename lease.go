@@ -26,8 +26,19 @@ type Lease struct {
 	c      *Client
 	key    string
 	owner  string
+	label  string
 	parent context.Context // Acquire's ctx, for its values
 	done   chan struct{}
+
+	// The call's settings (see callConfig), fixed for the lease's life.
+	ttl         time.Duration // the TTL asked of the store
+	baseIvl     time.Duration // the renewal interval for ttl
+	baseMargin  time.Duration // the margin for ttl
+	rotateEvery time.Duration // 0: never
+	minHold     time.Duration
+
+	// metaMu serializes SetMetadata calls: one update in flight at a time.
+	metaMu chan struct{}
 
 	// sched is the lease's scheduler entry. It lives here to save an
 	// allocation, but belongs to the scheduler: guarded by c.mu and
@@ -54,6 +65,9 @@ type Lease struct {
 	lastRotate  time.Time
 	failures    int
 	acquired    time.Time   // clock reading before the acquiring request
+	granted     time.Time   // clock reading when the store's grant arrived
+	meta        []byte      // the metadata the store last confirmed
+	metaReq     *metaUpdate // a SetMetadata waiting for the next renewal
 	timer       *time.Timer // fires at the danger zone, then at the end of validity
 	dangerFired bool        // OnDanger ran for the current validity period
 	stopLoss    func()
@@ -66,14 +80,17 @@ type Lease struct {
 // reading taken before the request that produced g was sent.
 // begin is when the Acquire call started (for the wait metric); contended
 // says whether the key was found held on the way.
-func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
+func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, cfg *callConfig, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
 	if g.Key == "" {
 		g.Key = req.Key
 	}
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
-	l := &Lease{c: c, key: req.Key, owner: req.Owner, parent: ctx, done: make(chan struct{}), releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start}
+	l := &Lease{c: c, key: req.Key, owner: req.Owner, label: cfg.label, parent: ctx, done: make(chan struct{}),
+		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold,
+		metaMu: make(chan struct{}, 1), meta: req.Metadata,
+		releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: c.now()}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL)
 	late := !c.now().Before(l.validUntil)
@@ -131,16 +148,15 @@ var errLateGrant = fmt.Errorf("%w: the store answered after the grant's local va
 
 // setValidityLocked restarts the local-validity clock for a request sent
 // at start that the store answered with the granted TTL. When the store
-// granted less than Options.TTL (a ZooKeeper session negotiated shorter,
-// say), the lease's renewal interval and margin shrink in proportion, so
-// its schedule fits the TTL it really has.
+// granted less than the lease's TTL (a ZooKeeper session negotiated
+// shorter, say), the lease's renewal interval and margin shrink in
+// proportion, so its schedule fits the TTL it really has.
 func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
-	o := &l.c.o
-	ttl := o.TTL
-	l.interval, l.margin = o.RenewInterval, o.Margin
+	ttl := l.ttl
+	l.interval, l.margin = l.baseIvl, l.baseMargin
 	if granted > 0 && granted < ttl {
-		l.interval = scaleDuration(o.RenewInterval, granted, ttl)
-		l.margin = scaleDuration(o.Margin, granted, ttl)
+		l.interval = scaleDuration(l.baseIvl, granted, ttl)
+		l.margin = scaleDuration(l.baseMargin, granted, ttl)
 		ttl = granted
 	}
 	l.validUntil = start.Add(ttl - l.margin)
@@ -255,9 +271,45 @@ func (l *Lease) lose(cause error) {
 // Key returns the lease's key.
 func (l *Lease) Key() string { return l.key }
 
-// Owner returns the owner string the store records for this lease (the
-// client's Options.Owner plus a unique suffix).
+// Owner returns the owner string the store records for this lease: its
+// label (WithLabel, or the client's Options.Owner) plus a suffix unique to
+// the call.
 func (l *Lease) Owner() string { return l.owner }
+
+// Label returns the lease's owner label as given (WithLabel, or the
+// client's Options.Owner); Info.Label returns the same for the store's
+// record.
+func (l *Lease) Label() string { return l.label }
+
+// TTL returns the TTL the lease asks of the store at every renewal
+// (WithTTL, or the client's Options.TTL).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// MinHold returns the lease's minimum hold (WithMinHold, or the client's
+// Options.MinHold); 0 if none.
+func (l *Lease) MinHold() time.Duration { return l.minHold }
+
+// MinHoldEnd returns when the lease's minimum hold ends, by the client's
+// Clock: when the store's grant arrived, plus MinHold. A release before
+// then keeps the key until then. Zero without a minimum hold.
+func (l *Lease) MinHoldEnd() time.Time {
+	if l.minHold == 0 {
+		return time.Time{}
+	}
+	return l.granted.Add(l.minHold)
+}
+
+// Metadata returns a copy of the lease's metadata as the store last
+// confirmed it: the WithMetadata payload, or the last successful
+// SetMetadata's. nil if none.
+func (l *Lease) Metadata() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.meta) == 0 {
+		return nil
+	}
+	return append([]byte(nil), l.meta...)
+}
 
 // Token returns the lease's current fencing token. It changes only when
 // Options.RotateEvery rotates it, and only upwards. Pass it with every
@@ -384,7 +436,14 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		return l.finishRelease(ctx, start, err)
 	}
 	l.state = released
-	l.releasePending = true
+	// Released before its minimum hold has passed: the store keeps the
+	// record until the window ends, instead of removing it now.
+	windowEnd := l.granted.Add(l.minHold)
+	hold := l.minHold > 0 && l.c.now().Before(windowEnd)
+	if hold {
+		cause = heldForMinimum{closed: errors.Is(cause, ErrClosed)}
+	}
+	l.releasePending = !hold
 	// A renewal in flight may rotate the token after we read it: the
 	// store's answer to this release may then be "not held" about our
 	// own, rotated record.
@@ -403,8 +462,146 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		stop()
 	}
 	start := l.c.now()
+	if hold {
+		return l.holdForMinimum(ctx, start, g, unsure, windowEnd)
+	}
 	err := l.c.releaseStore(ctx, g, unsure)
 	return l.finishRelease(ctx, start, err)
+}
+
+// heldForMinimum is the context cause of a lease released before its
+// minimum hold passed: it matches ErrHeldForMinimum and ErrReleased, and
+// ErrClosed too when Client.Close released it.
+type heldForMinimum struct{ closed bool }
+
+func (h heldForMinimum) Error() string {
+	if h.closed {
+		return ErrHeldForMinimum.Error() + " (released by Client.Close)"
+	}
+	return ErrHeldForMinimum.Error()
+}
+
+func (h heldForMinimum) Is(target error) bool {
+	return target == ErrHeldForMinimum || target == ErrReleased || h.closed && target == ErrClosed
+}
+
+// holdForMinimum is Release of a lease whose minimum hold ends at end,
+// still in the future: one renewal whose TTL is the rest of the window
+// (so a record store expires the record then, even if this process dies),
+// then, in the background, renewals of the same kind while the client
+// lives (a session store, etcd or ZooKeeper, ties the record to the
+// session and ignores the TTL), and the record's removal when the window
+// ends. The lease has already ended for its holder.
+func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time) error {
+	c := l.c
+	ng, err := c.holdRenew(ctx, g, unsure, end)
+	notHeld := errors.Is(err, ErrNotHeld)
+	l.mu.Lock()
+	if err == nil {
+		l.grant = mergeGrant(g, ng)
+		g = l.grant
+	} else if !notHeld {
+		l.releaseFailed = true // a second Release returns nil
+	}
+	interval := l.interval
+	l.mu.Unlock()
+	c.mu.Lock()
+	delete(c.pending, l)
+	c.mu.Unlock()
+	if !notHeld {
+		retrying := err != nil
+		c.goBackground(func() { c.keepUntil(g, interval, end, retrying) })
+	}
+	err = c.wrap(ctx, "renew", err)
+	now := c.now()
+	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: g.Token, Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}
+	if err != nil && !notHeld {
+		ev.Kind = EventReleaseFailed
+	}
+	c.emit(ev)
+	return err
+}
+
+// holdRenew renews g with the rest of the window until end as its TTL (at
+// least MinTTL). When unsure (a rotation of g may have taken effect
+// unseen) and the store answers "not held", it looks the key up and
+// renews the record if its owner is g's, as releaseStore does.
+func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end time.Time) (driver.Grant, error) {
+	req := driver.RenewRequest{TTL: max(MinTTL, end.Sub(c.now()))}
+	ng, err := c.b.Renew(ctx, g, req)
+	if !unsure || !errors.Is(err, ErrNotHeld) {
+		return ng, err
+	}
+	info, ierr := c.b.Inspect(ctx, g.Key)
+	if ierr != nil {
+		return ng, ierr
+	}
+	if info.Owner != g.Owner {
+		return ng, err
+	}
+	g.Token = info.Token
+	return c.b.Renew(ctx, g, req)
+}
+
+// keepUntil keeps the record of a lease released during its minimum hold
+// until end: it renews it every interval with the rest of the window as
+// TTL (retrying failures with backoff when retrying), then removes it by
+// owner. It stops early when the store has no record of this owner, or
+// when the client closes (a record store then expires the record at end).
+func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time, retrying bool) {
+	backoff := c.o.MinBackoff
+	for {
+		now := c.now()
+		if !now.Before(end) {
+			c.abandon(driver.AcquireRequest{Key: g.Key, Owner: g.Owner})
+			return
+		}
+		wait := interval
+		if retrying {
+			wait = jitter(backoff)
+		}
+		t := time.NewTimer(min(wait, end.Sub(now)))
+		select {
+		case <-c.life.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !c.now().Before(end) {
+			continue
+		}
+		// A rotating renewal that was in flight when the lease was
+		// released may reach the store after the first hold renewal
+		// and move the record to a token this loop never saw: "not
+		// held" is then answered by looking the record up by owner
+		// (unique per lease).
+		ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
+		ng, err := c.holdRenew(ctx, g, true, end)
+		cancel()
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			return
+		case err != nil:
+			retrying = true
+			backoff = min(2*backoff, interval)
+			c.emit(Event{Kind: EventRenewFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(context.Background(), "renew", err)})
+		default:
+			g = mergeGrant(g, ng)
+			retrying, backoff = false, c.o.MinBackoff
+		}
+	}
+}
+
+// mergeGrant returns a renewal's answer ng, completed with old's key,
+// owner and handle where the backend left them empty.
+func mergeGrant(old, ng driver.Grant) driver.Grant {
+	if ng.Key == "" {
+		ng.Key, ng.Owner = old.Key, old.Owner
+	}
+	if ng.Handle == "" {
+		ng.Handle = old.Handle
+	}
+	return ng
 }
 
 // releaseStore releases g. When unsure (a rotation of g may have taken
@@ -486,4 +683,101 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 	}
 	l.c.emit(ev)
 	return err
+}
+
+// metaUpdate is a SetMetadata waiting for (or carried by) a renewal.
+type metaUpdate struct {
+	data      []byte
+	done      chan error // buffered: receives the outcome once
+	cancelled bool       // SetMetadata returned early (guarded by l.mu)
+}
+
+// answer gives a SetMetadata the outcome of the renewal that carried u:
+// nil if the store stored it (and the lease is held), else the error
+// Release would give for the lease's state.
+func (l *Lease) answer(u *metaUpdate, stored bool) {
+	if u == nil {
+		return
+	}
+	var err error
+	if !stored {
+		err = l.notHeldErr()
+	}
+	u.done <- err
+}
+
+// notHeldErr is what a call on an ended lease returns, as Release does:
+// ErrNotHeld (or ErrClosed if Client.Close released it) after a release,
+// ErrNotHeld joined with the *LostError after a loss; nil while held.
+func (l *Lease) notHeldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.notHeldErrLocked()
+}
+
+func (l *Lease) notHeldErrLocked() error {
+	switch l.state {
+	case lost:
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.err)
+	case released:
+		if errors.Is(l.endCause, ErrClosed) {
+			return ErrClosed
+		}
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (l *Lease) SetMetadata(ctx context.Context, b []byte) error {
+	if err := driver.ValidateMetadata(b); err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		b = nil
+	} else {
+		b = append([]byte(nil), b...)
+	}
+	select {
+	case l.metaMu <- struct{}{}:
+		defer func() { <-l.metaMu }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	u := &metaUpdate{data: b, done: make(chan error, 1)}
+	l.mu.Lock()
+	if err := l.notHeldErrLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.metaReq = u
+	l.mu.Unlock()
+	l.c.renewSoon(l)
+	var end <-chan struct{} = l.done
+	for {
+		select {
+		case err := <-u.done:
+			return err
+		case <-end:
+			// Ended: if no renewal took the update, it never will.
+			l.mu.Lock()
+			pending := l.metaReq == u
+			if pending {
+				l.metaReq = nil
+			}
+			err := l.notHeldErrLocked()
+			l.mu.Unlock()
+			if pending {
+				return err
+			}
+			end = nil // the renewal carrying it answers
+		case <-ctx.Done():
+			l.mu.Lock()
+			if l.metaReq == u {
+				l.metaReq = nil
+			}
+			u.cancelled = true
+			l.mu.Unlock()
+			return ctx.Err()
+		}
+	}
 }

@@ -52,6 +52,10 @@ const (
 	// token, Previous the highest the resource had accepted; Key is the
 	// resource.
 	EventFenceRejected
+	// EventWaiting: a blocking Acquire found the key held by someone else
+	// and waits for it: once per call, at its first refusal (Err is the
+	// refusal, usually a *HeldError naming the holder).
+	EventWaiting
 )
 
 var eventNames = [...]string{
@@ -68,6 +72,7 @@ var eventNames = [...]string{
 	EventReleaseFailed: "release_failed",
 	EventCleanupFailed: "cleanup_failed",
 	EventFenceRejected: "fence_rejected",
+	EventWaiting:       "waiting",
 }
 
 // String returns the event's stable snake_case name, e.g. "renew_failed".

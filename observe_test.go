@@ -95,7 +95,11 @@ func TestEventsContendedAcquire(t *testing.T) {
 		if _, err := w.Acquire(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
-		wantKinds(t, rec.kinds("k"), "not_acquired", "acquired")
+		wantKinds(t, rec.kinds("k"), "not_acquired", "waiting", "acquired")
+		var held *fencelock.HeldError
+		if e := rec.find(fencelock.EventWaiting); !errors.As(e.Err, &held) || held.Holder.Owner != l.Owner() {
+			t.Errorf("waiting event %+v; want the *HeldError naming the holder %q", e, l.Owner())
+		}
 		if e := rec.find(fencelock.EventAcquired); !e.Contended || e.Wait != 4*time.Second {
 			t.Errorf("acquired event %+v; want contended with a 4s wait", e)
 		}

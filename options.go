@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-	"unicode"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -67,10 +66,18 @@ type Options struct {
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 
-	// Owner names this client in Inspect and List output (each lease adds a
-	// unique suffix). Default "HOSTNAME:PID". At most 200 bytes of
-	// printable text.
+	// Owner is the default owner label of this client's leases (see
+	// WithLabel, which sets it per call): the store records
+	// Owner + "/" + a unique suffix per call, and Info.Label and
+	// Lease.Label return Owner as given. Default "HOSTNAME:PID". At most
+	// 200 bytes of printable text.
 	Owner string
+
+	// MinHold is the default minimum hold of this client's leases (see
+	// WithMinHold, which sets it per call): a lease released sooner keeps
+	// its key in the store until MinHold after it was acquired. Default 0
+	// (Release frees the key at once); at most MaxTTL.
+	MinHold time.Duration
 
 	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
 	// releases during Close, removal of a record left by an abandoned
@@ -152,13 +159,11 @@ func (o *Options) resolve() (Options, error) {
 		}
 		r.Owner = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	if len(r.Owner) > 200 {
-		return r, badOption("Owner", strconv.Quote(r.Owner[:20]+"…"), "must be at most 200 bytes")
+	if err := checkLabel("Owner", r.Owner); err != nil {
+		return r, err
 	}
-	for _, c := range r.Owner {
-		if !unicode.IsPrint(c) {
-			return r, badOption("Owner", strconv.Quote(r.Owner), "must be printable text")
-		}
+	if r.MinHold < 0 || r.MinHold > MaxTTL {
+		return r, badOption("MinHold", r.MinHold, "must be between 0 and %v", MaxTTL)
 	}
 	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = 5 * time.Second

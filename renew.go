@@ -84,6 +84,7 @@ type renewal struct {
 	l        *Lease
 	due      time.Time
 	retrying bool // the next renewal is a retry after a failure
+	urgent   bool // renew again at once when the renewal in flight ends (SetMetadata)
 	idx      int  // index in c.queue; −1 while not queued
 }
 
@@ -125,8 +126,33 @@ func (c *Client) reschedule(l *Lease, due time.Time, retrying bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.leases[l]; ok && r.idx < 0 {
+		if r.urgent {
+			r.urgent = false
+			if now := c.now(); due.After(now) {
+				due = now
+			}
+		}
 		c.scheduleLocked(r, due, retrying)
 	}
+}
+
+// renewSoon makes l's next renewal happen at once: now if it is queued,
+// right after the one in flight otherwise.
+func (c *Client) renewSoon(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.leases[l]
+	if !ok {
+		return
+	}
+	if r.idx < 0 {
+		r.urgent = true
+		return
+	}
+	now := c.now()
+	r.due, r.retrying = now, false
+	heap.Fix(&c.queue, r.idx)
+	c.pokeIfEarlierLocked(now)
 }
 
 // pokeIfEarlierLocked wakes the scheduler if its timer is not set to fire
@@ -138,31 +164,57 @@ func (c *Client) pokeIfEarlierLocked(t time.Time) {
 }
 
 // renewPlan reads what a renewal of l needs; ok is false if l has ended.
-func (c *Client) renewPlan(l *Lease, now time.Time) (g driver.Grant, rotate bool, deadline time.Time, ok bool) {
+// It takes l's pending SetMetadata, if any: the renewal carries it (and
+// renewed hands the update back if the renewal fails transiently).
+func (c *Client) renewPlan(l *Lease, now time.Time) (p plan, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
-		return g, false, deadline, false
+		return p, false
 	}
 	// Rotate now if waiting for the next renewal would stretch the gap
 	// between rotations beyond RotateEvery.
-	rotate = c.o.RotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(c.o.RotateEvery))
+	p.rotate = l.rotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(l.rotateEvery))
 	l.renewing = true
-	return l.grant, rotate, l.validUntil, true
+	p.g, p.deadline, p.meta = l.grant, l.validUntil, l.metaReq
+	l.metaReq = nil
+	return p, true
+}
+
+// plan is one lease's part in a renewal.
+type plan struct {
+	g        driver.Grant
+	rotate   bool
+	deadline time.Time   // the end of the lease's local validity
+	meta     *metaUpdate // a SetMetadata the renewal carries, or nil
+}
+
+// request is the RenewRequest of p for a lease with the given TTL.
+func (p *plan) request(ttl time.Duration) driver.RenewRequest {
+	req := driver.RenewRequest{TTL: ttl, Rotate: p.rotate}
+	if p.meta != nil {
+		req.SetMetadata, req.Metadata = true, p.meta.data
+	}
+	return req
 }
 
 func (c *Client) renewOne(l *Lease) {
 	defer c.wg.Done()
 	start := c.now()
-	g, rotate, deadline, ok := c.renewPlan(l, start)
+	p, ok := c.renewPlan(l, start)
 	if !ok {
 		return
 	}
+	c.renewPlanned(l, start, p)
+}
+
+// renewPlanned sends one lease's renewal and applies the answer.
+func (c *Client) renewPlanned(l *Lease, start time.Time, p plan) {
 	// The lease's context aborts the request if the lease ends meanwhile.
-	ctx, cancel := context.WithTimeout(l.Context(), deadline.Sub(start))
-	ng, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+	ctx, cancel := context.WithTimeout(l.Context(), p.deadline.Sub(start))
+	ng, err := c.b.Renew(ctx, p.g, p.request(l.ttl))
 	cancel()
-	c.renewed(l, start, g, rotate, ng, err)
+	c.renewed(l, start, p, ng, err)
 }
 
 func (c *Client) renewBatch(due []*Lease) {
@@ -170,47 +222,66 @@ func (c *Client) renewBatch(due []*Lease) {
 	start := c.now()
 	type item struct {
 		l *Lease
-		g driver.Grant
+		p plan
 	}
-	var groups [2][]item // [0] plain, [1] rotating
+	// One RenewBatch per distinct request: RenewRequest has one TTL and
+	// one Rotate flag for all its grants, and leases of one client may
+	// have different TTLs (WithTTL).
+	type group struct {
+		req   driver.RenewRequest
+		items []item
+	}
+	type groupKey struct {
+		ttl    time.Duration
+		rotate bool
+	}
+	var groups []*group
+	index := make(map[groupKey]*group)
 	deadline := time.Time{}
+	var single []item // renewals that carry metadata, which RenewBatch never does
 	for _, l := range due {
-		g, rotate, until, ok := c.renewPlan(l, start)
+		p, ok := c.renewPlan(l, start)
 		if !ok {
 			continue
 		}
-		i := 0
-		if rotate {
-			i = 1
+		if p.meta != nil {
+			single = append(single, item{l, p})
+			continue
 		}
-		groups[i] = append(groups[i], item{l, g})
+		gk := groupKey{l.ttl, p.rotate}
+		gr := index[gk]
+		if gr == nil {
+			gr = &group{req: p.request(l.ttl)}
+			index[gk] = gr
+			groups = append(groups, gr)
+		}
+		gr.items = append(gr.items, item{l, p})
 		// The latest deadline bounds the batch: each lease's own timer
 		// ends it at its deadline, and one lease near its end must not
 		// fail the renewal of all the others.
-		if until.After(deadline) {
-			deadline = until
+		if p.deadline.After(deadline) {
+			deadline = p.deadline
 		}
 	}
-	for i, group := range groups {
-		if len(group) == 0 {
-			continue
-		}
-		rotate := i == 1
-		grants := make([]driver.Grant, len(group))
-		for j, it := range group {
-			grants[j] = it.g
+	for _, it := range single {
+		c.renewPlanned(it.l, start, it.p)
+	}
+	for _, gr := range groups {
+		grants := make([]driver.Grant, len(gr.items))
+		for j, it := range gr.items {
+			grants[j] = it.p.g
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
-		results, err := c.batch.RenewBatch(ctx, grants, driver.RenewRequest{TTL: c.o.TTL, Rotate: rotate})
+		results, err := c.batch.RenewBatch(ctx, grants, gr.req)
 		cancel()
 		if err == nil && len(results) != len(grants) {
 			err = errors.New("backend returned a batch result of the wrong length")
 		}
-		for j, it := range group {
+		for j, it := range gr.items {
 			if err != nil {
-				c.renewed(it.l, start, it.g, rotate, driver.Grant{}, err)
+				c.renewed(it.l, start, it.p, driver.Grant{}, err)
 			} else {
-				c.renewed(it.l, start, it.g, rotate, results[j].Grant, results[j].Err)
+				c.renewed(it.l, start, it.p, results[j].Grant, results[j].Err)
 			}
 		}
 	}
@@ -218,21 +289,28 @@ func (c *Client) renewBatch(due []*Lease) {
 
 // renewed applies the outcome of a renewal of l that was sent at start:
 // it updates the lease, then reports, and then either ends the lease or
-// queues its next renewal.
-func (c *Client) renewed(l *Lease, start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) {
-	o := l.applyRenewal(start, old, rotate, ng, err)
+// queues its next renewal. A SetMetadata the renewal carried learns its
+// outcome last, once the lease's state says it.
+func (c *Client) renewed(l *Lease, start time.Time, p plan, ng driver.Grant, err error) {
+	old := p.g
+	o := l.applyRenewal(start, p, ng, err)
 	if o.lost != nil {
 		c.emit(o.event)
 		l.lose(o.lost)
+		l.answer(p.meta, false)
 		return
 	}
 	if o.ended {
+		l.answer(p.meta, false)
 		return
 	}
 	c.reschedule(l, o.next, o.retrying)
 	c.emit(o.event)
 	if o.rotated {
 		c.emit(Event{Kind: EventRotated, Key: l.key, Owner: l.owner, Token: ng.Token, Previous: old.Token})
+	}
+	if !o.retrying {
+		l.answer(p.meta, true)
 	}
 }
 
@@ -248,11 +326,20 @@ type renewalOutcome struct {
 
 // applyRenewal updates l with a renewal's answer, under l.mu, and says
 // what the caller must do next.
-func (l *Lease) applyRenewal(start time.Time, old driver.Grant, rotate bool, ng driver.Grant, err error) renewalOutcome {
+func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error) renewalOutcome {
 	c := l.c
+	old, rotate := p.g, p.rotate
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewing = false
+	if p.meta != nil {
+		switch {
+		case err == nil && ng.Token >= old.Token:
+			l.meta = p.meta.data // stored, whatever happens to the lease now
+		case err != nil && !definite(err) && l.state == held && l.metaReq == nil && !p.meta.cancelled:
+			l.metaReq = p.meta // retried with the next renewal
+		}
+	}
 	if rotate && err != nil && !definite(err) {
 		// The rotation may have taken effect: our record may now carry
 		// a token we have not seen. Kept until a renewal succeeds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -843,7 +844,17 @@ func testObserver(t *testing.T, s *suite) {
 		}
 		got <- wl
 	}()
-	time.Sleep(100 * time.Millisecond) // let it find the key held
+	// Release only once the contender has found the key held.
+	deadline = time.Now().Add(s.h.TTL + s.h.Slack)
+	for {
+		if _, ok := rec.last(key, fencelock.EventWaiting); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the contender reported no waiting event within TTL+slack; events %v", rec.kinds(key))
+		}
+		time.Sleep(5 * time.Millisecond) // polling the recorder; nothing to await
+	}
 	mustRelease(t, l)
 	wl := <-got
 	if wl == nil {
@@ -854,9 +865,9 @@ func testObserver(t *testing.T, s *suite) {
 	// the waiter may already have reported acquired: the last two may come
 	// in either order.
 	n := len(ks)
-	if n < 4 || ks[0] != "acquired" || ks[1] != "renewed" ||
+	if n < 5 || ks[0] != "acquired" || ks[1] != "renewed" || !slices.Contains(ks, "waiting") ||
 		!((ks[n-2] == "released" && ks[n-1] == "acquired") || (ks[n-2] == "acquired" && ks[n-1] == "released")) {
-		t.Errorf("events %v; want acquired, renewed…, then released and acquired", ks)
+		t.Errorf("events %v; want acquired, renewed…, waiting, then released and acquired", ks)
 	}
 	if e, _ := rec.last(key, fencelock.EventAcquired); !e.Contended || e.Token != wl.Token() || e.Owner != wl.Owner() || e.Backend == "" {
 		t.Errorf("contended acquired event %+v; want contended, token %d, owner %q, a backend name", e, wl.Token(), wl.Owner())

@@ -127,10 +127,11 @@ var cases = []testCase{
 	{"WaiterWokenOnRelease", "a waiting Acquire gets the key promptly once the holder releases it.", testWaiterWoken},
 	{"InspectAndListAgree", "Inspect and List report exactly the held keys, with the holders' owners and tokens, and nothing after release.", testInspectList},
 	{"CloseReleasesEverything", "Client.Close releases every lease it holds, ends them (Done closed), and makes the keys available at once.", testClose},
-	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a contended acquire is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
+	{"ObserverSeesLifecycle", "the engine reports the same events on every backend: acquired → renewed… → released; a blocking acquire that finds the key held reports waiting, and its acquired event is marked contended; a taken lease ends with lost (cause ErrNotHeld).", testObserver},
 	{"TokenFloorHolds", "a TokenFloorer reports the highest token it issued per key, and after RaiseFloor every new token of that key (or of every key, for a global floor) is above the floor; a held lock keeps its token; raising to a lower floor changes nothing; a bad key is rejected.", testTokenFloor},
 	{"MetadataStoredAndHolderOnly", "a metadata payload (any bytes, up to driver.MaxMetadataLen; empty reads back as nil) is stored by Acquire and reported by Inspect and List; only the current holder's Renew with SetMetadata replaces it (a stale or forged grant gets ErrNotHeld and changes nothing); a Renew without SetMetadata, RenewBatch and rotation keep it; a same-owner re-Acquire replaces it; Release and ForceRelease drop it; an oversized payload is refused with an *InvalidOptionError and nothing is stored.", testMetadata},
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
+	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
 }
 
 type suite struct {

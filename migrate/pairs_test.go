@@ -47,9 +47,7 @@ var (
 	}}
 	mongoSide = side{"MongoDB", func(t *testing.T) string {
 		u := withParam(t, testenv.URL(t, "FENCELOCK_TEST_MONGO"), "database", "fencelock_test")
-		id := randHex()
-		u = withParam(t, u, "collection", "migrate_locks_"+id)
-		return withParam(t, u, "token_collection", "migrate_tokens_"+id)
+		return withParam(t, u, "collection", "migrate_locks_"+randHex())
 	}}
 	fileSide = side{"file", func(t *testing.T) string {
 		return "file://" + t.TempDir()

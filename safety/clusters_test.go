@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/safety/cluster"
-	"github.com/fencelock/fencelock/safety/report"
+	"github.com/fencelock/fencelock/safety/suite"
 )
 
 // The loopback clusters (scripts/testenv etcd3, zookeeper3, redisha),
@@ -21,27 +21,11 @@ var clusterDefs = []backendDef{
 	{cluster.RedisHA, "FENCELOCK_TEST_REDISHA", time.Second, 300 * time.Millisecond},
 }
 
-// Fault classes of the clusters.
+// Names of the clusters' failover cells (suite.Control.FailoverName).
 const (
 	fLeaderKill = "leader-kill"
 	fFailover   = "primary-kill-failover"
 )
-
-// clusterRules are the expectations of the cluster cells.
-var clusterRules = report.Table{
-	{Backend: cluster.ZooKeeper3, Fault: fLeaderKill, Expectation: zkWaitersStranded},
-	{Backend: cluster.RedisHA, Fault: fFailover, Expectation: report.Expectation{
-		Unsafe:     true,
-		Properties: []string{"P1", "P2", "P3", "P4"},
-		Why: "Redis replicates asynchronously. A lock record or token increment the primary acknowledged just before it " +
-			"died may be missing on the replica the Sentinel promotes: a second contender acquires a lock whose holder " +
-			"still believes it holds it, and a token can be issued again (the fenced resource cannot tell the two holders " +
-			"apart). Whether a run shows it depends on the timing of the kill.",
-		Fix: "Use a single Redis primary with appendonly yes and appendfsync always and no automatic failover for locks " +
-			"(a restart keeps every lock and token), or a consensus store (etcd, ZooKeeper) when the lock must survive " +
-			"the loss of a server. WAIT / min-replicas-to-write narrow the window but do not close it.",
-	}},
-}
 
 // clusterSet finds the clusters, starting them with scripts/testenv when
 // their variables are not set, once per run.
@@ -106,47 +90,37 @@ func (s *clusterSet) down(t *testing.T) {
 	}
 }
 
-// clusterCells returns the cells of a cluster: its leader (or primary)
-// killed with SIGKILL while contenders hold locks, and started again.
-func clusterCells(be *backendEnv, ct *cluster.Testenv, prof profile) (specs []cellSpec, left []string) {
-	be.rules = append(append(report.Table(nil), clusterRules...), be.rules...)
+// clusterControl is the failover fault of a cluster (suite.FaultFailover):
+// its leader (or primary) killed with SIGKILL while contenders hold locks,
+// a new one elected, and the old one started again. It is nil when the
+// cluster was not started by scripts/testenv (ct nil).
+func clusterControl(ct *cluster.Testenv, name string) *suite.Control {
 	if ct == nil {
-		return nil, []string{"member faults: the cluster was not started by scripts/testenv"}
+		return nil
 	}
 	fault, setup := fLeaderKill, "3 members; the leader killed (kill -9), a new one elected, the old one started again"
-	if be.name == cluster.RedisHA {
+	if name == cluster.RedisHA {
 		fault, setup = fFailover, "primary + replica + Sentinel; the primary killed (kill -9), the replica promoted, the old primary started again as a replica"
 	}
-	specs = append(specs, cellSpec{fault: fault, fencing: true, setup: setup,
-		run: func(ctx context.Context, c *cell) (int, error) {
-			for i := range prof.rounds {
-				if _, err := c.awaitHolder(ctx, 10*be.ttl); err != nil {
-					return i, err
-				}
-				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				leader, err := ct.WaitLeader(lctx, be.name)
-				cancel()
-				if err != nil {
-					return i, err
-				}
-				if err := c.round("", fault+" (member "+leader+")", func() error {
-					if err := ct.Kill(ctx, be.name, leader); err != nil {
-						return err
-					}
-					wctx, cancel := context.WithTimeout(ctx, time.Minute)
-					defer cancel()
-					_, werr := ct.WaitLeader(wctx, be.name, leader)
-					// Always start it again: later cells need the cluster whole.
-					serr := ct.Start(context.WithoutCancel(ctx), be.name, leader)
-					return errors.Join(werr, serr)
-				}); err != nil {
-					return i + 1, err
-				}
-				if err := between(ctx, i, prof.rounds, be.ttl); err != nil {
-					return i + 1, err
-				}
+	return &suite.Control{
+		FailoverName: fault,
+		Setup:        map[string]string{suite.FaultFailover: setup},
+		Failover: func(ctx context.Context) (string, error) {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			leader, err := ct.WaitLeader(lctx, name)
+			cancel()
+			if err != nil {
+				return "", err
 			}
-			return prof.rounds, nil
-		}})
-	return specs, nil
+			if err := ct.Kill(ctx, name, leader); err != nil {
+				return "", err
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			_, werr := ct.WaitLeader(wctx, name, leader)
+			// Always start it again: later cells need the cluster whole.
+			serr := ct.Start(context.WithoutCancel(ctx), name, leader)
+			return "(member " + leader + ")", errors.Join(werr, serr)
+		},
+	}
 }

@@ -2,9 +2,12 @@
 // per backend, what survives which fault, and generates the report in
 // docs/safety.md.
 //
-// The package itself holds only tests. TestSafety runs, for every backend
+// The package itself holds only tests; the harness and the scenarios are
+// package safety/suite (suite.Run), which also runs the matrix against a
+// team's own servers (and `fencelock safety` calls). TestSafety runs,
+// through suite.Run, for every backend
 // whose server is configured (FENCELOCK_TEST_POSTGRES, _REDIS, _ETCD,
-// _ZOOKEEPER, _MONGO; see scripts/testenv; unset means skipped, or failed
+// _ZOOKEEPER, _MONGO, _MONGO_PG; see scripts/testenv; unset means skipped, or failed
 // under CI=true), one cell per fault class: three contender processes
 // (safety/contender, started with safety/proc) take turns on two keys with
 // a short TTL and write to a fenced resource (safety/fence) while the

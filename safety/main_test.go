@@ -2,13 +2,11 @@ package safety
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/fencelock/fencelock/safety/contender"
+	"github.com/fencelock/fencelock/safety/suite"
 )
 
 var (
@@ -19,19 +17,10 @@ var (
 )
 
 // TestMain runs the contender program instead of the tests when the
-// process is a contender started by the harness (safety/proc re-executes
+// process is a contender started by the harness (the suite re-executes
 // this test binary with the contender's configuration in its
 // environment).
 func TestMain(m *testing.M) {
-	if cfg, ok, err := contender.FromEnv(); ok {
-		if err == nil {
-			err = contender.Main(cfg, os.Stdin, os.Stdout)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "contender %s: %v\n", cfg.Proc, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	suite.MainIfContender()
 	goleak.VerifyTestMain(m)
 }

@@ -2,25 +2,21 @@ package safety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testenv"
 	"github.com/fencelock/fencelock/migrate"
 	_ "github.com/fencelock/fencelock/safety/backends"
 	"github.com/fencelock/fencelock/safety/cluster"
-	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/report"
+	"github.com/fencelock/fencelock/safety/suite"
 )
 
 // backendDef is one backend of the matrix: its server variable, lease TTL
@@ -41,6 +37,7 @@ var backendDefs = []backendDef{
 	{"etcd", "FENCELOCK_TEST_ETCD", 2 * time.Second, 700 * time.Millisecond},
 	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
+	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
 }
 
 // dualDef is the dual backend of a migration's rolling deploy
@@ -48,18 +45,33 @@ var backendDefs = []backendDef{
 // PostgreSQL at once. It runs after the backends above, on their servers.
 var dualDef = backendDef{"dual", "FENCELOCK_TEST_REDIS+FENCELOCK_TEST_POSTGRES", time.Second, 300 * time.Millisecond}
 
-// dualCells are the cells of the dual backend: the engine's optional
+// dualFaults are the cells of the dual backend: the engine's optional
 // paths (rotation, batch renewal, waiting) and a holder killed. The
 // store and network faults are the two backends' own cells.
-func dualCells(be *backendEnv, prof profile) (specs []cellSpec, left []string) {
-	all, _ := cellsFor(be, prof, false)
-	for _, s := range all {
-		if s.fault == fRotation || s.fault == fHolderKill {
-			specs = append(specs, s)
+var dualFaults = []string{suite.FaultHolderKill, suite.FaultRotation}
+
+// backendFaults are the faults of a single server: every fault but the
+// failover (the clusters have it), and the Redis FLUSHALL too.
+func backendFaults(mutants bool) []string {
+	var fs []string
+	for _, f := range suite.DefaultFaults {
+		if f != suite.FaultFailover {
+			fs = append(fs, f)
 		}
 	}
-	return specs, []string{"every fault but " + fHolderKill + " and " + fRotation + ": they are measured on redis and postgres alone"}
+	fs = append(fs, suite.FaultRedisFlushall)
+	if mutants {
+		fs = append(fs, suite.GroupMutants)
+	}
+	return fs
 }
+
+// profiles size a run (suite.Config's Rounds, Baseline, ControlRounds
+// and CellTimeout).
+var (
+	quick = suite.Config{Profile: "quick", Rounds: 1, Baseline: 5 * time.Second, ControlRounds: 3, CellTimeout: 5 * time.Minute}
+	soak  = suite.Config{Profile: "soak", Rounds: 10, Baseline: 60 * time.Second, ControlRounds: 20, CellTimeout: 30 * time.Minute}
+)
 
 // Minimums per backend of a full quick run (issue 9).
 const (
@@ -70,7 +82,8 @@ const (
 // TestSafety is the fault-injection matrix: every available backend under
 // every fault class, plus the negative controls, checked and classified;
 // it fails on any UNSAFE-UNEXPECTED cell and on any control that is not
-// caught, and writes the report.
+// caught, and writes the report. Each backend is one suite.Run, each cell
+// a subtest.
 func TestSafety(t *testing.T) {
 	began := time.Now()
 	seed := *flagSeed
@@ -81,24 +94,21 @@ func TestSafety(t *testing.T) {
 	if *flagSoak {
 		prof = soak
 	}
-	t.Logf("safety: profile %s, seed %d (rerun: go test -run TestSafety -args -safety.seed=%d)", prof.name, seed, seed)
-	fmt.Fprintf(os.Stderr, "safety: profile %s, seed %d\n", prof.name, seed)
+	prof.Seed = seed
+	prof.Logf = t.Logf
+	t.Logf("safety: profile %s, seed %d (rerun: go test -run TestSafety -args -safety.seed=%d)", prof.Profile, seed, seed)
+	fmt.Fprintf(os.Stderr, "safety: profile %s, seed %d\n", prof.Profile, seed)
 
 	te, err := findTestenv()
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := report.Report{
-		Profile: prof.name,
+		Profile: prof.Profile,
 		Seed:    seed,
 		Started: began.UTC().Truncate(time.Second),
 		Repro:   "cd safety && go test -race -run 'TestSafety/^{backend}$/^{fault}$' -args -safety.seed={seed}",
-		Env: map[string]string{
-			"go":       runtime.Version(),
-			"platform": runtime.GOOS + "/" + runtime.GOARCH,
-			"cpus":     strconv.Itoa(runtime.NumCPU()),
-			"race":     strconv.FormatBool(raceEnabled),
-		},
+		Env:     map[string]string{},
 	}
 	// The mutants run over one real backend: Redis, else PostgreSQL.
 	mutantOn := ""
@@ -110,27 +120,26 @@ func TestSafety(t *testing.T) {
 
 	for _, def := range backendDefs {
 		t.Run(def.name, func(t *testing.T) {
-			be := openBackendEnv(t, def, testenv.URL(t, def.envVar), te)
-			specs, left := cellsFor(be, prof, def.envVar == mutantOn)
-			runBackend(t, &rep, be, specs, left, seed, prof, true)
+			url := testenv.URL(t, def.envVar)
+			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, url)}
+			runBackend(t, &rep, prof, b, backendFaults(def.envVar == mutantOn), true)
 		})
 	}
 	t.Run(dualDef.name, func(t *testing.T) {
 		url := migrate.DualURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"), testenv.URL(t, "FENCELOCK_TEST_POSTGRES"))
-		be := openBackendEnv(t, dualDef, url, nil)
-		be.proxy = false // two stores behind one URL
-		specs, left := dualCells(be, prof)
-		runBackend(t, &rep, be, specs, left, seed, prof, false)
+		// Two stores behind one URL: no proxy.
+		b := suite.Backend{Name: dualDef.name, URL: url, TTL: dualDef.ttl, Slack: dualDef.slack, NoProxy: true}
+		rep.Env["left out: "+dualDef.name] = "every fault but " + suite.FaultHolderKill + " and " + suite.FaultRotation + ": they are measured on redis and postgres alone"
+		runBackend(t, &rep, prof, b, dualFaults, false)
 	})
 	clusters := &clusterSet{}
 	defer clusters.down(t)
 	for _, def := range clusterDefs {
 		t.Run(def.name, func(t *testing.T) {
 			url, ct := clusters.get(t, def)
-			be := openBackendEnv(t, def, url, nil)
-			be.proxy = false // several hosts, or a Sentinel that names the primary
-			specs, left := clusterCells(be, ct, prof)
-			runBackend(t, &rep, be, specs, left, seed, prof, false)
+			// Several hosts, or a Sentinel that names the primary: no proxy.
+			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
+			runBackend(t, &rep, prof, b, []string{suite.FaultFailover}, false)
 		})
 	}
 
@@ -144,108 +153,85 @@ func TestSafety(t *testing.T) {
 	}
 }
 
-// runBackend runs a backend's cells one after another, adds them to rep,
-// and (minimums) checks that a full run of them made enough acquisitions
-// and writes.
-func runBackend(t *testing.T, rep *report.Report, be *backendEnv, specs []cellSpec, left []string, seed int64, prof profile, minimums bool) {
-	for _, l := range left {
-		t.Logf("%s: left out: %s", be.name, l)
-		rep.Env["left out: "+be.name] = l
-	}
-	var acq, writes, ran int
-	for _, spec := range specs {
-		t.Run(spec.fault, func(t *testing.T) {
+// runBackend runs one backend's cells with suite.Run, each cell a subtest,
+// adds them to rep, and (minimums) checks that a full run of them made
+// enough acquisitions and writes.
+func runBackend(t *testing.T, rep *report.Report, cfg suite.Config, b suite.Backend, faults []string, minimums bool) {
+	cfg.Backends = []suite.Backend{b}
+	cfg.Faults = faults
+	var acq, writes, ran, total int
+	cfg.Cell = func(_, fault string, run func() suite.CellRun) {
+		total++
+		t.Run(fault, func(t *testing.T) {
 			ran++
-			ctx, cancel := context.WithTimeout(context.Background(), prof.cellTimeout)
-			defer cancel()
-			rc, h, err := runCell(ctx, be, spec, seed, t.Logf)
-			if rc.Backend != "" {
-				rep.Cells = append(rep.Cells, rc)
-				acq += rc.Result.Stats.Acquisitions
-				writes += rc.Result.Stats.Writes
-				t.Log(summary(rc))
+			r := run()
+			if r.Summary != "" {
+				t.Log(r.Summary)
+				acq += r.Cell.Result.Stats.Acquisitions
+				writes += r.Cell.Result.Stats.Writes
 			}
-			if err != nil {
-				t.Errorf("%v (seed %d)%s", err, seed, saveHistory(be.name, spec.fault, h))
+			hist := ""
+			if r.History != "" {
+				hist = "\nhistory: " + r.History
+			}
+			if r.Err != nil {
+				t.Errorf("%v (seed %d)", r.Err, cfg.Seed)
 				return
 			}
-			if p := rc.Problem(); p != "" {
-				t.Errorf("%s (seed %d)%s", p, seed, saveHistory(be.name, spec.fault, h))
+			if p := r.Cell.Problem(); p != "" {
+				t.Errorf("%s (seed %d)%s", p, cfg.Seed, hist)
 			}
 		})
 	}
-	if ran == len(specs) && !t.Failed() {
-		t.Logf("%s: %d acquisitions, %d fenced writes in %d cells", be.name, acq, writes, ran)
+	sub, err := suite.Run(context.Background(), cfg)
+	if errors.Is(err, suite.ErrConfig) || errors.Is(err, suite.ErrBackend) {
+		t.Fatal(err)
+	}
+	// Cell errors were reported by their subtests.
+	rep.Cells = append(rep.Cells, sub.Cells...)
+	rep.NotRun = append(rep.NotRun, sub.NotRun...)
+	for k, v := range sub.Env {
+		rep.Env[k] = v
+	}
+	for _, n := range sub.NotRun {
+		t.Logf("%s: not run: %s: %s", n.Backend, n.Fault, n.Why)
+	}
+	if ran == total && !t.Failed() {
+		t.Logf("%s: %d acquisitions, %d fenced writes in %d cells", b.Name, acq, writes, ran)
 		if minimums && (acq < minAcquisitions || writes < minWrites) {
 			t.Errorf("%s: %d acquisitions and %d writes; a run needs at least %d and %d",
-				be.name, acq, writes, minAcquisitions, minWrites)
+				b.Name, acq, writes, minAcquisitions, minWrites)
 		}
 	}
 }
 
-// openBackendEnv prepares a backend's cells: its URL, TTL and its own
-// description.
-func openBackendEnv(t *testing.T, def backendDef, raw string, te *cluster.Testenv) *backendEnv {
-	be := &backendEnv{name: def.name, envVar: def.envVar, url: raw, ttl: def.ttl, slack: def.slack, proxy: true}
-	if te.Owns(def.name, raw) {
-		be.testenv = te
+// findTestenv returns the scripts/testenv of FENCELOCK_TESTENV_STATE, or
+// nil when the servers were not started by it (a developer's own servers
+// are never killed).
+func findTestenv() (*cluster.Testenv, error) {
+	te, err := cluster.FromEnv()
+	if errors.Is(err, cluster.ErrNoState) {
+		return nil, nil
 	}
-	if strings.HasPrefix(raw, "zk://") {
-		// The lock lives as long as the session: make it the TTL.
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("session_timeout", def.ttl.String())
-		u.RawQuery = q.Encode()
-		be.url = u.String()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, _, err := fencelock.OpenBackend(ctx, be.url)
-	if err != nil {
-		t.Fatalf("open %s: %v", def.name, err)
-	}
-	defer b.Close()
-	be.rules = expectations
-	_, waiter := b.(driver.Waiter)
-	_, watcher := b.(driver.Watcher)
-	be.waits = waiter || watcher
-	if d, ok := b.(driver.Describer); ok {
-		desc := d.Describe()
-		be.claim = &desc
-		be.rules = append(be.rules, claimedRules(desc)...)
-	}
-	return be
+	return te, err
 }
 
-// summary is one line per cell for the test log.
-func summary(c report.Cell) string {
-	s := c.Result.Stats
-	return fmt.Sprintf("%s/%s: %s in %v: %d rounds, %d acquisitions, %d writes (%d accepted), stale %d attempted / %d accepted, "+
-		"detection margin p50 %v p99 %v, orphan p50 %v max %v, failed %v",
-		c.Backend, c.Fault, c.Verdict, c.Duration, c.Rounds, s.Acquisitions, s.Writes, s.WritesAccepted,
-		s.StaleAttempted, s.StaleAccepted, s.DetectionMargin.P50, s.DetectionMargin.P99, s.OrphanTime.P50, s.OrphanTime.Max,
-		c.Result.Failed())
-}
-
-// saveHistory keeps a failed cell's history for inspection and returns a
-// line saying where, with the first violations.
-func saveHistory(backend, fault string, h history.History) string {
-	if len(h) == 0 {
-		return ""
+// testenvControl lets the suite kill, restart and pause a server that
+// scripts/testenv started (nil for any other server: a developer's own
+// servers are never killed).
+func testenvControl(te *cluster.Testenv, name, url string) *suite.Control {
+	if te == nil || !te.Owns(name, url) {
+		return nil
 	}
-	f, err := os.CreateTemp("", "fencelock-safety-"+backend+"-"+fault+"-*.jsonl")
-	if err != nil {
-		return ""
+	return &suite.Control{
+		Restart: func(ctx context.Context) error { return te.RestartServer(ctx, name) },
+		Pause:   func(ctx context.Context) error { return te.Pause(ctx, name) },
+		Resume:  func(ctx context.Context) error { return te.Resume(ctx, name) },
+		Setup: map[string]string{
+			suite.FaultServerKill:  "kill -9 and restart with its data (scripts/testenv restart)",
+			suite.FaultServerPause: "SIGSTOP/SIGCONT of the server (scripts/testenv pause)",
+		},
 	}
-	defer f.Close()
-	enc := history.NewEncoder(f)
-	for _, ev := range h {
-		enc.Encode(ev)
-	}
-	return "\nhistory: " + f.Name()
 }
 
 // writeReports writes the markdown and JSON reports to the paths of the
@@ -265,24 +251,8 @@ func writeReports(t *testing.T, rep report.Report) {
 			js = filepath.Join(dir, "safety.json")
 		}
 	}
-	for _, out := range []struct {
-		path  string
-		write func(*os.File) error
-	}{
-		{md, func(f *os.File) error { return report.WriteMarkdown(f, rep) }},
-		{js, func(f *os.File) error { return report.WriteJSON(f, rep) }},
-	} {
-		f, err := os.Create(out.path)
-		if err != nil {
-			t.Error(err)
-			continue
-		}
-		if err := out.write(f); err != nil {
-			t.Error(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Error(err)
-		}
-		t.Logf("safety: report written to %s", out.path)
+	if err := suite.WriteReport(md, js, rep); err != nil {
+		t.Error(err)
 	}
+	t.Logf("safety: report written to %s and %s", md, js)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"github.com/fencelock/fencelock/internal/testenv"
 	"net/url"
 	"os"
 	"strconv"
@@ -16,16 +17,35 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/internal/testenv"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 )
 
-// testURL returns FENCELOCK_TEST_MONGO, or skips (fails in CI) without it.
-func testURL(t testing.TB) string {
-	t.Helper()
-	u := testenv.URL(t, "FENCELOCK_TEST_MONGO")
-	return u
+// server is one Mongo-wire server under test.
+type server struct {
+	name string // subtest name
+	env  string // variable holding its URL
+	// testenv is the scripts/testenv name of the server, for restarts.
+	testenv string
+}
+
+// servers are the Mongo-wire servers every test runs on:
+// FENCELOCK_TEST_MONGO (FerretDB with its SQLite handler in this
+// repository's test environment, or a real MongoDB you point it at) and
+// FENCELOCK_TEST_MONGO_PG (FerretDB with its PostgreSQL handler).
+var servers = []server{
+	{name: "mongo", env: "FENCELOCK_TEST_MONGO", testenv: "mongo"},
+	{name: "mongo_pg", env: "FENCELOCK_TEST_MONGO_PG", testenv: "mongo-pg"},
+}
+
+// eachServer runs f as a subtest per server; a server whose variable is
+// unset is skipped (a failure under CI).
+func eachServer(t *testing.T, f func(t *testing.T, s server, raw string)) {
+	for _, s := range servers {
+		t.Run(s.name, func(t *testing.T) {
+			f(t, s, testenv.URL(t, s.env))
+		})
+	}
 }
 
 func randHex() string {
@@ -53,12 +73,11 @@ func withParams(t testing.TB, raw string, kv ...string) string {
 	return u.String()
 }
 
-// freshCollections returns unique collection names and drops them when
-// the test ends.
-func freshCollections(t testing.TB, raw string) (locks, tokens string) {
+// freshCollection returns a unique collection name and drops the
+// collection when the test ends.
+func freshCollection(t testing.TB, raw string) string {
 	t.Helper()
-	suffix := randHex()
-	locks, tokens = "locks_"+suffix, "tokens_"+suffix
+	locks := "locks_" + randHex()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -68,9 +87,8 @@ func freshCollections(t testing.TB, raw string) (locks, tokens string) {
 		}
 		defer c.Disconnect(ctx)
 		_ = c.Database(testDatabase).Collection(locks).Drop(ctx)
-		_ = c.Database(testDatabase).Collection(tokens).Drop(ctx)
 	})
-	return locks, tokens
+	return locks
 }
 
 // isFerretDB reports whether the server at raw is FerretDB (its buildInfo
@@ -92,10 +110,10 @@ func isFerretDB(t testing.TB, raw string) bool {
 	return ok
 }
 
-func TestConformance(t *testing.T) {
-	raw := testURL(t)
-	locks, tokens := freshCollections(t, raw)
-	u := withParams(t, raw, "database", testDatabase, "collection", locks, "token_collection", tokens,
+func TestConformance(t *testing.T) { eachServer(t, testConformance) }
+
+func testConformance(t *testing.T, s server, raw string) {
+	u := withParams(t, raw, "database", testDatabase, "collection", freshCollection(t, raw),
 		"namespace", "conformance-"+randHex())
 	h := conformance.Harness{
 		Open: func(ctx context.Context) (driver.Backend, error) { return mongolock.Open(ctx, u) },
@@ -113,6 +131,6 @@ func TestConformance(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("FENCELOCK_TEST_MONGO_LEASES")); err == nil && n > 0 {
 		h.Leases = n
 	}
-	h.Restart = testenv.Restart("mongo")
+	h.Restart = testenv.Restart(s.testenv)
 	conformance.Run(t, h)
 }

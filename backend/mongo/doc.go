@@ -1,23 +1,23 @@
 // Package mongo is fencelock's MongoDB backend, on go.mongodb.org/mongo-driver/v2.
 //
-// Import it for its side effect to make fencelock.Open accept mongodb://
-// and mongodb+srv:// URLs, or call Open or New directly:
+// # URLs
+//
+// Importing the package registers the schemes Scheme (mongodb://) and
+// SchemeSRV (mongodb+srv://) with fencelock.Open; Open and OpenURL take
+// the same URLs, and New takes a caller-owned client and *Options:
 //
 //	c, err := fencelock.Open(ctx, "mongodb://db1,db2,db3/app?replicaSet=rs0&namespace=billing", nil)
 //
 //	b, err := mongo.New(ctx, client, &mongo.Options{Namespace: "billing"}) // caller-owned *mongo.Client
 //	c, err := fencelock.New(b, nil)
 //
-// # URLs
-//
 // Schemes: mongodb:// and mongodb+srv:// (case-insensitive). Parameters of
 // fencelock's own (each optional):
 //
-//   - database: the database of both collections; default the URL's path
+//   - database: the collection's database; default the URL's path
 //     (mongodb://host/app), else "fencelock";
-//   - collection: the lock documents' collection, default "fencelock_locks";
-//   - token_collection: the token counters' collection, default
-//     "fencelock_tokens";
+//   - collection: the collection of lock records and claims, default
+//     "fencelock_locks";
 //   - namespace: keeps several applications apart in one collection,
 //     default "default";
 //   - clock_resync: how often the server clock estimate is refreshed
@@ -36,94 +36,137 @@
 // of the userinfo and credential-bearing parameters (proxyPassword,
 // tlsCertificateKeyFilePassword, ...) never appear.
 //
-// # Schema
+// # Design: unique inserts only
 //
-// Two collections in one database (names configurable and validated):
+// Mongo-wire stores agree on one atomic primitive: inserting a document
+// under a unique index. FerretDB (both handlers) runs update, delete and
+// findAndModify as a read followed by a write by _id, without isolation,
+// so a filter it evaluated may no longer hold when it writes. The backend
+// therefore never updates a document, and never relies on a conditional
+// delete of one that someone else may change. One collection holds:
 //
-//   - fencelock_locks: one document per held key,
-//     {_id: namespace+"\x00"+key, ns, key, owner, token, expiresAt}. The
-//     _id is the (namespace, key) pair, so its unique index is the lock
-//     (the seed's unique (BizType, Key) index); a unique index on
-//     (ns, key) serves List and guards documents written by hand. A TTL
-//     index on expiresAt removes documents of crashed holders an hour
-//     (Options.GarbageAfter) after they expire: garbage collection only,
-//     never correctness, since an expired document already counts as free.
-//   - fencelock_tokens: one counter document per key ever locked,
-//     {_id: namespace+"\x00"+key, seq}, incremented with $inc and never
-//     deleted, so tokens strictly increase across release, expiry,
-//     force-release, garbage collection and server restarts.
+//   - lock records {_id: "r/<rid>", ns, key, owner, token, until, meta}:
+//     one per acquisition, inserted once and never written again. rid is a
+//     fresh ObjectID followed by a digest of the owner, so a grant with an
+//     altered owner names no record. The unique index (ns, key) admits one
+//     record per key.
+//   - claims, immutable: {_id, ns: 0, key: _id, kind, ...}. A token claim
+//     "t/<len(ns)>/<ns>/<token, 20 digits>/<key>" records that a token of
+//     a key was issued; an epoch claim "e/<rid>/<n>" records who moved a
+//     record to epoch n: a renewal (with its expiry, token and metadata)
+//     or an end (a takeover or force-release). Their ns is the number 0,
+//     so no namespace string collides with them in the (ns, key) index.
 //
-// Namespace (the seed's BizType) lets several applications share the
-// collections; keys of different namespaces never collide.
+// A record's state is its newest epoch claim's (expiry, token, metadata),
+// or, without one, the record's own. No _id, key or value contains a NUL
+// byte (PostgreSQL's jsonb rejects \u0000); keys are stored as given and
+// round-trip exactly.
 //
 // # Operations
 //
-// Acquire inserts the lock document. Exactly one concurrent insert
-// succeeds; the others get E11000 duplicate key, classified with
-// mongo.IsDuplicateKeyError as "held" (a *driver.HeldError naming the
-// holder, read with one find), never as a failure. If the document exists
-// but has expired, or belongs to the same owner (a retry), one update whose
-// filter admits only that ({_id, $or: [{expiresAt ≤ now}, {owner}]}, with
-// upsert) takes it over. Then, holding the key, Acquire issues the token
-// from the key's counter document:
+//   - Acquire inserts, in one ordered insert, the new record with token
+//     t+1 and the claim of token t+1. t is the last token this Backend
+//     claimed for the key if it did so within GarbageAfter/2 (one round
+//     trip), else the key's highest token claim (one find by _id of the
+//     claim of token 1, which is never deleted, so its absence means a
+//     fresh key; otherwise one more find for the highest). A collision on
+//     the record means held: the record and its epoch claims are read and
+//     the holder named in a *driver.HeldError, or, if expired, the record
+//     is taken over. A collision on the claim means t was stale: the record
+//     is deleted and t read again.
+//   - Takeover (and force-release) of an expired record at epoch n: insert
+//     the end claim of epoch n+1 (and the record's token claim, if
+//     missing); look for a claim of a later epoch (if one exists the holder
+//     had renewed past n+1: withdraw); delete the record and its renewal
+//     claims; insert the new record with a token above the old one and
+//     every claim. If a renewal claim of epoch n+1 exists, the record is
+//     held until that renewal's expiry passes too; then the end claims
+//     epoch n+2.
+//   - Renew inserts the claim of epoch n+1 carrying the new expiry (with
+//     Rotate, a token claimed first like an acquire's; with SetMetadata,
+//     the new metadata, which later renewals carry forward), then deletes
+//     the claim of epoch n. RenewBatch inserts the claims of up to 500
+//     grants in one unordered insert and deletes the previous claims in one
+//     statement. The record is never written: FerretDB writes one
+//     document per transaction, and an update of 100 records cost seconds.
+//   - Release deletes the record by its _id alone (and the newest renewal
+//     claim by its _id): one round trip for a grant never renewed.
+//   - HighWater and RaiseFloor (driver.TokenFloorer) read the token claims;
+//     a floor is a token claim of h+1 (h the key's highest) carrying the
+//     floor, so the next claim is above it.
 //
-//   - if this Backend knows the last token issued for the key (it got it,
-//     or read it from a holder while waiting), the insert already carried
-//     last+1, and one compare-and-set of the counter from last to last+1
-//     confirms it: it matches only if no token was issued since;
-//   - otherwise (or if that compare-and-set misses) $inc on the counter
-//     (upsert, returning the new value) issues the token, which is then
-//     written into the lock document if it is still its own.
+// A Backend remembers, per record, the newest grant it issued. A grant it
+// does not know as newest (one from before a rotation, one the engine built
+// from Inspect, another Backend's) is checked against the store (the record
+// and its claims read back: same record, owner and token, live) before it is
+// renewed or released.
 //
-// The token is issued after the lock is held on purpose: a token taken
-// before could be overtaken by a later holder's and handed out after it.
-// A free key costs two round trips when the last token is known, three
-// otherwise; until then the document may show a token not (yet) issued.
+// # Why it is safe
 //
-// Renew is one update filtered on {_id, owner, token, expiresAt > now};
-// it never upserts, so a late renewal cannot resurrect a released lock.
-// With rotation it first takes a new token from the counter. RenewBatch
-// renews up to 500 leases with one updateMany plus one find. Release is
-// one delete with the same filter; zero deleted means ErrNotHeld.
-// ForceRelease is a findOneAndDelete of the unexpired document.
+// Every move of a record after its insert is the unique insert of its next
+// epoch claim, and a holder deletes the claim of epoch n only after its
+// claim of epoch n+1 exists, so the newest existing claim is always the
+// record's last move. Interleavings:
+//
+//   - Two contenders, one expired record: both read epoch n; one end
+//     claim of n+1 wins, the other collides and reports held. A contender
+//     that reads after the winner cleaned up finds no record (its _id is
+//     never reused) and its insert collides on (ns, key) with the winner's
+//     record, or its token claim with the winner's token.
+//   - Holder renewing at expiry against a takeover: both claim epoch n+1;
+//     one wins. If the renewal wins, the contender reports held until the
+//     renewal's expiry; if the end wins, the renewal is ErrNotHeld.
+//   - A contender paused between reading epoch n and inserting its end
+//     claim, while the holder renewed twice: the claim of n+1 was deleted,
+//     so the end claim succeeds, but the holder's claim of n+2 (or later)
+//     existed before it (a claim is deleted only after its successor is
+//     inserted), so the look for a later claim finds it and the contender
+//     withdraws. If the look finds none, no renewal of the record can ever
+//     succeed again: its next epoch is the end claim's, which stays
+//     until GarbageAfter has passed.
+//   - A stale renewal or release (after a rotation, after the Backend's own
+//     release): the Backend does not know the grant as newest, so it reads
+//     the record first and refuses a grant that is not its live holder.
+//     A release removes the record by an _id that names the acquisition;
+//     a later holder's record has another.
+//   - Tokens: a key's records are serialized by the (ns, key) index, and
+//     the token of each is claimed by a unique insert in the same command,
+//     after the record; every base is either this Backend's own last claim
+//     or the highest claim read. Token claims below a key's highest are
+//     deleted only when older than GarbageAfter, and an own base is used
+//     for at most GarbageAfter/2, so a base can only miss a claim that
+//     was made before it was learned, which cannot be (the key's records
+//     are serialized). The claim of token 1 is never deleted: a key's
+//     first claim is always of token 1 (every base is an existing claim,
+//     or a record's token, which its takeover claims), so its absence
+//     proves the key has no claims and a base of 0 is the highest.
+//     Assumption: no write is delayed in flight by more than
+//     GarbageAfter/2 (1 minute by default on FerretDB, 30 minutes on
+//     MongoDB) before the server applies it.
 //
 // # Time
 //
 // Expiry is judged by the server's clock. MongoDB's own server-side
 // clock ($$NOW) is only reachable through aggregation-pipeline updates and
 // $expr, which FerretDB lacks, so the backend estimates the server's clock
-// instead: it sends hello, reads the reply's localTime, and takes the
-// midpoint of the round trip (the best of three at Open, one more every
-// ClockResync, 30s by default). Every time written or compared
-// (expiresAt, "now" in filters) is this estimate, which runs on the
-// process's monotonic clock, so a jump of the local wall clock changes
-// nothing. Two clients' estimates differ by at most the sum of their
-// bounds: half a round trip plus 1ms (localTime's resolution) each, plus
-// the rate drift since the last sample. The engine's Margin (TTL/10 by
-// default) must exceed that; on a LAN it is a few milliseconds.
+// from hello's localTime (the midpoint of the round trip; the best of
+// three at Open, one more every ClockResync, 30s by default). Every time
+// written or compared is this estimate, which runs on the process's
+// monotonic clock. Two clients' estimates differ by at most the sum of
+// their bounds (half a round trip plus 1ms each, plus drift since the
+// last sample); the engine's Margin (TTL/10 by default) must exceed it.
 // ClockBound reports the current bound.
 //
 // # Guarantees and caveats
 //
-// On MongoDB every conditional write is atomic per document, so mutual
-// exclusion and fencing hold with the default write concern (majority,
-// journaled) and read concern (majority); reads go to the primary. Weaker
-// concerns are reported by Describe as warnings.
-//
-// FerretDB v1 (used by the project's tests because MongoDB cannot be
-// installed there) executes findAndModify, update and delete as a read
-// followed by an unconditional write by _id, without isolation. The
-// insert path is still atomic (SQLite's unique index), so taking a free
-// key and release/re-acquire cycles stay exclusive and correctly fenced
-// there. The takeover of an expired record is an update, though: the
-// safety suite (docs/safety.md) measured two contenders taking over the
-// same expired key at once, both with the same token, and a renewal or
-// release racing a takeover can overwrite the new holder's record.
-// Describe warns about it; use MongoDB for production. FerretDB also evaluates every filter other than a lone _id by
-// scanning the collection, so its cost grows with the number of held keys.
+// With the default write concern (majority, journaled) and read concern
+// (majority) on a MongoDB replica set, exclusion and fencing survive a
+// failover. Weaker concerns, and a standalone mongod, are reported by
+// Describe as warnings. FerretDB has no replica set; its durability is its
+// handler's (SQLite or PostgreSQL). Expired records stay until their key
+// is taken again; claims are collected by age (GarbageAfter).
 //
 // There is no Watcher: change streams need a replica set and FerretDB has
 // none. Waiters poll with the engine's capped backoff, cut short when the
-// holder's record is due to expire; each attempt on a held key costs two
-// reads' worth of work (the refused insert and the holder look-up).
+// holder's record is due to expire.
 package mongo

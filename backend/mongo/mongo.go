@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +19,13 @@ import (
 
 // Backend is a lock store in a MongoDB (or MongoDB wire-compatible)
 // database. It implements driver.Backend, driver.BatchRenewer,
-// driver.ForceReleaser and driver.Describer. It is safe for concurrent use.
+// driver.ForceReleaser, driver.TokenFloorer and driver.Describer. It is
+// safe for concurrent use.
 type Backend struct {
 	client *mongo.Client
 	owned  bool // Close disconnects client
 	o      Options
 	locks  *mongo.Collection
-	tokens *mongo.Collection
 	clock  *serverClock
 	closed atomic.Bool
 
@@ -35,9 +34,12 @@ type Backend struct {
 	replSet  bool   // the server is a replica-set member
 	ttlIndex bool   // the garbage TTL index exists
 
-	seenMu   sync.Mutex
-	seen     map[string]int64 // last token seen per _id: the counter's value, if nobody issued since
+	ownMu    sync.Mutex
+	own      map[string]ownToken // per key: the highest token this backend claimed
 	warnings []string
+
+	heldMu sync.Mutex
+	held   map[string]heldGrant // per record (rid): the newest grant this backend issued
 }
 
 var (
@@ -47,21 +49,22 @@ var (
 	_ driver.Describer     = (*Backend)(nil)
 )
 
-// lockDoc is a document of the locks collection: one per held key. It is
-// deleted on release; an expired one counts as free and is replaced by the
-// next acquire (or removed by the garbage TTL index).
-type lockDoc struct {
-	ID        string        `bson:"_id"`
-	NS        string        `bson:"ns"`
-	Key       string        `bson:"key"`
-	Owner     string        `bson:"owner"`
-	Token     int64         `bson:"token"`
-	ExpiresAt bson.DateTime `bson:"expiresAt"`
+// tokenID is the _id of the claim of token tok for key: unambiguous
+// (the namespace is length-prefixed, the token fixed-width) and free of
+// NUL bytes, which PostgreSQL's jsonb rejects.
+func (b *Backend) tokenID(key string, tok int64) string {
+	return "t/" + strconv.Itoa(len(b.o.Namespace)) + "/" + b.o.Namespace + "/" + fmt.Sprintf("%020d", tok) + "/" + key
+}
+
+// ownToken is a token this backend claimed itself, and when.
+type ownToken struct {
+	tok int64
+	at  time.Time
 }
 
 // New returns a Backend on a caller-owned client. Close does not
-// disconnect the client. New creates the collections' indexes if missing
-// (a unique index on (ns, key)) and measures the server's clock offset.
+// disconnect the client. New creates the collection's indexes if missing
+// and measures the server's clock offset.
 func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("mongo: New: nil *mongo.Client")
@@ -84,7 +87,6 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		owned:  owned,
 		o:      o,
 		locks:  db.Collection(o.Collection, copts),
-		tokens: db.Collection(o.TokenCollection, copts),
 		clock:  &serverClock{db: db, resync: o.ClockResync},
 	}
 	if err := b.clock.sample(ctx, 3); err != nil {
@@ -102,24 +104,36 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		b.version, _ = bi["version"].(string)
 		_, b.ferret = bi["ferretdbVersion"]
 	}
-	_, err = b.locks.Indexes().CreateOne(ctx, mongo.IndexModel{
+	if b.ferret && (opts == nil || opts.GarbageAfter == 0) {
+		b.o.GarbageAfter = DefaultGarbageAfterFerretDB
+	}
+	// One createIndexes per index: FerretDB 1.24 panics on a command
+	// creating several indexes when they exist already.
+	for _, m := range []mongo.IndexModel{{
 		Keys:    bson.D{{Key: "ns", Value: 1}, {Key: "key", Value: 1}},
 		Options: options.Index().SetUnique(true).SetName("fencelock_ns_key"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("mongo: creating the unique (ns, key) index on %s.%s: %w", o.Database, o.Collection, err)
+	}, {
+		Keys:    bson.D{{Key: "tns", Value: 1}, {Key: "tkey", Value: 1}, {Key: "token", Value: 1}},
+		Options: options.Index().SetName("fencelock_tokens"),
+	}, {
+		Keys:    bson.D{{Key: "rec", Value: 1}, {Key: "n", Value: 1}},
+		Options: options.Index().SetName("fencelock_epochs"),
+	}} {
+		if _, err := b.locks.Indexes().CreateOne(ctx, m); err != nil {
+			return nil, fmt.Errorf("mongo: creating the indexes on %s.%s: %w", o.Database, o.Collection, err)
+		}
 	}
 	_, err = b.locks.Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "expiresAt", Value: 1}},
-		Options: options.Index().SetExpireAfterSeconds(int32(o.GarbageAfter / time.Second)).SetName("fencelock_garbage"),
+		Options: options.Index().SetExpireAfterSeconds(int32(b.o.GarbageAfter / time.Second)).SetName("fencelock_garbage"),
 	})
 	var ce mongo.CommandError
 	switch {
 	case err == nil:
 		b.ttlIndex = true
 	case errors.As(err, &ce) && (ce.Code == 238 || ce.Name == "NotImplemented"):
-		// FerretDB has no TTL indexes. Expired documents are only
-		// garbage: the next acquire of their key replaces them.
+		// FerretDB has no TTL indexes: expired renewal claims are
+		// deleted by collect, like end claims and old token claims.
 	case errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86):
 		// IndexOptionsConflict: the index exists with another
 		// expireAfterSeconds (another GarbageAfter); keep it.
@@ -139,9 +153,7 @@ func (b *Backend) detectWarnings() []string {
 	if lvl := b.o.ReadConcern.Level; lvl != "majority" && lvl != "linearizable" {
 		w = append(w, "read concern is "+fmt.Sprintf("%q", lvl)+", not majority: Inspect and List may report a state that a failover rolls back")
 	}
-	if b.ferret {
-		w = append(w, "server is FerretDB: it runs findAndModify, update and delete as a read followed by an unconditional write by _id, without isolation; taking a free key (an insert checked by the unique _id index) stays atomic and only holders update token counters, but the takeover of an expired record is an update: two contenders taking over the same expired key at once can both succeed with the same token (measured by the safety suite), and a renewal or release racing a takeover can overwrite the new holder's record. Use MongoDB for production")
-	} else if !b.replSet {
+	if !b.ferret && !b.replSet {
 		w = append(w, "server is a standalone mongod, not a replica set: w:majority is satisfied by one node")
 	}
 	return w
@@ -158,8 +170,6 @@ func (b *Backend) Options() Options { return b.o }
 // Drift between samples adds to it. The engine's Margin must exceed it.
 func (b *Backend) ClockBound() time.Duration { return b.clock.Bound() }
 
-func (b *Backend) id(key string) string { return b.o.Namespace + "\x00" + key }
-
 func (b *Backend) check(ctx context.Context) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
@@ -175,437 +185,139 @@ func expiry(now time.Time, ttl time.Duration) bson.DateTime {
 
 func date(t time.Time) bson.DateTime { return bson.DateTime(t.UnixMilli()) }
 
-func (b *Backend) info(d *lockDoc, now time.Time) driver.Info {
-	if d == nil || d.Owner == "" || !d.ExpiresAt.Time().After(now) {
-		if d != nil {
-			return driver.Info{Key: d.Key}
-		}
-		return driver.Info{}
+func expired(e bson.DateTime, now time.Time) bool { return !e.Time().After(now) }
+
+// writeErrorAt returns the code of the write error of bulk index i, 0 if
+// that document was written, or -1 if err is not a bulk write error.
+func writeErrorAt(err error, i int) int {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		return -1
 	}
-	return driver.Info{Key: d.Key, Owner: d.Owner, Token: driver.Token(d.Token), Remaining: d.ExpiresAt.Time().Sub(now)}
+	for _, we := range bwe.WriteErrors {
+		if we.Index == i {
+			if we.HasErrorCode(11000) || we.HasErrorCode(11001) || we.HasErrorCode(12582) {
+				return 11000
+			}
+			return we.Code
+		}
+	}
+	return 0
 }
 
-// Acquire implements driver.Backend. Taking a free key costs three round
-// trips:
+// cacheAge bounds how long a token this backend claimed is used as the
+// base of its next claim without reading the key's highest claim. Token
+// claims are garbage only once older than GarbageAfter; a base younger
+// than half that can only miss a claim that never existed (see the
+// package documentation).
+func (b *Backend) cacheAge() time.Duration { return b.o.GarbageAfter / 2 }
+
+// ownBase returns the last token this backend claimed for key, if recent.
+func (b *Backend) ownBase(key string) (int64, bool) {
+	b.ownMu.Lock()
+	defer b.ownMu.Unlock()
+	t, ok := b.own[key]
+	if !ok || time.Since(t.at) > b.cacheAge() {
+		return 0, false
+	}
+	return t.tok, true
+}
+
+// maxOwn bounds the number of keys whose last token a Backend remembers.
+const maxOwn = 1 << 16
+
+// remember records a token this backend claimed for key just now.
+func (b *Backend) remember(key string, tok int64) {
+	b.ownMu.Lock()
+	defer b.ownMu.Unlock()
+	if b.own == nil || len(b.own) >= maxOwn {
+		b.own = make(map[string]ownToken)
+	}
+	if tok >= b.own[key].tok {
+		b.own[key] = ownToken{tok: tok, at: time.Now()}
+	}
+}
+
+// highestClaim reads key's highest token claim and returns the base of the
+// next one: the larger of its token and its floor (0 if none), and
+// collects garbage (see collect).
 //
-//  1. the key's lock document is inserted with token 0 ("being issued").
-//     Its _id is (namespace, key), so the unique _id index lets exactly
-//     one of any number of concurrent inserts succeed; the others get
-//     E11000 duplicate key, which is classified as "held", never as a
-//     failure;
-//  2. the key's counter document is incremented ($inc, upsert) for the
-//     token. This happens only while holding the key, so tokens are
-//     issued in the order of the holders (a token taken before the lock
-//     could be overtaken by a later holder's);
-//  3. the token is written into the lock document, if it is still ours.
-//
-// If the insert collides, the existing document is read: held by another
-// owner and unexpired, that is the answer (two round trips). Expired, or
-// held by req.Owner (a retry), it is taken over with one update whose
-// filter admits only an expired document or the same owner (an upsert, in
-// case it vanished meanwhile), followed by steps 2 and 3. A retry by the
-// same owner thus issues a new, higher token.
-func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
-		return driver.Grant{}, err
+// A key's first claim is always of token 1 (every claim's base is an
+// existing claim or a record's token, claimed by the takeover that ends
+// it), and that claim is never deleted, so a key without it has no claims
+// at all: one find by _id (cheap on every server; FerretDB scans the
+// whole collection for any other filter) answers a fresh key.
+func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (int64, error) {
+	var c claimDoc
+	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil
 	}
-	if err := driver.CheckAcquire(req); err != nil {
-		return driver.Grant{}, err
-	}
-	id := b.id(req.Key)
-	last, known := b.lastToken(id)
-	spec := int64(0) // "being issued"
-	if known {
-		spec = last + 1
-	}
-	now := b.clock.now(ctx)
-	fields := bson.D{
-		{Key: "ns", Value: b.o.Namespace},
-		{Key: "key", Value: req.Key},
-		{Key: "owner", Value: req.Owner},
-		{Key: "token", Value: spec},
-		{Key: "expiresAt", Value: expiry(now, req.TTL)},
-	}
-	_, err := b.locks.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, fields...))
-	if mongo.IsDuplicateKeyError(err) {
-		err = b.takeOver(ctx, req, id, fields)
-	}
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if known {
-		// Compare-and-set the counter from the last token seen: it
-		// succeeds only if no token was issued since, and then the
-		// token already in the document is the next one.
-		res, err := b.tokens.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "seq", Value: last}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "seq", Value: spec}}}})
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if res.MatchedCount == 1 {
-			b.remember(id, spec)
-			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(spec)}, nil
-		}
-	}
-	tok, err := b.nextToken(ctx, id)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	b.remember(id, tok)
-	res, err := b.locks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: req.Owner}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "token", Value: tok}}}})
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if res.MatchedCount == 0 {
-		// Our claim expired and was taken over before the token was
-		// recorded: this token was never handed out.
-		return driver.Grant{}, b.held(ctx, req.Key)
-	}
-	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
-}
-
-// takeOver claims a key whose lock document exists: it succeeds (nil) if
-// the document is expired or req.Owner's, and otherwise returns a
-// *driver.HeldError naming the holder.
-func (b *Backend) takeOver(ctx context.Context, req driver.AcquireRequest, id string, fields bson.D) error {
-	var d lockDoc
-	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return err
-	}
-	now := b.clock.now(ctx)
-	if err == nil {
-		b.remember(id, d.Token)
-	}
-	if err == nil && d.Owner != req.Owner && d.ExpiresAt.Time().After(now) {
-		return &driver.HeldError{Holder: b.info(&d, now)}
-	}
-	filter := bson.D{
-		{Key: "_id", Value: id},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: date(now)}}}},
-			bson.D{{Key: "owner", Value: req.Owner}},
-		}},
-	}
-	res, err := b.locks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: fields}}, options.UpdateOne().SetUpsert(true))
-	if mongo.IsDuplicateKeyError(err) || (err == nil && res.MatchedCount == 0 && res.UpsertedCount == 0) {
-		return b.held(ctx, req.Key)
-	}
-	return err
-}
-
-// maxSeen bounds the number of keys whose last token a Backend remembers.
-const maxSeen = 1 << 16
-
-// lastToken returns the highest token this backend has seen for the key
-// with _id id (issued to it or read from a holder), if any.
-func (b *Backend) lastToken(id string) (int64, bool) {
-	b.seenMu.Lock()
-	defer b.seenMu.Unlock()
-	t, ok := b.seen[id]
-	return t, ok
-}
-
-// remember records a token seen for the key with _id id. Every token
-// came from the key's counter, so the counter is at least this high; the
-// compare-and-set in Acquire succeeds only if it is exactly this high.
-func (b *Backend) remember(id string, tok int64) {
-	if tok <= 0 {
-		return
-	}
-	b.seenMu.Lock()
-	defer b.seenMu.Unlock()
-	if b.seen == nil || len(b.seen) >= maxSeen {
-		b.seen = make(map[string]int64)
-	}
-	if tok > b.seen[id] {
-		b.seen[id] = tok
-	}
-}
-
-// nextToken increments the key's counter document and returns its new
-// value. Counter documents are never deleted, so a key's tokens strictly
-// increase for the life of the collection.
-func (b *Backend) nextToken(ctx context.Context, id string) (int64, error) {
-	var c struct {
-		Seq int64 `bson:"seq"`
-	}
-	err := b.tokens.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "seq", Value: int64(1)}}}},
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&c)
 	if err != nil {
 		return 0, err
 	}
-	if c.Seq <= 0 {
-		return 0, fmt.Errorf("mongo: token counter %q returned %d", id, c.Seq)
-	}
-	return c.Seq, nil
-}
-
-// held returns the error for a refused acquire: a *HeldError naming the
-// holder as far as a read can tell.
-func (b *Backend) held(ctx context.Context, key string) error {
-	info, err := b.Inspect(ctx, key)
-	if err != nil || info.Owner == "" {
-		// The holder released in between, or the read failed: still a
-		// definite "not acquired" for this attempt.
-		info = driver.Info{Key: key}
-	}
-	b.remember(b.id(key), int64(info.Token))
-	return &driver.HeldError{Holder: info}
-}
-
-// current is the filter matching g's document while g holds it.
-func (b *Backend) current(g driver.Grant, now time.Time) bson.D {
-	return bson.D{
-		{Key: "_id", Value: b.id(g.Key)},
-		{Key: "owner", Value: g.Owner},
-		{Key: "token", Value: int64(g.Token)},
-		{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}},
-	}
-}
-
-func validGrant(g driver.Grant) error {
-	if err := driver.ValidateKey(g.Key); err != nil {
-		return err
-	}
-	if g.Owner == "" || g.Token == 0 || g.Token > 1<<63-1 {
-		return driver.ErrNotHeld
-	}
-	return nil
-}
-
-// Renew implements driver.Backend: one update conditioned on owner, token
-// and an unexpired document; it never upserts. With Rotate it first takes
-// the key's next token from its counter (one more round trip) and writes
-// it into the document with the new expiry.
-func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := b.check(ctx); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := driver.CheckRenew(req); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := validGrant(g); err != nil {
-		return driver.Grant{}, err
-	}
-	now := b.clock.now(ctx)
-	set := bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: expiry(now, req.TTL)}}}}
-	if !req.Rotate {
-		res, err := b.locks.UpdateOne(ctx, b.current(g, now), set)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if res.MatchedCount == 0 {
-			return driver.Grant{}, driver.ErrNotHeld
-		}
-		return g, nil
-	}
-	tok, err := b.nextToken(ctx, b.id(g.Key))
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	set = bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: expiry(now, req.TTL)}, {Key: "token", Value: tok}}}}
-	res, err := b.locks.UpdateOne(ctx, b.current(g, now), set)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if res.MatchedCount == 0 {
-		return driver.Grant{}, driver.ErrNotHeld
-	}
-	b.remember(b.id(g.Key), tok)
-	g.Token = driver.Token(tok)
-	return g, nil
-}
-
-// maxBatch bounds the grants renewed by one update command.
-const maxBatch = 500
-
-// RenewBatch implements driver.BatchRenewer. Without rotation it renews
-// up to 500 grants with one updateMany (each grant's owner, token and
-// expiry checked by the filter) and reads back which ones it extended:
-// two round trips per 500 grants. Rotating renewals need a new token per
-// document and go one by one.
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	if err := b.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckRenew(req); err != nil {
-		return nil, err
-	}
-	out := make([]driver.RenewResult, len(grants))
-	if req.Rotate {
-		for i, g := range grants {
-			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
-		}
-		return out, nil
-	}
-	for lo := 0; lo < len(grants); lo += maxBatch {
-		hi := min(lo+maxBatch, len(grants))
-		if err := b.renewChunk(ctx, grants[lo:hi], req, out[lo:hi]); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
-	now := b.clock.now(ctx)
-	exp := expiry(now, req.TTL)
-	var (
-		or  bson.A
-		ids bson.A
-	)
-	for i, g := range grants {
-		if err := validGrant(g); err != nil {
-			out[i].Err = err
-			continue
-		}
-		or = append(or, bson.D{{Key: "_id", Value: b.id(g.Key)}, {Key: "owner", Value: g.Owner}, {Key: "token", Value: int64(g.Token)}})
-		ids = append(ids, b.id(g.Key))
-	}
-	if len(or) == 0 {
-		return nil
-	}
-	_, err := b.locks.UpdateMany(ctx,
-		bson.D{{Key: "$or", Value: or}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: exp}}}})
-	if err != nil {
-		return err
-	}
-	cur, err := b.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "owner", Value: 1}, {Key: "token", Value: 1}, {Key: "expiresAt", Value: 1}}))
-	if err != nil {
-		return err
-	}
-	var docs []lockDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return err
-	}
-	byID := make(map[string]*lockDoc, len(docs))
-	for i := range docs {
-		byID[docs[i].ID] = &docs[i]
-	}
-	for i, g := range grants {
-		if out[i].Err != nil {
-			continue
-		}
-		d := byID[b.id(g.Key)]
-		// Renewed by this update: still ours, with exactly the expiry it
-		// wrote. (A document that had expired keeps its old expiry.)
-		if d != nil && d.Owner == g.Owner && d.Token == int64(g.Token) && d.ExpiresAt == exp {
-			out[i].Grant = g
-		} else {
-			out[i].Err = driver.ErrNotHeld
-		}
-	}
-	return nil
-}
-
-// Release implements driver.Backend: one delete conditioned on owner,
-// token and an unexpired document. The key's counter document stays.
-func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
-	if err := b.check(ctx); err != nil {
-		return err
-	}
-	if err := validGrant(g); err != nil {
-		return err
-	}
-	now := b.clock.now(ctx)
-	res, err := b.locks.DeleteOne(ctx, b.current(g, now))
-	if err != nil {
-		return err
-	}
-	if res.DeletedCount == 0 {
-		return driver.ErrNotHeld
-	}
-	return nil
-}
-
-// ForceRelease implements driver.ForceReleaser: it deletes key's lock
-// document whoever holds it and returns the holder it removed. The holder
-// finds out at its next renewal; the next grant still gets a higher token
-// from the counter.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
-		return driver.Info{}, err
-	}
-	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, err
-	}
-	now := b.clock.now(ctx)
-	var d lockDoc
-	err := b.locks.FindOneAndDelete(ctx,
-		bson.D{{Key: "_id", Value: b.id(key)}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}}}).Decode(&d)
+	err = b.locks.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
+		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return driver.Info{Key: key}, nil
+		return 0, nil
 	}
 	if err != nil {
-		return driver.Info{}, err
+		return 0, err
 	}
-	info := b.info(&d, now)
-	info.Key = key
-	return info, nil
+	b.collect(ctx, key, c.Token, now)
+	return max(c.Token, c.Floor), nil
 }
 
-// Inspect implements driver.Backend with one find by _id.
-func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.check(ctx); err != nil {
-		return driver.Info{}, err
+// collect deletes garbage once every 64 tokens of a key (tok is the key's
+// newest): the key's token claims below tok older than GarbageAfter
+// (except the claim of token 1), and, of any record, end claims made and
+// renewal claims expired GarbageAfter ago. Claims are immutable, so these
+// filters hold at the delete as they held when read, on every server.
+// Each filter starts with equalities (FerretDB's PostgreSQL handler
+// evaluates those in SQL, the rest on what they select).
+func (b *Backend) collect(ctx context.Context, key string, tok int64, now time.Time) {
+	if tok%64 != 0 {
+		return
 	}
-	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, err
-	}
-	now := b.clock.now(ctx)
-	var d lockDoc
-	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: b.id(key)}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return driver.Info{Key: key}, nil
-	}
-	if err != nil {
-		return driver.Info{}, err
-	}
-	info := b.info(&d, now)
-	info.Key = key
-	return info, nil
+	old := date(now.Add(-b.o.GarbageAfter))
+	_, _ = b.locks.DeleteMany(ctx, bson.D{
+		{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
+		{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
+		{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
+	})
+	_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindEnd}, {Key: "at", Value: bson.D{{Key: "$lt", Value: old}}}})
+	_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindRenew}, {Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: old}}}})
 }
 
-// List implements driver.Backend: the held keys of this namespace that
-// start with prefix, found with an anchored, quoted regular expression on
-// the key (which the (ns, key) index serves as a range scan).
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := b.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidatePrefix(prefix); err != nil {
-		return nil, err
-	}
-	now := b.clock.now(ctx)
-	filter := bson.D{{Key: "ns", Value: b.o.Namespace}}
-	if prefix != "" {
-		filter = append(filter, bson.E{Key: "key", Value: bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)}}})
-	}
-	filter = append(filter, bson.E{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: date(now)}}})
-	cur, err := b.locks.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "ns", Value: 1}, {Key: "key", Value: 1}}))
-	if err != nil {
-		return nil, err
-	}
-	var docs []lockDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, err
-	}
-	out := make([]driver.Info, 0, len(docs))
-	for i := range docs {
-		// Documents compared by byte in the server; keep the exact
-		// prefix rule here too.
-		if in := b.info(&docs[i], now); in.Owner != "" && strings.HasPrefix(in.Key, prefix) {
-			out = append(out, in)
+func (b *Backend) tokenClaim(key string, tok int64, now time.Time) claimDoc {
+	id := b.tokenID(key, tok)
+	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, At: date(now)}
+}
+
+// errTokenRace is the transient error of an acquire whose token claim
+// collided twice: the engine retries.
+var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
+
+// claimToken claims the next token of key for its holder (a rotation).
+func (b *Backend) claimToken(ctx context.Context, key string, now time.Time) (int64, error) {
+	base, fresh := b.ownBase(key)
+	for round := 0; round < 2; round++ {
+		if !fresh || round > 0 {
+			var err error
+			if base, err = b.highestClaim(ctx, key, now); err != nil {
+				return 0, err
+			}
+		}
+		_, err := b.locks.InsertOne(ctx, b.tokenClaim(key, base+1, now))
+		if err == nil {
+			b.remember(key, base+1)
+			return base + 1, nil
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return 0, err
 		}
 	}
-	return out, nil
+	return 0, errTokenRace
 }
 
 // Describe implements driver.Describer.
@@ -619,14 +331,14 @@ func (b *Backend) Describe() driver.Description {
 	failover := "writes acknowledged by a journaled majority survive the loss of the primary"
 	switch {
 	case b.ferret:
-		failover = "FerretDB stores in its own backend (SQLite here): no replica set, durability is that backend's"
+		failover = "FerretDB stores in its own backend (SQLite or PostgreSQL): no replica set, durability is that backend's"
 	case !majority:
-		failover = "the write concern is weaker than journaled majority: a failover can lose acknowledged grants and counter increments"
+		failover = "the write concern is weaker than journaled majority: a failover can lose acknowledged grants and token claims"
 	}
 	return driver.Description{
 		Name: "mongo",
-		Fencing: "per-key $inc on a counter document in " + b.o.TokenCollection + " that is never deleted; " +
-			"survives restart and failover with journaled majority writes (" + server + ")",
+		Fencing: "per-key token claims (immutable documents under the unique _id index; token n+1 is issued by the one insert that claims it), " +
+			"inserted with the record they fence; exclusion and fencing rest only on unique inserts (" + server + ")",
 		Clock: fmt.Sprintf("server's clock, estimated from hello.localTime (± %v, re-measured every %v)",
 			b.clock.Bound().Round(time.Microsecond), b.o.ClockResync),
 		Liveness:      "TTL",

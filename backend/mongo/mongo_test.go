@@ -25,17 +25,17 @@ import (
 func TestBadURLAndOptions(t *testing.T) {
 	ctx := context.Background()
 	for _, u := range []string{
-		"mongodb://u:hunter2@127.0.0.1:1/?databse=x",                       // typo of ours
-		"mongodb://u:hunter2@127.0.0.1:1/?replicaSett=rs0",                 // typo of the driver's
-		"mongodb://u:hunter2@127.0.0.1:1/?collection=system.x",             // reserved
-		"mongodb://u:hunter2@127.0.0.1:1/?collection=a$b",                  // bad character
-		"mongodb://u:hunter2@127.0.0.1:1/bad.db",                           // bad database from the path
-		"mongodb://u:hunter2@127.0.0.1:1/?database=a/b",                    // bad database
-		"mongodb://u:hunter2@127.0.0.1:1/?collection=x&token_collection=x", // same collection twice
-		"mongodb://u:hunter2@127.0.0.1:1/?namespace=a%00b",                 // control character
-		"mongodb://u:hunter2@127.0.0.1:1/?clock_resync=1ms",                // out of range
-		"mongodb://u:hunter2@127.0.0.1:1/?maxPoolSize=lots",                // driver rejects
-		"mongodb://u:hunter2@127.0.0.1:1/?w=0",                             // unacknowledged
+		"mongodb://u:hunter2@127.0.0.1:1/?databse=x",           // typo of ours
+		"mongodb://u:hunter2@127.0.0.1:1/?replicaSett=rs0",     // typo of the driver's
+		"mongodb://u:hunter2@127.0.0.1:1/?collection=system.x", // reserved
+		"mongodb://u:hunter2@127.0.0.1:1/?collection=a$b",      // bad character
+		"mongodb://u:hunter2@127.0.0.1:1/bad.db",               // bad database from the path
+		"mongodb://u:hunter2@127.0.0.1:1/?database=a/b",        // bad database
+		"mongodb://u:hunter2@127.0.0.1:1/?token_collection=x",  // no longer a parameter
+		"mongodb://u:hunter2@127.0.0.1:1/?namespace=a%00b",     // control character
+		"mongodb://u:hunter2@127.0.0.1:1/?clock_resync=1ms",    // out of range
+		"mongodb://u:hunter2@127.0.0.1:1/?maxPoolSize=lots",    // driver rejects
+		"mongodb://u:hunter2@127.0.0.1:1/?w=0",                 // unacknowledged
 	} {
 		_, err := mongolock.Open(ctx, u)
 		if !errors.Is(err, driver.ErrInvalidOption) {
@@ -68,11 +68,9 @@ func TestBadURLAndOptions(t *testing.T) {
 	}
 }
 
-func openTest(t *testing.T, extra ...string) (*mongolock.Backend, string) {
+func openTest(t *testing.T, raw string, extra ...string) (*mongolock.Backend, string) {
 	t.Helper()
-	raw := testURL(t)
-	locks, tokens := freshCollections(t, raw)
-	u := withParams(t, raw, append([]string{"database", testDatabase, "collection", locks, "token_collection", tokens}, extra...)...)
+	u := withParams(t, raw, append([]string{"database", testDatabase, "collection", freshCollection(t, raw)}, extra...)...)
 	b, err := mongolock.Open(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +81,10 @@ func openTest(t *testing.T, extra ...string) (*mongolock.Backend, string) {
 
 // TestHeldErrorNamesHolder: a duplicate-key refusal is "held", with the
 // holder's owner, token and remaining time.
-func TestHeldErrorNamesHolder(t *testing.T) {
-	b, _ := openTest(t)
+func TestHeldErrorNamesHolder(t *testing.T) { eachServer(t, testHeldErrorNamesHolder) }
+
+func testHeldErrorNamesHolder(t *testing.T, _ server, raw string) {
+	b, _ := openTest(t, raw)
 	ctx := context.Background()
 	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "alice", TTL: time.Minute})
 	if err != nil {
@@ -98,23 +98,26 @@ func TestHeldErrorNamesHolder(t *testing.T) {
 	if he.Holder.Owner != "alice" || he.Holder.Token != g.Token || he.Holder.Remaining <= 0 || he.Holder.Remaining > time.Minute {
 		t.Errorf("HeldError holder = %+v; want alice, token %d, remaining in (0, 1m]", he.Holder, g.Token)
 	}
-	// The same owner retrying gets the key again, with a higher token.
+	// The same owner retrying (after an ambiguous reply) gets the
+	// existing grant back, as the driver contract says.
 	g2, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "alice", TTL: time.Minute})
-	if err != nil || g2.Token <= g.Token {
-		t.Fatalf("retry by the same owner = %+v, %v; want success with a token above %d", g2, err, g.Token)
-	}
-	if err := b.Release(ctx, g); !errors.Is(err, driver.ErrNotHeld) {
-		t.Errorf("Release with the superseded token = %v; want ErrNotHeld", err)
+	if err != nil || g2.Token != g.Token {
+		t.Fatalf("retry by the same owner = %+v, %v; want the existing grant with token %d", g2, err, g.Token)
 	}
 	if err := b.Release(ctx, g2); err != nil {
 		t.Fatal(err)
+	}
+	if err := b.Release(ctx, g); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("second Release = %v; want ErrNotHeld", err)
 	}
 }
 
 // TestNamespacesShareACollection: two namespaces in one collection do not
 // see or block each other.
-func TestNamespacesShareACollection(t *testing.T) {
-	a, u := openTest(t, "namespace", "app-a")
+func TestNamespacesShareACollection(t *testing.T) { eachServer(t, testNamespacesShareACollection) }
+
+func testNamespacesShareACollection(t *testing.T, _ server, raw string) {
+	a, u := openTest(t, raw, "namespace", "app-a")
 	bu := strings.Replace(u, "namespace=app-a", "namespace=app-b", 1)
 	b, err := mongolock.Open(context.Background(), bu)
 	if err != nil {
@@ -140,16 +143,17 @@ func TestNamespacesShareACollection(t *testing.T) {
 
 // TestCallerOwnedClient: New never disconnects the caller's client, and
 // Open/Close leave no goroutine behind.
-func TestCallerOwnedClient(t *testing.T) {
-	raw := testURL(t)
-	locks, tokens := freshCollections(t, raw)
+func TestCallerOwnedClient(t *testing.T) { eachServer(t, testCallerOwnedClient) }
+
+func testCallerOwnedClient(t *testing.T, _ server, raw string) {
+	locks := freshCollection(t, raw)
 	ctx := context.Background()
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	mc, err := mongo.Connect(options.Client().ApplyURI(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks, TokenCollection: tokens})
+	b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +174,7 @@ func TestCallerOwnedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	// And an owned client is disconnected by Close.
-	ob, _ := openTest(t)
+	ob, _ := openTest(t, raw)
 	if err := ob.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +186,10 @@ func TestCallerOwnedClient(t *testing.T) {
 // TestContendedWaitingDoesNotSpin counts the commands that waiters send
 // while a key is held: the engine's capped backoff, bounded by the
 // holder's remaining TTL, keeps it to a few per waiter per second.
-func TestContendedWaitingDoesNotSpin(t *testing.T) {
-	raw := testURL(t)
-	locks, tokens := freshCollections(t, raw)
+func TestContendedWaitingDoesNotSpin(t *testing.T) { eachServer(t, testContendedWaitingDoesNotSpin) }
+
+func testContendedWaitingDoesNotSpin(t *testing.T, _ server, raw string) {
+	locks := freshCollection(t, raw)
 	ctx := context.Background()
 	var cmds atomic.Int64
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
@@ -199,7 +204,7 @@ func TestContendedWaitingDoesNotSpin(t *testing.T) {
 	}
 	defer mc.Disconnect(ctx)
 	open := func() *fencelock.Client {
-		b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks, TokenCollection: tokens})
+		b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +252,11 @@ func TestContendedWaitingDoesNotSpin(t *testing.T) {
 // TestClockEstimate: the backend's estimate of the server clock has a
 // bound of half a loopback round trip.
 func TestClockEstimate(t *testing.T) {
-	b, _ := openTest(t)
+	eachServer(t, func(t *testing.T, _ server, raw string) { testClockEstimate(t, raw) })
+}
+
+func testClockEstimate(t *testing.T, raw string) {
+	b, _ := openTest(t, raw)
 	if bd := b.ClockBound(); bd <= 0 || bd > time.Second {
 		t.Errorf("ClockBound = %v; want a small positive bound", bd)
 	}

@@ -26,7 +26,7 @@ func Open(ctx context.Context, rawURL string) (*Backend, error) {
 }
 
 // OpenURL is Open for a parsed URL. It reads fencelock's own parameters
-// (database, collection, token_collection, namespace, clock_resync) and
+// (database, collection, namespace, clock_resync) and
 // passes every other parameter (replicaSet, authSource, tls, w,
 // readConcernLevel, ...) to the driver's connection-string parser; a
 // parameter that is neither is refused.
@@ -43,7 +43,6 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	var o Options
 	o.Database = p.String("database", "")
 	o.Collection = p.String("collection", "")
-	o.TokenCollection = p.String("token_collection", "")
 	o.Namespace = p.String("namespace", "")
 	o.ClockResync = p.Duration("clock_resync", 0)
 	if err := p.Err(); err != nil {
@@ -55,7 +54,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 			// The driver ignores options it does not know; a typo must
 			// not silently drop a setting.
 			return nil, &driver.InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(name),
-				Reason: "unknown; fencelock's are clock_resync, collection, database, namespace, token_collection; the rest must be MongoDB connection-string options (replicaSet, authSource, tls, w, ...)"}
+				Reason: "unknown; fencelock's are clock_resync, collection, database, namespace; the rest must be MongoDB connection-string options (replicaSet, authSource, tls, w, ...)"}
 		}
 	}
 	if o.Database == "" {
@@ -104,7 +103,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 // driverParams are the MongoDB connection-string options (lower case)
 // that Open passes to the driver.
 var driverParams = func() map[string]bool {
-	m := map[string]bool{}
+	m := make(map[string]bool)
 	for _, n := range strings.Fields(`appname authmechanism authmechanismproperties authsource compressors
 		connecttimeoutms directconnection heartbeatfrequencyms journal loadbalanced localthresholdms
 		maxconnecting maxidletimems maxpoolsize minpoolsize maxstalenessseconds readconcernlevel

@@ -14,12 +14,13 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultDatabase        = "fencelock"
-	DefaultCollection      = "fencelock_locks"
-	DefaultTokenCollection = "fencelock_tokens"
-	DefaultNamespace       = "default"
-	DefaultClockResync     = 30 * time.Second
-	DefaultGarbageAfter    = time.Hour
+	DefaultDatabase     = "fencelock"
+	DefaultCollection   = "fencelock_locks"
+	DefaultNamespace    = "default"
+	DefaultClockResync  = 30 * time.Second
+	DefaultGarbageAfter = time.Hour
+	// DefaultGarbageAfterFerretDB is GarbageAfter's default on FerretDB.
+	DefaultGarbageAfterFerretDB = 2 * time.Minute
 )
 
 // MaxNamespaceLen is the longest Options.Namespace, in bytes.
@@ -28,22 +29,18 @@ const MaxNamespaceLen = 128
 // Options configures a Backend. A nil *Options, and every zero field, means
 // the documented default.
 type Options struct {
-	// Database is the database holding both collections. Default
+	// Database is the database holding the collection. Default
 	// "fencelock" (Open uses the URL's path, e.g. mongodb://host/app, when
 	// the database parameter is absent). 1 to 63 characters from
 	// [A-Za-z0-9_-].
 	Database string
 
-	// Collection holds one document per lock key ever used (kept after
-	// release: it carries the key's token counter). Default
-	// "fencelock_locks". 1 to 120 characters from [A-Za-z0-9_.-], starting
-	// with a letter or underscore, not starting with "system.", no "..".
+	// Collection holds the lock records (one per held key) and the
+	// immutable claims (of tokens and of record epochs); see the package
+	// documentation. Default "fencelock_locks". 1 to 120 characters from
+	// [A-Za-z0-9_.-], starting with a letter or underscore, not starting
+	// with "system.", no "..".
 	Collection string
-
-	// TokenCollection holds the per-key token floors that outlive lock
-	// documents removed by Cleanup. Default "fencelock_tokens". Same rules
-	// as Collection, and it must differ from it.
-	TokenCollection string
 
 	// Namespace separates applications sharing one collection (the seed's
 	// BizType): keys of different namespaces never collide and List only
@@ -67,13 +64,22 @@ type Options struct {
 	// costing it one extra round trip. Default 30s; between 1s and 1h.
 	ClockResync time.Duration
 
-	// GarbageAfter is how long after its expiry a lock document left by a
-	// crashed holder is deleted by a TTL index on expiresAt. This is
-	// garbage collection only: an expired document already counts as free
-	// and the next acquire replaces it, and tokens live in the counter
-	// documents, which are never deleted. Default 1h; between 1 minute and
-	// 1 year. (FerretDB has no TTL indexes; there the documents stay until
-	// their key is acquired again.)
+	// GarbageAfter is how old a claim must be before it is deleted as
+	// garbage: a token claim below its key's highest (deleted by every
+	// 16th acquire of the key), an end claim, a renewal claim that
+	// expired that long ago (by those deletes, and on MongoDB by a TTL
+	// index on expiresAt). The highest token claim of a key is never
+	// deleted. A token this backend claimed is used as the base of its
+	// next claim for GarbageAfter/2 without reading the key's claims, which
+	// assumes that no write is delayed in flight by more than
+	// GarbageAfter/2 before the server applies it.
+	//
+	// Default 1h on MongoDB, where indexes make retained claims free; 2m on
+	// FerretDB, which reads every document of the collection for each
+	// delete and find (its SQLite handler even for _id lookups), so every
+	// retained claim slows every operation. Between 1 minute and 1 year.
+	// Lock records are never deleted by a TTL index: an expired record
+	// counts as free and is replaced by the next acquire of its key.
 	GarbageAfter time.Duration
 }
 
@@ -105,9 +111,6 @@ func (o *Options) resolve() (Options, error) {
 	if r.Collection == "" {
 		r.Collection = DefaultCollection
 	}
-	if r.TokenCollection == "" {
-		r.TokenCollection = DefaultTokenCollection
-	}
 	if r.Namespace == "" {
 		r.Namespace = DefaultNamespace
 	}
@@ -129,12 +132,6 @@ func (o *Options) resolve() (Options, error) {
 	}
 	if err := validCollection("Collection", r.Collection); err != nil {
 		return r, err
-	}
-	if err := validCollection("TokenCollection", r.TokenCollection); err != nil {
-		return r, err
-	}
-	if r.Collection == r.TokenCollection {
-		return r, badOpt("TokenCollection", r.TokenCollection, "must differ from Collection")
 	}
 	if len(r.Namespace) > MaxNamespaceLen {
 		return r, badOpt("Namespace", r.Namespace[:32]+"…", "must be at most "+strconv.Itoa(MaxNamespaceLen)+" bytes")

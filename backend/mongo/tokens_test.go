@@ -14,10 +14,10 @@ import (
 // the previous holder's. (Taking the token before the lock, as a first
 // design did, fails this: a contender's early token is overtaken by a
 // later holder's and then handed out after it.)
-func TestTokensFollowHolders(t *testing.T) {
-	raw := testURL(t)
-	locks, tokens := freshCollections(t, raw)
-	u := withParams(t, raw, "database", testDatabase, "collection", locks, "token_collection", tokens)
+func TestTokensFollowHolders(t *testing.T) { eachServer(t, testTokensFollowHolders) }
+
+func testTokensFollowHolders(t *testing.T, _ server, raw string) {
+	u := withParams(t, raw, "database", testDatabase, "collection", freshCollection(t, raw))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var mu sync.Mutex

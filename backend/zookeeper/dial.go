@@ -20,11 +20,15 @@ var errCrashed = errors.New("zookeeper: connection cut off (simulated crash)")
 
 // dialer is the zk.Dialer of a connection that Open owns. It reads the
 // server's answer to each session handshake, to learn the session timeout
-// the server actually negotiated (go-zookeeper does not expose it), and lets
-// tests cut the connection off the way a dead process would: the TCP
-// connection dies and no reconnect follows, so the server expires the
-// session after its timeout instead of closing it.
+// the server actually negotiated (go-zookeeper does not expose it), bounds
+// that handshake (see handshakeTimeout), and lets tests cut the connection
+// off the way a dead process would: the TCP connection dies and no
+// reconnect follows, so the server expires the session after its timeout
+// instead of closing it.
 type dialer struct {
+	requested time.Duration // the session timeout asked for
+	servers   int           // how many servers the connection string names
+
 	timeout atomic.Int64 // negotiated session timeout in ms; 0 until known
 	session atomic.Int64 // session id of the last handshake
 	passwd  atomic.Pointer[[]byte]
@@ -36,7 +40,42 @@ type dialer struct {
 	conns   map[*sniffConn]struct{}
 }
 
-func newDialer() *dialer { return &dialer{conns: make(map[*sniffConn]struct{})} }
+func newDialer(requested time.Duration, servers int) *dialer {
+	return &dialer{requested: requested, servers: max(servers, 1), conns: make(map[*sniffConn]struct{})}
+}
+
+// handshakeTimeout is how long a server may take to answer the session
+// handshake of a new connection: the session timeout (the negotiated one
+// once known) divided by the number of servers, as ZooKeeper's Java client
+// (and so Curator) bounds it, so that one round of the server list fits in
+// a session timeout; never less than minHandshake, since a session
+// timeout asked for below the server's minimum is raised only by the
+// server's answer.
+//
+// go-zookeeper itself waits 10 × its receive timeout (6⅔ session
+// timeouts) for the answer, and nothing else happens meanwhile: every
+// request made while it reconnects (a waiter's re-read of its queue, a
+// release, an acquire) sits in its send queue, neither sent nor failed,
+// whatever the caller's context says. A server that accepts connections
+// but does not answer them (a process frozen or starting up, a proxy
+// whose upstream is gone) thus held every waiter long after the server
+// served again; the fault-injection suite (safety/) measured it as a
+// progress failure after a server restart or an ensemble's leader kill.
+// With the bound, go-zookeeper gives up on the silent server, fails what
+// it queued (zk.ErrNoServer once it has tried every server) and dials
+// again, so the callers see an error promptly and retry on the server
+// that serves.
+func (d *dialer) handshakeTimeout() time.Duration {
+	st := d.requested
+	if ms := d.timeout.Load(); ms > 0 {
+		st = time.Duration(ms) * time.Millisecond
+	}
+	return max(st/time.Duration(d.servers), minHandshake)
+}
+
+// minHandshake is the least time a server is given to answer a session
+// handshake (see dialer.handshakeTimeout).
+const minHandshake = 250 * time.Millisecond
 
 func (d *dialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	d.mu.Lock()
@@ -49,7 +88,7 @@ func (d *dialer) dial(network, addr string, timeout time.Duration) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	sc := &sniffConn{Conn: c, d: d}
+	sc := &sniffConn{Conn: c, d: d, handshakeBy: time.Now().Add(d.handshakeTimeout())}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.refused {
@@ -82,11 +121,12 @@ func (d *dialer) cut(refuse bool) {
 // int32, sessionId int64, passwd []byte}.
 type sniffConn struct {
 	net.Conn
-	d        *dialer
-	hdr      []byte // only touched by the connection's single reader
-	done     bool
-	dropping atomic.Bool // tests: deliver nothing more
-	once     sync.Once
+	d           *dialer
+	handshakeBy time.Time   // the server must have answered the handshake by then
+	hdr         []byte      // only touched by the connection's single reader
+	done        atomic.Bool // the handshake's answer has been read
+	dropping    atomic.Bool // tests: deliver nothing more
+	once        sync.Once
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
@@ -95,11 +135,29 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 		c.Close()
 		return 0, errCrashed
 	}
-	if !c.done && n > 0 {
+	if !c.done.Load() && n > 0 {
 		c.hdr = append(c.hdr, p[:n]...)
 		c.parse()
 	}
 	return n, err
+}
+
+// SetDeadline, SetReadDeadline and SetWriteDeadline cap every deadline
+// go-zookeeper sets (none included) at handshakeBy until the server has
+// answered the handshake (see dialer.handshakeTimeout).
+func (c *sniffConn) SetDeadline(t time.Time) error { return c.Conn.SetDeadline(c.capped(t)) }
+
+func (c *sniffConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.capped(t)) }
+
+func (c *sniffConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.capped(t))
+}
+
+func (c *sniffConn) capped(t time.Time) time.Time {
+	if c.done.Load() || (!t.IsZero() && t.Before(c.handshakeBy)) {
+		return t
+	}
+	return c.handshakeBy
 }
 
 // Write passes p on. In tests, if p is a request with the opcode in
@@ -129,7 +187,8 @@ func (c *sniffConn) parse() {
 	if len(h) < 24+plen && len(h) < 4+frame {
 		return
 	}
-	c.done, c.hdr = true, nil
+	c.done.Store(true)
+	c.hdr = nil
 	if session == 0 || timeout <= 0 {
 		return // the server said the session expired
 	}
@@ -165,7 +224,7 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	d := newDialer()
+	d := newDialer(sessTO, len(servers))
 	ready := make(chan struct{})
 	var readyOnce sync.Once
 	var b *Backend
@@ -182,6 +241,12 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 		}
 		if ev.State == zk.StateHasSession {
 			readyOnce.Do(func() { close(ready) })
+			bmu.Lock()
+			bb := b
+			bmu.Unlock()
+			if bb != nil {
+				bb.reconnected()
+			}
 		}
 		o.Logger.Debug("zookeeper: session state", "state", ev.State.String(), "server", ev.Server)
 	}

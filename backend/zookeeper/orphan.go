@@ -60,10 +60,36 @@ func (b *Backend) addOrphan(o orphan) {
 	b.mu.Unlock()
 }
 
+// reconnected is called by the event callback of a connection Open made
+// each time the client has a session again. Clean-ups that failed while
+// it was disconnected (a waiter's queue znode, a lost lease's release, a
+// create whose reply was lost) may be what other contenders wait for, and
+// nothing else would run them if this client made no further call: it
+// sweeps now, at once, in a goroutine of its own (the callback must not
+// block go-zookeeper's event loop).
+func (b *Backend) reconnected() {
+	if b.orphans.Len() == 0 {
+		return
+	}
+	b.mu.Lock() // orders this after Close, as NotifyLoss does
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return
+	}
+	b.nextSweep = time.Time{}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		b.sweep()
+	}()
+}
+
 // sweep tries the pending clean-ups once each. The calls the engine drives
 // (Acquire, AcquireWait, Renew, RenewBatch, Release, Inspect) run it
-// first; the backend never loops or waits to retry (see driver). It costs
-// nothing when nothing is pending, and one sweep at a time runs.
+// first, and so does a reconnection (see reconnected); the backend never
+// loops or waits to retry (see driver). It costs nothing when nothing is
+// pending, and one sweep at a time runs.
 func (b *Backend) sweep() {
 	if b.orphans.Len() == 0 || !b.sweeping.CompareAndSwap(false, true) {
 		return

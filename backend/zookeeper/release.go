@@ -9,7 +9,8 @@ import (
 )
 
 // release is Release (floor.go) on native tokens: it deletes the grant's own znode,
-// version-checked, and nothing else.
+// version-checked, and nothing else. If it fails, the znode is left to
+// the sweep.
 func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -43,6 +44,13 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
 		return driver.ErrNotHeld
 	}
+	// Not sent (zk.ErrNoServer), not connected, or the reply was lost: the
+	// caller gave the lock up, but a session that survives its
+	// reconnection would keep the znode, and the key held, as long as this
+	// client lives (the engine tries a lost lease's release only once).
+	// The sweep deletes it, at the latest once the client has a session
+	// again (see reconnected).
+	b.addOrphan(orphan{path: h.path})
 	return err
 }
 

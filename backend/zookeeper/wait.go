@@ -58,11 +58,15 @@ var errVanished = errors.New("zookeeper: our queue znode vanished (session expir
 func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 	own := path.Base(node)
 	pred, predLowest := "", false
-	// The watch on the predecessor is the fast path; the queue is also
-	// re-read every recheckEvery as a safety net. A waiter whose client
-	// moved to another server (a server restart, an ensemble's leader
-	// killed) was seen never to get its watch event and to hang until its
-	// context ended; the fault-injection suite (safety/) found it.
+	// The watch on the predecessor is what wakes the waiter: its deletion
+	// or change, or the session's end (EventNotWatching). Across a
+	// reconnection the session keeps its watches (go-zookeeper sets them
+	// again; the server fires those whose znodes changed meanwhile). The
+	// queue is also re-read every recheckEvery, as a defence against a
+	// missed event; the stall after a server died that it was once meant
+	// to cure was a handshake go-zookeeper waited on for 6⅔ session
+	// timeouts with this waiter's calls queued behind it (see
+	// dialer.handshakeTimeout).
 	recheck := time.NewTimer(b.recheckEvery())
 	defer recheck.Stop()
 	for {
@@ -117,6 +121,7 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 			}
 		case <-recheck.C:
 			b.rechecks.Add(1)
+			b.sweep() // our own orphan may be ahead of us in the queue
 			pred = ""
 			recheck.Reset(b.recheckEvery())
 		case <-ctx.Done():
@@ -151,9 +156,9 @@ func (b *Backend) predecessor(parent, own string) (pred string, lowest bool, err
 	}
 }
 
-// recheckEvery is how often a waiter re-reads its queue besides its watch:
-// the session timeout (at least 500ms), the time within which the store
-// itself would notice a vanished holder.
+// recheckEvery is how often a waiter re-reads its queue besides its watch
+// (a defence, see waitFirst): the session timeout (at least 500ms), the
+// time within which the store itself would notice a vanished holder.
 func (b *Backend) recheckEvery() time.Duration {
 	return max(b.SessionTimeout(), 500*time.Millisecond)
 }

@@ -17,6 +17,7 @@ require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
 	github.com/fencelock/fencelock/migrate v0.0.0
+	github.com/fencelock/fencelock/safety v0.0.0
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -61,3 +62,5 @@ replace github.com/fencelock/fencelock/backend/redis => ../../backend/redis
 replace github.com/fencelock/fencelock/backend/zookeeper => ../../backend/zookeeper
 
 replace github.com/fencelock/fencelock/migrate => ../../migrate
+
+replace github.com/fencelock/fencelock/safety => ../../safety

@@ -8,6 +8,7 @@
 //	fencelock migrate tokens --from URL --to URL [PREFIX]
 //	fencelock migrate dual-url [--show-secrets] OLD-URL NEW-URL
 //	fencelock doctor [flags]
+//	fencelock safety --url URL [--url URL ...] [flags]
 //	fencelock demo
 //	fencelock version
 //
@@ -65,6 +66,7 @@ func init() {
 		{"release", "remove a lock whoever holds it (admin, needs --force)", cmdRelease},
 		{"migrate", "move locks between backends: copy token floors, build a dual URL", cmdMigrate},
 		{"doctor", "check a backend: what it guarantees and its configuration warnings", cmdDoctor},
+		{"safety", "run the fault-injection safety suite against your own servers", cmdSafety},
 		{"demo", "show fencing at work, in-process, on the memory backend", cmdDemo},
 		{"version", "print the version and the linked backends", cmdVersion},
 		{"help", "show help for a command", cmdHelp},
@@ -72,6 +74,7 @@ func init() {
 }
 
 func main() {
+	safetyContender() // a contender process of `fencelock safety` never returns from it
 	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	os.Exit(e.main(os.Args[1:]))
 }

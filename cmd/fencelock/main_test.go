@@ -409,7 +409,7 @@ func TestExitStatuses(t *testing.T) {
 
 func TestHelpForEveryCommand(t *testing.T) {
 	f := newFixture(t)
-	for _, c := range []string{"run", "status", "list", "release", "doctor", "demo", "version"} {
+	for _, c := range []string{"run", "status", "list", "release", "doctor", "safety", "demo", "version"} {
 		stdout, stderr, code := f.run(c, "--help")
 		if code != 0 || !strings.Contains(stdout, "Usage: fencelock "+c) || !strings.Contains(stdout, "Example") {
 			t.Errorf("fencelock %s --help: exit %d, stdout %q, stderr %q", c, code, stdout, stderr)

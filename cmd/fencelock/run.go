@@ -48,6 +48,13 @@ lease stops its children too), except when fencelock's stdin is a terminal:
 then it stays in fencelock's group so that it can use the terminal, and
 terminal-generated INT and QUIT reach it directly rather than being forwarded.
 
+With --min-hold D, a COMMAND that finishes before D has passed since KEY was
+granted leaves KEY held until then (ShedLock's lockAtLeastFor), so a
+scheduled job started on several hosts runs on one of them only. On stores
+that keep a lock by its TTL (file, PostgreSQL, Redis, MongoDB) fencelock
+exits when COMMAND does and the store frees KEY when the hold ends; on etcd,
+ZooKeeper and other session stores fencelock stays, renewing, until then.
+
 Exit status:
   N       COMMAND exited with status N
   128+N   COMMAND was killed by signal N
@@ -68,6 +75,10 @@ const runExamples = `Examples:
   # Skip this cron run if the previous one still holds the lock:
   fencelock run --no-wait jobs/nightly -- make nightly || [ $? -eq 75 ]
 
+  # Run a cron job on one host only, at most once per 5 minutes, however
+  # fast it is:
+  fencelock run --no-wait --min-hold 5m jobs/report -- ./report.sh || [ $? -eq 75 ]
+
   # Across machines, via Redis, waiting at most a minute:
   fencelock run --url redis://redis.internal:6379 --timeout 1m deploy/web -- ./deploy.sh
 
@@ -85,6 +96,7 @@ type runFlags struct {
 	grace    time.Duration
 	graceSet bool // --grace was given; otherwise it is the most the danger zone allows
 	summary  bool
+	minHold  time.Duration
 }
 
 func cmdRun(e *env, args []string) int {
@@ -105,6 +117,7 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset.BoolVar(&rf.noWait, "no-wait", false, "do not wait: exit 75 at once if KEY is held")
 	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
 	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
+	fset.DurationVar(&rf.minHold, "min-hold", 0, "keep KEY held for at least `D` from the grant, even if COMMAND exits sooner\n(ShedLock's lockAtLeastFor: a fast cron job still keeps the other hosts out)")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
@@ -123,8 +136,10 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--wait and --no-wait are exclusive"), true
 	case rf.noWait && explicit["timeout"]:
 		return rf, e.usageError("run", "--timeout applies to waiting; it makes no sense with --no-wait"), true
-	case rf.timeout < 0 || rf.grace < 0 || rf.ttl < 0:
+	case rf.timeout < 0 || rf.grace < 0 || rf.ttl < 0 || rf.minHold < 0:
 		return rf, e.usageError("run", "durations must not be negative"), true
+	case rf.minHold > fencelock.MaxTTL:
+		return rf, e.usageError("run", "--min-hold %v is longer than the longest lease (%v)", rf.minHold, fencelock.MaxTTL), true
 	case explicit["ttl"] && rf.ttl == 0:
 		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
@@ -211,7 +226,41 @@ func (e *env) run(rf runFlags) int {
 	if silent {
 		closeWait = 0
 	}
+	waitForHold(l, u, sigs)
 	return code
+}
+
+// recordSchemes are the URL schemes of stores that keep a record by its
+// TTL, independently of the client's session: a lease released into its
+// minimum hold stays in the store until the hold ends after fencelock has
+// exited.
+var recordSchemes = map[string]bool{"file": true, "mem": true, "postgres": true, "postgresql": true,
+	"redis": true, "rediss": true, "mongodb": true, "mongodb+srv": true}
+
+// waitForHold keeps fencelock (and its client) alive until the lease's
+// minimum hold ends, when COMMAND finished inside it and the store is not
+// known to keep the record by itself: a session store (etcd, ZooKeeper)
+// drops a record with its client's session, so exiting would free the key
+// early. A terminating signal ends the wait.
+func waitForHold(l *fencelock.Lease, u *url.URL, sigs <-chan os.Signal) {
+	if !errors.Is(context.Cause(l.Context()), fencelock.ErrHeldForMinimum) {
+		return
+	}
+	if u == nil || recordSchemes[strings.ToLower(u.Scheme)] {
+		return
+	}
+	t := time.NewTimer(time.Until(l.MinHoldEnd()))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case s := <-sigs:
+			if terminating(s) {
+				return
+			}
+		}
+	}
 }
 
 // runOptions returns the engine options for run, the channel that hears
@@ -220,7 +269,7 @@ func (e *env) run(rf runFlags) int {
 // (nil without --summary).
 func runOptions(rf *runFlags, u *url.URL) (*fencelock.Options, <-chan struct{}, *runSummary) {
 	danger := make(chan struct{}, 1)
-	opts := &fencelock.Options{TTL: rf.ttl, OnDanger: func(*fencelock.Lease, time.Duration) {
+	opts := &fencelock.Options{TTL: rf.ttl, MinHold: rf.minHold, OnDanger: func(*fencelock.Lease, time.Duration) {
 		select {
 		case danger <- struct{}{}:
 		default:

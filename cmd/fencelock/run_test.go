@@ -295,3 +295,94 @@ func TestExitPromptOnceCommandEndsUnreachable(t *testing.T) {
 		t.Errorf("fencelock exit %d; want %d\n%s", r.code, exitLeaseLost, r.stderr)
 	}
 }
+
+// TestRunMinHold: a command that finishes inside --min-hold leaves the key
+// held until the hold ends (counted from the grant), and free from then on;
+// fencelock itself exits as soon as the command does on a store that keeps
+// the record by its TTL (the file backend).
+func TestRunMinHold(t *testing.T) {
+	f := newFixture(t)
+	const hold = 3 * time.Second
+	begin := time.Now()
+	_, stderr, code := f.run("run", "--min-hold", hold.String(), "cron/job", "--", "true")
+	exited := time.Now()
+	if code != 0 {
+		t.Fatalf("run --min-hold: exit %d\n%s", code, stderr)
+	}
+	if exited.Sub(begin) >= hold {
+		t.Errorf("run --min-hold on the file backend took %v: it should exit when COMMAND does", exited.Sub(begin))
+	}
+	for {
+		_, stderr, code = f.run("run", "--no-wait", "cron/job", "--", "true")
+		now := time.Now()
+		if code == 0 {
+			if now.Sub(begin) < hold {
+				t.Fatalf("key acquired %v after the first run began, inside its %v minimum hold", now.Sub(begin), hold)
+			}
+			if late := now.Sub(exited); late > hold+2*time.Second {
+				t.Errorf("key free only %v after the first run exited; want about its %v minimum hold", late, hold)
+			}
+			break
+		}
+		if code != exitNotAcquired {
+			t.Fatalf("run --no-wait: exit %d\n%s", code, stderr)
+		}
+		if now.Sub(exited) > hold+5*time.Second {
+			t.Fatalf("key still held %v after a run with a %v minimum hold exited\n%s", now.Sub(exited), hold, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, stderr, code := f.run("run", "--min-hold", "-1s", "k", "--", "true"); code != 64 {
+		t.Errorf("run --min-hold -1s: exit %d; want 64\n%s", code, stderr)
+	}
+	if _, stderr, code := f.run("run", "--min-hold", "25h", "k", "--", "true"); code != 64 {
+		t.Errorf("run --min-hold 25h: exit %d; want 64\n%s", code, stderr)
+	}
+}
+
+// TestRunMinHoldSessionStore: on etcd, whose locks end with the client's
+// session, a COMMAND that finishes inside --min-hold keeps fencelock
+// running (and renewing) until the hold ends; another run is refused
+// meanwhile, and gets the key once the hold is over.
+func TestRunMinHoldSessionStore(t *testing.T) {
+	rawURL := testenv.URL(t, "FENCELOCK_TEST_ETCD")
+	f := newFixture(t)
+	f.url = rawURL
+	key := "min-hold/" + hex.EncodeToString([]byte(t.Name()))[:8] + randSuffix(t)
+	const hold = 4 * time.Second
+	begin := time.Now()
+	first := f.cmd("", "", "run", "--ttl", "2s", "--min-hold", hold.String(), key, "--", "true")
+	var stderr bytes.Buffer
+	first.Stderr = &stderr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan time.Time, 1)
+	go func() {
+		_ = first.Wait()
+		exited <- time.Now()
+	}()
+	// The hold outlives COMMAND and the 2s TTL: still refused at 3s.
+	time.Sleep(3 * time.Second)
+	if _, se, code := f.run("run", "--no-wait", key, "--", "true"); code != exitNotAcquired {
+		t.Fatalf("run --no-wait 3s into a 4s minimum hold on etcd: exit %d; want %d\n%s", code, exitNotAcquired, se)
+	}
+	at := <-exited
+	if first.ProcessState.ExitCode() != 0 {
+		t.Fatalf("run --min-hold: exit %d\n%s", first.ProcessState.ExitCode(), stderr.String())
+	}
+	if d := at.Sub(begin); d < hold {
+		t.Errorf("fencelock exited %v after it began, inside its %v minimum hold: on etcd closing the client frees the key", d, hold)
+	}
+	if _, se, code := f.run("run", "--no-wait", key, "--", "true"); code != 0 {
+		t.Errorf("run --no-wait after the minimum hold: exit %d; want 0\n%s", code, se)
+	}
+}
+
+func randSuffix(t *testing.T) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -285,11 +285,14 @@ const (
 )
 
 type step struct {
-	kind  stepKind
-	key   int
-	hold  int // tenths of TTL
-	late  bool
-	stale staleKind
+	kind    stepKind
+	key     int
+	hold    int // tenths of TTL
+	late    bool
+	stale   staleKind
+	ttl     int  // the lease's TTL (WithTTL) in tenths of the harness's TTL; 0: the Client's
+	minHold int  // WithMinHold in tenths of TTL; 0: none
+	meta    bool // WithMetadata and WithLabel, a SetMetadata during the hold, then Inspect
 }
 
 type endKind int
@@ -328,7 +331,7 @@ func (p program) String() string {
 		for j, w := range c.workers {
 			fmt.Fprintf(&b, "    worker %d:", j)
 			for _, s := range w {
-				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d)", s.kind, s.key, s.hold, s.late, s.stale)
+				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d ttl %d/10 minhold %d/10 meta %v)", s.kind, s.key, s.hold, s.late, s.stale, s.ttl, s.minHold, s.meta)
 			}
 			b.WriteByte('\n')
 		}
@@ -375,11 +378,14 @@ func genProgram(t *rapid.T, o *Options) program {
 			var w []step
 			for range steps {
 				w = append(w, step{
-					kind:  stepKind(rapid.IntRange(0, len(stepNames)-1).Draw(t, "kind")),
-					key:   rapid.IntRange(0, p.keys-1).Draw(t, "key"),
-					hold:  rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
-					late:  rapid.Bool().Draw(t, "late"),
-					stale: staleKind(rapid.IntRange(0, 2).Draw(t, "stale")),
+					kind:    stepKind(rapid.IntRange(0, len(stepNames)-1).Draw(t, "kind")),
+					key:     rapid.IntRange(0, p.keys-1).Draw(t, "key"),
+					hold:    rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
+					late:    rapid.Bool().Draw(t, "late"),
+					stale:   staleKind(rapid.IntRange(0, 2).Draw(t, "stale")),
+					ttl:     rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "ttl"),
+					minHold: rapid.SampledFrom([]int{0, 0, 0, 3, 12}).Draw(t, "minHold"),
+					meta:    rapid.Bool().Draw(t, "meta"),
 				})
 			}
 			c.workers = append(c.workers, w)
@@ -522,11 +528,12 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 			go func() {
 				defer wg.Done()
 				sleepCtx(ctx, r.at(f.at))
+				beforeAt := time.Now()
 				before := r.rec.tick()
 				info, err := fr.ForceRelease(ctx, r.keys[f.key])
 				after := r.rec.tick()
 				if err == nil {
-					r.rec.force(r.keys[f.key], before, after, info.Owner, info.Token)
+					r.rec.force(r.keys[f.key], before, after, beforeAt, info.Owner, info.Token)
 				} else {
 					r.rec.note("force-release %q: %v", r.keys[f.key], err)
 				}
@@ -537,8 +544,27 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	// NoRecordOutlivesItsLease: every worker is done, so every lease has
 	// ended; while the clients still live (and renew whatever else they
 	// keep alive), every record must go within TTL plus slack — released,
-	// or expired if its release failed or its client crashed.
-	if err := r.drain(ctx, time.Now().Add(h.TTL+h.Slack), "NoRecordOutlivesItsLease", "while the clients lived, after every lease had ended"); err != nil {
+	// or expired if its release failed or its client crashed — with the
+	// longest per-call TTL of the program (slack scaled with it), and no
+	// later than the end of a minimum hold plus slack.
+	maxTTL, slack := h.TTL, h.Slack
+	for _, cp := range p.clients {
+		for _, w := range cp.workers {
+			for _, s := range w {
+				if t := time.Duration(s.ttl) * r.tenth; t > maxTTL {
+					maxTTL, slack = t, time.Duration(float64(h.Slack)*float64(t)/float64(h.TTL))
+				}
+			}
+		}
+	}
+	bound := func(from time.Time) time.Time {
+		d := from.Add(maxTTL + slack)
+		if end := r.rec.holdsEnd().Add(h.Slack); end.After(d) {
+			d = end
+		}
+		return d
+	}
+	if err := r.drain(ctx, bound(time.Now()), "NoRecordOutlivesItsLease", "while the clients lived, after every lease had ended"); err != nil {
 		return nil, err
 	}
 	crashed, faulted := false, false
@@ -551,10 +577,13 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	r.rec.mu.Unlock()
 
 	// NothingLeftBehind: at once, or after TTL plus slack when a crash or
-	// a fault may have left a record for the store to expire.
+	// a fault may have left a record for the store to expire; a record
+	// store keeps a record inside its minimum hold until the hold ends.
 	deadline := time.Now()
 	if crashed || faulted {
-		deadline = deadline.Add(h.TTL + h.Slack)
+		deadline = bound(deadline)
+	} else if end := r.rec.holdsEnd().Add(h.Slack); end.After(deadline) {
+		deadline = end
 	}
 	if err := r.drain(ctx, deadline, "NothingLeftBehind", "after every client ended"); err != nil {
 		return nil, err
@@ -591,17 +620,38 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 		l   *fencelock.Lease
 		err error
 	)
+	var (
+		opts  []fencelock.AcquireOption
+		label string
+		meta0 string
+	)
+	if s.ttl > 0 {
+		opts = append(opts, fencelock.WithTTL(time.Duration(s.ttl)*r.tenth))
+	}
+	if s.minHold > 0 {
+		opts = append(opts, fencelock.WithMinHold(time.Duration(s.minHold)*r.tenth))
+	}
+	if s.meta {
+		label, meta0 = fmt.Sprintf("gen c%d w%d", i, j), fmt.Sprintf("m%d", r.rec.tick())
+		opts = append(opts, fencelock.WithLabel(label), fencelock.WithMetadata([]byte(meta0)))
+	}
+	invAt := time.Now()
 	inv := r.rec.tick()
+	register := func(l *fencelock.Lease, via string) *leaseRec {
+		rec := r.rec.lease(i, l, via, inv)
+		r.rec.options(rec, invAt, l.MinHold(), label, meta0, inv)
+		return rec
+	}
 	switch s.kind {
 	case stepTry:
-		l, err = c.TryAcquire(ctx, key)
+		l, err = c.TryAcquire(ctx, key, opts...)
 	case stepAcquire, stepWaitCancelled:
 		wait := 3 * r.h.TTL
 		if s.kind == stepWaitCancelled {
 			wait = r.h.TTL / 4
 		}
 		actx, cancel := context.WithTimeout(ctx, wait)
-		l, err = c.Acquire(actx, key)
+		l, err = c.Acquire(actx, key, opts...)
 		cancel()
 	default:
 		dctx, cancel := context.WithTimeout(ctx, 3*r.h.TTL)
@@ -613,8 +663,8 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 			}()
 			return c.Do(dctx, key, func(fctx context.Context, dl *fencelock.Lease) error {
 				l = dl
-				rec = r.rec.lease(i, dl, s.kind.String(), inv)
-				r.hold(fctx, dl, rec, hold)
+				rec = register(dl, s.kind.String())
+				r.hold(fctx, c, dl, rec, hold, s.meta)
 				r.rec.ended(rec, nil)
 				switch s.kind {
 				case stepDoError:
@@ -623,8 +673,9 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 					panic(errPanic)
 				}
 				return nil
-			})
+			}, opts...)
 		}()
+		doneAt := time.Now()
 		cancel()
 		if l != nil && !isDone(l) {
 			r.rec.violate("DoEndsItsLease", "Do on %q returned (%v) with its lease still held", key, err)
@@ -638,7 +689,9 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 					r.rec.released(rec, true)
 				}
 			case s.kind != stepDoPanic && (err == nil || onlyCallback(err)):
-				r.rec.released(rec, true)
+				// Released into its minimum hold, the record stays.
+				r.rec.releasedOK(rec, l, doneAt)
+				r.rec.released(rec, !r.rec.heldForMinimum(rec, l))
 			}
 			r.after(ctx, l, rec, s)
 		} else if err != nil {
@@ -650,8 +703,8 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 		r.rec.note("client %d worker %d %s %q: %v", i, j, s.kind, key, err)
 		return
 	}
-	rec = r.rec.lease(i, l, s.kind.String(), inv)
-	r.hold(ctx, l, rec, hold)
+	rec = register(l, s.kind.String())
+	r.hold(ctx, c, l, rec, hold, s.meta)
 	r.rec.ended(rec, nil)
 	select {
 	case <-l.Done():
@@ -663,6 +716,9 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 	default:
 	}
 	rerr := l.Release(ctx)
+	if rerr == nil {
+		r.rec.releasedOK(rec, l, time.Now())
+	}
 	if rerr != nil && !errors.Is(rerr, fencelock.ErrNotHeld) {
 		rerr = l.Release(ctx) // a retry after an ambiguous failure
 	}
@@ -670,8 +726,10 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 		r.rec.lostAtRelease(rec, rerr)
 	}
 	// Gone for sure only if the store said so: a lost lease's Release
-	// does not ask the store, whose record may outlive the holder's belief.
-	r.rec.released(rec, rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil)
+	// does not ask the store, whose record may outlive the holder's belief;
+	// a lease released into its minimum hold leaves its record.
+	held := rerr == nil && r.rec.heldForMinimum(rec, l)
+	r.rec.released(rec, !held && (rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil))
 	r.after(ctx, l, rec, s)
 }
 
@@ -695,10 +753,22 @@ var (
 	errPanic    = errors.New("generative: callback panicked")
 )
 
-// hold writes to the fenced resource, holds the lease for d (or until it
-// ends), and writes again.
-func (r *runner) hold(ctx context.Context, l *fencelock.Lease, rec *leaseRec, d time.Duration) {
+// hold writes to the fenced resource, replaces the lease's metadata and
+// looks it up (with meta), holds the lease for d (or until it ends), and
+// writes again.
+func (r *runner) hold(ctx context.Context, c *fencelock.Client, l *fencelock.Lease, rec *leaseRec, d time.Duration, meta bool) {
 	r.writeWith(l, rec, false)
+	if meta && !isDone(l) {
+		v := fmt.Sprintf("m%d", r.rec.tick())
+		mctx, cancel := context.WithTimeout(ctx, r.h.TTL)
+		inv := r.rec.tick()
+		err := l.SetMetadata(mctx, []byte(v))
+		r.rec.setMeta(rec, v, inv, err)
+		cancel()
+		if info, err := c.Inspect(ctx, l.Key()); err == nil {
+			r.rec.inspected(rec, info)
+		}
+	}
 	if d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -733,6 +803,11 @@ func (r *runner) after(ctx context.Context, l *fencelock.Lease, rec *leaseRec, s
 		r.writeWith(l, rec, true)
 	}
 	if s.stale == staleNone {
+		return
+	}
+	if r.rec.inHold(rec) {
+		// Its record stays for the minimum hold, with this very grant:
+		// a stale call is the holder's own, and would be accepted.
 		return
 	}
 	g := driver.Grant{Key: l.Key(), Owner: l.Owner(), Token: l.Token()}

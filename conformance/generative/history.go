@@ -1,6 +1,7 @@
 package generative
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
@@ -34,6 +36,31 @@ type leaseRec struct {
 	gone   bool  // its own release confirmed its record gone
 	relEnd int64 // seq when its own release returned "not held", if it did
 	stale  []string
+
+	// Per-call options (WithLabel, WithMetadata, WithMinHold).
+	label   string
+	metas   []metaSet     // the metadata it asked for, in order: at acquire, then each SetMetadata
+	minHold time.Duration // 0: none
+	invAt   time.Time     // wall clock before Acquire (or Do) was called
+	gotAt   time.Time     // wall clock after it returned
+	heldMin bool          // released before its minimum hold could end: the record must stay until invAt + minHold at least
+	inHold  bool          // the engine says it went into its minimum hold
+}
+
+// metaSet is one metadata value a lease asked the store to keep.
+type metaSet struct {
+	value    string
+	inv, ret int64 // seqs around the call
+	ok       bool  // the store confirmed it
+}
+
+// metaObs is what Client.Inspect showed the worker of lease by.
+type metaObs struct {
+	by    int
+	seq   int64
+	owner string
+	label string
+	meta  string
 }
 
 type tokObs struct {
@@ -63,6 +90,7 @@ type faultRec struct {
 type forceRec struct {
 	key           string
 	before, after int64
+	beforeAt      time.Time       // wall clock before the call
 	owner         string          // the holder it removed, if known
 	token         fencelock.Token // and its token
 }
@@ -76,6 +104,8 @@ type recorder struct {
 	writes  []writeRec
 	faults  []faultRec
 	forces  []forceRec
+	obs     []metaObs
+	closeAt map[int]time.Time // wall clock when each client began to close or crashed
 	notes   []string
 	direct  []violation                  // seen while the program ran (records left behind, …)
 	closed  map[int]int64                // seq when each client began to close or crashed
@@ -84,7 +114,7 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), issued: make(map[string][]fencelock.Token), sent: make(map[string]int64)}
+	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), closeAt: make(map[int]time.Time), issued: make(map[string][]fencelock.Token), sent: make(map[string]int64)}
 }
 
 func (r *recorder) tick() int64 { return r.seq.Add(1) }
@@ -182,6 +212,7 @@ func (r *recorder) closing(client int, format string, args ...any) {
 	defer r.mu.Unlock()
 	if _, ok := r.closed[client]; !ok {
 		r.closed[client] = s
+		r.closeAt[client] = time.Now()
 	}
 	r.notes = append(r.notes, fmt.Sprintf("%5d ", s)+fmt.Sprintf(format, args...))
 }
@@ -267,10 +298,91 @@ func (r *recorder) attempt(owner string) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) force(key string, before, after int64, owner string, token fencelock.Token) {
+func (r *recorder) force(key string, before, after int64, beforeAt time.Time, owner string, token fencelock.Token) {
 	r.mu.Lock()
-	r.forces = append(r.forces, forceRec{key, before, after, owner, token})
+	r.forces = append(r.forces, forceRec{key, before, after, beforeAt, owner, token})
 	r.mu.Unlock()
+}
+
+// options records a new lease's per-call options: when its Acquire was
+// called (invAt, seq inv), its minimum hold, label and first metadata.
+func (r *recorder) options(rec *leaseRec, invAt time.Time, minHold time.Duration, label, meta string, inv int64) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.invAt, rec.gotAt, rec.minHold, rec.label = invAt, now, minHold, label
+	if meta != "" {
+		rec.metas = append(rec.metas, metaSet{value: meta, inv: inv, ret: rec.got, ok: true})
+	}
+}
+
+// setMeta records a SetMetadata and its outcome.
+func (r *recorder) setMeta(rec *leaseRec, v string, inv int64, err error) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.metas = append(rec.metas, metaSet{value: v, inv: inv, ret: s, ok: err == nil})
+	if err != nil {
+		r.notes = append(r.notes, fmt.Sprintf("%5d lease %d SetMetadata(%s): %v", s, rec.id, v, err))
+	}
+}
+
+// inspected records what Client.Inspect showed lease rec's worker.
+func (r *recorder) inspected(rec *leaseRec, info driver.Info) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.obs = append(r.obs, metaObs{by: rec.id, seq: s, owner: info.Owner, label: info.Label(), meta: string(info.Metadata)})
+	r.notes = append(r.notes, fmt.Sprintf("%5d lease %d inspects %q: owner %s, label %q, metadata %q", s, rec.id, info.Key, info.Owner, info.Label(), info.Metadata))
+}
+
+// heldForMinimum reports whether the engine says l, released, went into
+// its minimum hold (its context's cause): its record stays until the hold
+// ends, so stale calls with its grant are its own.
+func (r *recorder) heldForMinimum(rec *leaseRec, l *fencelock.Lease) bool {
+	held := l.Err() == nil && errors.Is(context.Cause(l.Context()), fencelock.ErrHeldForMinimum)
+	r.mu.Lock()
+	rec.inHold = held
+	r.mu.Unlock()
+	return held
+}
+
+// releasedOK records that lease rec's own release (Release, or Do's)
+// returned success at retAt. If that was before its minimum hold could
+// have ended (its Acquire was called at invAt, and the engine counts
+// from the grant, later), the lease was released into its hold, whatever
+// the engine says: MinHoldRespected checks the key stayed held, and
+// MinHoldReported that the lease's context said so.
+func (r *recorder) releasedOK(rec *leaseRec, l *fencelock.Lease, retAt time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.minHold > 0 && l.Err() == nil && retAt.Before(rec.invAt.Add(rec.minHold)) {
+		rec.heldMin = true
+		if cause := context.Cause(l.Context()); !errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased) {
+			r.direct = append(r.direct, violation{"MinHoldReported", fmt.Sprintf("lease %d (%q) was released inside its minimum hold, yet its context's cause is %v", rec.id, rec.key, cause)})
+		}
+	}
+}
+
+// inHold reports whether the engine said rec went into its minimum hold.
+func (r *recorder) inHold(rec *leaseRec) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return rec.inHold
+}
+
+// holdsEnd returns the latest instant at which a lease's minimum hold
+// may end (counted from when its Acquire returned); zero if none.
+func (r *recorder) holdsEnd() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var end time.Time
+	for _, l := range r.leases {
+		if l.minHold > 0 && l.gotAt.Add(l.minHold).After(end) {
+			end = l.gotAt.Add(l.minHold)
+		}
+	}
+	return end
 }
 
 // violation is one broken invariant, with the rule it breaks.
@@ -347,6 +459,10 @@ func (r *recorder) check() []violation {
 			case f.rotate && f.kind == "delay":
 				delayedRotation[o] = true
 			case f.op == "release":
+				faultedRelease[o] = true
+			case f.op == "renew" && r.byOwner[o] != nil && r.byOwner[o].minHold > 0 && r.byOwner[o].end != 0 && f.seq > r.byOwner[o].end:
+				// A release inside the minimum hold is a renewal
+				// (the record stays until the hold ends).
 				faultedRelease[o] = true
 			}
 		}
@@ -454,8 +570,81 @@ func (r *recorder) check() []violation {
 			}
 		}
 	}
+	vs = append(vs, r.checkOptions(byKey)...)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return slices.Compact(vs)
+}
+
+// checkOptions checks the per-call options' properties. Called with r.mu
+// held, after forces were applied to the leases.
+func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
+	var vs []violation
+	add := func(p, f string, args ...any) { vs = append(vs, violation{p, fmt.Sprintf(f, args...)}) }
+	// LabelReadBack, MetadataIsHoldersLast: what Inspect shows for a
+	// holder is the label it gave and the last metadata it set — the last
+	// value the store confirmed before the look, or one it asked for
+	// since (whose outcome was unknown when the look was made).
+	for _, o := range r.obs {
+		l := r.byOwner[o.owner]
+		if l == nil || o.owner == "" {
+			continue
+		}
+		if l.label != "" && o.label != l.label {
+			add("LabelReadBack", "Inspect showed lease %d (%s) with label %q; it was acquired with %q", l.id, o.owner, o.label, l.label)
+		}
+		if len(l.metas) == 0 {
+			continue
+		}
+		possible := map[string]bool{}
+		for _, m := range l.metas {
+			switch {
+			case m.ok && m.ret < o.seq:
+				possible = map[string]bool{m.value: true}
+			case m.inv < o.seq:
+				possible[m.value] = true
+			}
+		}
+		if !possible[o.meta] {
+			vals := make([]string, 0, len(possible))
+			for v := range possible {
+				vals = append(vals, v)
+			}
+			sort.Strings(vals)
+			add("MetadataIsHoldersLast", "Inspect (by lease %d, at %d) showed holder lease %d's metadata as %q; it had last set one of %q", o.by, o.seq, l.id, o.meta, vals)
+		}
+	}
+	// MinHoldRespected: a lease released into its minimum hold keeps its
+	// key from every other holder until the hold ends (counted from
+	// before its Acquire was called, which is no later than the engine's
+	// count), unless a fault touched its calls (a failed keep-alive may
+	// let the record expire), its key was forced, or its client closed
+	// or crashed (a session store ends its records then).
+	faulted := make(map[string]bool)
+	for _, f := range r.faults {
+		for _, o := range f.owners {
+			faulted[o] = true
+		}
+	}
+	for _, x := range r.leases {
+		if !x.heldMin || faulted[x.owner] {
+			continue
+		}
+		end := x.invAt.Add(x.minHold)
+		if c, ok := r.closeAt[x.client]; ok && c.Before(end) {
+			end = c
+		}
+		for _, f := range r.forces {
+			if f.key == x.key && f.beforeAt.Before(end) {
+				end = f.beforeAt
+			}
+		}
+		for _, y := range byKey[x.key] {
+			if y != x && x.end != 0 && y.got > x.end && y.gotAt.Before(end) {
+				add("MinHoldRespected", "lease %d of %q (minimum hold %v, released into it at %d) was followed by lease %d, granted %v after lease %d's Acquire was called", x.id, x.key, x.minHold, x.end, y.id, y.gotAt.Sub(x.invAt), x.id)
+			}
+		}
+	}
+	return vs
 }
 
 // grantedBetween reports whether some lease of key was granted in (from, to).

@@ -124,7 +124,7 @@ func FencelockLib(name string, shared bool, open func(b *testing.B) func() (*fen
 	}}
 }
 
-func fenced(fence *fencelock.Fence, acquire func(context.Context, string) (*fencelock.Lease, error)) LockFunc {
+func fenced(fence *fencelock.Fence, acquire func(context.Context, string, ...fencelock.AcquireOption) (*fencelock.Lease, error)) LockFunc {
 	return func(ctx context.Context, key string) (func() error, error) {
 		l, err := acquire(ctx, key)
 		if err != nil {

@@ -6,8 +6,9 @@
 // The harness starts contenders as separate processes (see safety/proc),
 // so that it can pause one for real with SIGSTOP (a paused goroutine would
 // not stop the lease's renewer) or kill it with SIGKILL. The process is a
-// re-execution of the test binary: the test's TestMain calls FromEnv and,
-// when it finds a Config, runs Main instead of the tests.
+// re-execution of the running binary (a test binary, or the fencelock
+// command): its TestMain or main calls suite.MainIfContender first, which
+// calls FromEnv and, when it finds a Config, runs Main instead.
 //
 // # What a contender does
 //
@@ -26,6 +27,10 @@
 // optional capabilities: a BatchRenew event per batch of two or more
 // grants, a Wait event per blocking wait (driver.Waiter) or subscription
 // (driver.Watcher).
+//
+// The backends it can open are those linked into the binary (the
+// caller imports their packages; safety/backends links the built-in
+// ones).
 //
 // Its store connection goes through its own in-process faultproxy (the
 // host:port of Config.URL is rewritten), so the harness can cut, slow,
@@ -58,7 +63,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
-	_ "github.com/fencelock/fencelock/safety/backends" // every backend's URL scheme
 	"github.com/fencelock/fencelock/safety/faultproxy"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"

@@ -1,9 +1,9 @@
 // Package proc runs the safety harness's contender processes: it starts a
-// re-execution of the test binary with a contender's configuration in its
-// environment, streams the history events the process writes to stdout,
-// sends it commands on stdin, and pauses (SIGSTOP), resumes (SIGCONT) and
-// kills (SIGKILL) it, stamping those harness events with the system-wide
-// monotonic clock.
+// re-execution of the running binary (see suite.MainIfContender) with a
+// contender's configuration in its environment, streams the history
+// events the process writes to stdout, sends it commands on stdin, and
+// pauses (SIGSTOP), resumes (SIGCONT) and kills (SIGKILL) it, stamping
+// those harness events with the system-wide monotonic clock.
 //
 // Every process is reaped: Wait, Stop and Kill return only after the
 // process has exited and its output has been read to the end, and no

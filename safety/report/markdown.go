@@ -59,6 +59,7 @@ func (m *mdWriter) all() {
 		}
 	}
 	m.matrix()
+	m.notRun()
 	m.controls()
 	m.claims()
 	m.numbers()
@@ -95,6 +96,19 @@ func (m *mdWriter) matrix() {
 		}
 		byBF[[2]string{c.Backend, c.Fault}] = c
 	}
+	skipped := map[[2]string]bool{}
+	for _, n := range m.r.NotRun {
+		if strings.HasPrefix(n.Fault, "control-") || strings.HasPrefix(n.Fault, "mutant-") {
+			continue
+		}
+		if !slices.Contains(backends, n.Backend) {
+			backends = append(backends, n.Backend)
+		}
+		if n.Fault != "*" && !slices.Contains(faults, n.Fault) {
+			faults = append(faults, n.Fault)
+		}
+		skipped[[2]string{n.Backend, n.Fault}] = true
+	}
 	m.p("")
 	m.p("## Matrix")
 	m.p("")
@@ -105,6 +119,8 @@ func (m *mdWriter) matrix() {
 		for _, f := range faults {
 			c, ok := byBF[[2]string{b, f}]
 			switch {
+			case !ok && (skipped[[2]string{b, f}] || skipped[[2]string{b, "*"}]):
+				row = append(row, "not run")
 			case !ok:
 				row = append(row, "–")
 			case c.Verdict == UnsafeUnexpected:
@@ -120,6 +136,21 @@ func (m *mdWriter) matrix() {
 	m.p("- **safe-with-fencing**: every property held, but a holder acted on a lease it had lost (stale writes attempted, or belief intervals overlapped under a holder pause) and the fenced resource rejected every such write. Without fencing tokens, this cell would be unsafe.")
 	m.p("- **unsafe-expected**: properties failed that this backend is known to break under this fault; the explanation and the configuration that fixes it are below.")
 	m.p("- **UNSAFE-UNEXPECTED**: a property failed that nothing explains. This fails CI.")
+}
+
+// notRun lists the requested cells that did not run, and why.
+func (m *mdWriter) notRun() {
+	if len(m.r.NotRun) == 0 {
+		return
+	}
+	m.p("")
+	m.p("## Not run")
+	m.p("")
+	m.p("| backend | fault | why |")
+	m.p("|---|---|---|")
+	for _, n := range m.r.NotRun {
+		m.p("| %s | %s | %s |", cell(n.Backend), cell(n.Fault), cell(n.Why))
+	}
 }
 
 func (m *mdWriter) controls() {
@@ -312,7 +343,11 @@ func (m *mdWriter) reproduce() {
 	m.p("")
 	m.p("## Reproduce")
 	m.p("")
-	m.p("Each cell reruns alone with its seed (the servers come from `scripts/testenv`, see docs/testenv.md):")
+	hint := m.r.ReproHint
+	if hint == "" {
+		hint = "Each cell reruns alone with its seed (the servers come from `scripts/testenv`, see docs/testenv.md):"
+	}
+	m.p("%s", hint)
 	m.p("")
 	m.p("```sh")
 	for _, c := range m.r.Cells {

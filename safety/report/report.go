@@ -209,9 +209,23 @@ type Report struct {
 	// {backend}, {fault} and {seed}, e.g.
 	// "cd safety && go test -run 'TestSafety/{backend}/{fault}' -args -safety.seed={seed}".
 	Repro string `json:"repro,omitempty"`
+	// ReproHint is the sentence before the Reproduce commands; empty
+	// means the servers of scripts/testenv.
+	ReproHint string `json:"repro_hint,omitempty"`
 	// Env describes the machine and server versions, free-form.
 	Env   map[string]string `json:"env,omitempty"`
 	Cells []Cell            `json:"cells"`
+	// NotRun are the requested cells that did not run, with the reason
+	// (a fault that needs control of the server, a proxy, time).
+	NotRun []NotRun `json:"not_run,omitempty"`
+}
+
+// NotRun is a cell that was requested but not run. Fault "*" stands for
+// every fault of the backend.
+type NotRun struct {
+	Backend string `json:"backend"`
+	Fault   string `json:"fault"`
+	Why     string `json:"why"`
 }
 
 // Failed reports whether the run must fail CI: any UNSAFE-UNEXPECTED

@@ -222,3 +222,50 @@ func TestMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkdownNotRun: requested cells that did not run are "not run" in
+// the matrix (a new column where no cell of the fault ran; "*" marks the
+// whole row) and listed with their reason; a report without any has no
+// such section. ReproHint replaces the testenv sentence.
+func TestMarkdownNotRun(t *testing.T) {
+	r := sample()
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "## Not run") || strings.Contains(b.String(), "not run") {
+		t.Error("a report without NotRun has a not-run section or cell")
+	}
+	if !strings.Contains(b.String(), "scripts/testenv") {
+		t.Error("without ReproHint, the Reproduce section lost its testenv sentence")
+	}
+	r.NotRun = []NotRun{
+		{Backend: "redis", Fault: "server-kill", Why: "no command | to kill it"},
+		{Backend: "etcd", Fault: "*", Why: "open: connection refused"},
+		{Backend: "redis", Fault: "control-fencing-off", Why: "time bound reached"},
+	}
+	r.ReproHint = "Rerun one cell:"
+	b.Reset()
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| backend | holder-pause | server-restart | server-kill |",
+		"| postgres | safe-with-fencing | safe | – |",
+		"| redis | safe-with-fencing | unsafe-expected | not run |",
+		"| etcd | not run | not run | not run |",
+		"## Not run",
+		"| redis | server-kill | no command \\| to kill it |",
+		"| etcd | * | open: connection refused |",
+		"| redis | control-fencing-off | time bound reached |",
+		"Rerun one cell:",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "scripts/testenv") {
+		t.Error("ReproHint did not replace the testenv sentence")
+	}
+}

@@ -1,4 +1,4 @@
-package safety
+package suite
 
 import (
 	"bufio"
@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/safety/check"
-	"github.com/fencelock/fencelock/safety/cluster"
 	"github.com/fencelock/fencelock/safety/contender"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
@@ -158,34 +157,25 @@ func (l *eventLog) awaitHolding(ctx context.Context, rng *rand.Rand, ok func(hol
 
 // backendEnv is one store under test.
 type backendEnv struct {
-	name   string // "postgres", as scripts/testenv and the report name it
-	envVar string
-	url    string        // as contenders open it
-	proxy  bool          // contenders reach the store through their faultproxy
-	ttl    time.Duration // lease TTL (and ZooKeeper session timeout)
-	slack  time.Duration // the checker's measurement slack
-	claim  *driver.Description
+	name   string // the report's name for it: "postgres", …
+	scheme string // its URL's scheme, lower case
+	url    string // as contenders open it
+	proxy  bool   // contenders reach the store through their faultproxy
+	// noProxy says why proxy is false.
+	noProxy string
+	ttl     time.Duration // lease TTL (and ZooKeeper session timeout)
+	slack   time.Duration // the checker's measurement slack
+	claim   *driver.Description
 	// waits is set when the backend can wait for a key itself
 	// (driver.Waiter or driver.Watcher).
 	waits bool
-	// testenv is set when the server was started by scripts/testenv, so
-	// that the harness may kill, restart and pause it.
-	testenv *cluster.Testenv
+	// control, if set, kills, restarts, pauses or fails over the server
+	// (Backend.Control).
+	control *Control
+	// exe is the executable contenders run (MainIfContender).
+	exe string
 	// rules are the expectations of this backend's cells.
 	rules report.Table
-}
-
-// ---------------------------------------------------------------- testenv
-
-// findTestenv returns the scripts/testenv of FENCELOCK_TESTENV_STATE, or
-// nil when the servers were not started by it (a developer's own servers
-// are never killed).
-func findTestenv() (*cluster.Testenv, error) {
-	te, err := cluster.FromEnv()
-	if errors.Is(err, cluster.ErrNoState) {
-		return nil, nil
-	}
-	return te, err
 }
 
 // ---------------------------------------------------------------- redis
@@ -446,7 +436,7 @@ func (c *cell) startProc() (*proc.Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := proc.Start(proc.Spec{Name: name, Env: []string{env}}, c.log.add)
+	p, err := proc.Start(proc.Spec{Name: name, Path: c.be.exe, Env: []string{env}}, c.log.add)
 	if err != nil {
 		return nil, err
 	}

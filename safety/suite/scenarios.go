@@ -1,10 +1,9 @@
-package safety
+package suite
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -24,11 +23,6 @@ type profile struct {
 	cellTimeout time.Duration
 }
 
-var (
-	quick = profile{name: "quick", rounds: 1, baseline: 5 * time.Second, controls: 3, cellTimeout: 5 * time.Minute}
-	soak  = profile{name: "soak", rounds: 10, baseline: 60 * time.Second, controls: 20, cellTimeout: 30 * time.Minute}
-)
-
 // Names of the fault classes and controls (report.Cell.Fault).
 const (
 	fBaseline      = "baseline"
@@ -45,6 +39,7 @@ const (
 	fStorePause    = "server-pause"
 	fRedisFlushall = "redis-flushall"
 	fRedisExpire   = "redis-early-expiry"
+	fFailover      = "failover"
 	fFencingOff    = "control-fencing-off"
 	mutantPrefix   = "mutant-"
 )
@@ -52,7 +47,7 @@ const (
 // expectations is what is known in advance: the cells that are unsafe by
 // design, and the negative controls with the properties they must fail.
 var expectations = report.Table{
-	{Backend: "redis", Fault: fRedisFlushall, Expectation: report.Expectation{
+	{Backend: "*", Fault: fRedisFlushall, Expectation: report.Expectation{
 		Unsafe:     true,
 		Properties: []string{"P1", "P2", "P3", "P4", "P6"},
 		Why: "FLUSHALL deletes every lock record and every token counter. A waiting contender acquires at once while the holder " +
@@ -64,7 +59,7 @@ var expectations = report.Table{
 			"`rename-command FLUSHALL \"\"`); after an unavoidable data loss raise the token floor (driver.TokenFloorer) above " +
 			"the highest token the resources have seen.",
 	}},
-	{Backend: "redis", Fault: fRedisExpire, Expectation: report.Expectation{
+	{Backend: "*", Fault: fRedisExpire, Expectation: report.Expectation{
 		Unsafe:     true,
 		Properties: []string{"P3", "P4"},
 		Why: "Redis judges a lock's expiry by the key's TTL alone. Anything that shortens it — a PEXPIRE or DEL by another " +
@@ -74,7 +69,19 @@ var expectations = report.Table{
 		Fix: "`maxmemory-policy noeviction`; no client but fencelock may write the lock keys (ACL key patterns); pass the " +
 			"fencing token with every write to the protected resource.",
 	}},
-	{Backend: "zookeeper", Fault: fStoreKill, Expectation: zkWaitersStranded},
+	// The loopback clusters of TestSafety (scripts/testenv etcd3,
+	// zookeeper3, redisha) under their failover fault.
+	{Backend: "redisha", Fault: "primary-kill-failover", Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P1", "P2", "P3", "P4"},
+		Why: "Redis replicates asynchronously. A lock record or token increment the primary acknowledged just before it " +
+			"died may be missing on the replica the Sentinel promotes: a second contender acquires a lock whose holder " +
+			"still believes it holds it, and a token can be issued again (the fenced resource cannot tell the two holders " +
+			"apart). Whether a run shows it depends on the timing of the kill.",
+		Fix: "Use a single Redis primary with appendonly yes and appendfsync always and no automatic failover for locks " +
+			"(a restart keeps every lock and token), or a consensus store (etcd, ZooKeeper) when the lock must survive " +
+			"the loss of a server. WAIT / min-replicas-to-write narrow the window but do not close it.",
+	}},
 	{Backend: "*", Fault: fFencingOff, Expectation: report.Expectation{
 		Control:    true,
 		Properties: []string{"P1"},
@@ -106,40 +113,17 @@ var expectations = report.Table{
 // claimedRules are expectations a backend announces itself: weaknesses of
 // the server it detected and reports in its Description's Warnings. They
 // come after the fault-specific rules (the negative controls keep theirs).
-func claimedRules(d driver.Description) report.Table {
-	var t report.Table
-	for _, w := range d.Warnings {
-		if d.Name == "mongo" && strings.Contains(w, "FerretDB") {
-			t = append(t, report.Rule{Backend: "mongo", Fault: "*", Expectation: report.Expectation{
-				Unsafe:     true,
-				Properties: []string{"P1", "P2", "P3", "P4"},
-				Why: "The backend warns: " + w + ". Measured: when a lock record expires while contenders wait (a paused, " +
-					"cut-off or crashed holder), two of them can take it over at the same moment and both succeed with the " +
-					"same token; the fenced resource cannot tell them apart.",
-				Fix: "Use MongoDB (a replica set, write concern majority with journal), not FerretDB.",
-			}})
-		}
-	}
-	return t
-}
+// No backend claims one today: the MongoDB backend's FerretDB takeover
+// race is gone (it rests on unique inserts only), and a weak write or read
+// concern it warns about is measured, not excused.
+func claimedRules(string, driver.Description) report.Table { return nil }
 
-// zkWaitersStranded is a liveness defect the suite measures on ZooKeeper
-// (a bug to fix, not a property of the store): progress (P6) may fail
-// when the server the clients are connected to dies.
-var zkWaitersStranded = report.Expectation{
-	Unsafe:     true,
-	Properties: []string{"P6"},
-	Why: "Liveness, not safety, and a defect of the backend rather than of ZooKeeper: when the server a client is " +
-		"connected to dies (a restart that outlasts the session timeout, or the ensemble's leader killed), waiting " +
-		"Acquire calls can stall past the progress bound. Waiters now re-read their queue once per session timeout " +
-		"(backend/zookeeper/wait.go), which fixed the stall in some runs but not all: the stall is probably in a " +
-		"go-zookeeper call made while the client reconnects. Measured intermittently.",
-	Fix: "Bound Acquire with a context; an ensemble with a session timeout longer than a member's restart. " +
-		"Open bug: find where the waiter blocks during reconnection.",
-}
+// notRun is a fault left out of a backend's cells, and why.
+type notRun struct{ fault, why string }
 
-// cellsFor returns the cells to run on a backend.
-func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, left []string) {
+// cellsFor returns the cells that can run on a backend (the caller picks
+// the requested ones) and the faults that cannot, with the reason.
+func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 	ttl := be.ttl
 	specs = []cellSpec{
 		{fault: fBaseline, run: func(ctx context.Context, c *cell) (int, error) {
@@ -204,14 +188,29 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 			return prof.rounds, nil
 		}},
 	}
+	if !be.proxy {
+		why := "no proxy in front of the store: " + be.noProxy
+		var kept []cellSpec
+		for _, s := range specs {
+			if proxied[s.fault] {
+				left = append(left, notRun{s.fault, why})
+			} else {
+				kept = append(kept, s)
+			}
+		}
+		specs = kept
+	}
 	specs = append(specs, rotationCell(be))
-	te := be.testenv
-	if te != nil {
-		specs = append(specs, cellSpec{fault: fStoreKill, fencing: true, setup: "kill -9 and restart with its data (scripts/testenv restart)",
+	ctl := be.control
+	if ctl == nil {
+		ctl = &Control{}
+	}
+	if ctl.Restart != nil {
+		specs = append(specs, cellSpec{fault: fStoreKill, fencing: true, setup: ctl.setup(fStoreKill, "server killed and started again with its data"),
 			run: func(ctx context.Context, c *cell) (int, error) {
 				for i := range prof.rounds {
-					if err := c.round("", "server kill -9 + restart", func() error {
-						return te.RestartServer(ctx, be.name)
+					if err := c.round("", "server kill + restart", func() error {
+						return ctl.Restart(ctx)
 					}); err != nil {
 						return i + 1, err
 					}
@@ -221,18 +220,22 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 				}
 				return prof.rounds, nil
 			}})
-		specs = append(specs, cellSpec{fault: fStorePause, fencing: true, setup: "SIGSTOP/SIGCONT of the server (scripts/testenv pause)",
+	} else {
+		left = append(left, notRun{fStoreKill, "no command to kill the server (--server-kill; Control.Restart)"})
+	}
+	if ctl.Pause != nil && ctl.Resume != nil {
+		specs = append(specs, cellSpec{fault: fStorePause, fencing: true, setup: ctl.setup(fStorePause, "server paused for 2×TTL, then resumed"),
 			run: func(ctx context.Context, c *cell) (int, error) {
 				for i := range prof.rounds {
 					if err := c.round("", "server paused", func() error {
-						if err := te.Pause(ctx, be.name); err != nil {
+						if err := ctl.Pause(ctx); err != nil {
 							return err
 						}
 						perr := pace(ctx, 2*ttl)
 						// Always resume: a paused server would hang every later cell.
 						rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 						defer cancel()
-						if err := te.Resume(rctx, be.name); err != nil {
+						if err := ctl.Resume(rctx); err != nil {
 							return err
 						}
 						return perr
@@ -243,9 +246,14 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 				return prof.rounds, nil
 			}})
 	} else {
-		left = append(left, fStoreKill+", "+fStorePause+": the server was not started by scripts/testenv (FENCELOCK_TESTENV_STATE), so it is not killed or paused")
+		left = append(left, notRun{fStorePause, "no commands to pause and resume the server (--server-pause, --server-resume; Control.Pause, Control.Resume)"})
 	}
-	if be.name == "redis" {
+	if ctl.Failover != nil {
+		specs = append(specs, failoverCell(be, ctl, prof))
+	} else {
+		left = append(left, notRun{fFailover, "no command to fail the server over (--server-failover; Control.Failover)"})
+	}
+	if be.scheme == "redis" {
 		specs = append(specs,
 			cellSpec{fault: fRedisFlushall, fencing: true, setup: "FLUSHALL while locks are held", cooldown: 3*ttl + 2*be.slack,
 				run: func(ctx context.Context, c *cell) (int, error) {
@@ -299,10 +307,42 @@ func cellsFor(be *backendEnv, prof profile, mutants bool) (specs []cellSpec, lef
 		},
 		after: fencingOffRounds,
 	})
-	if mutants {
-		specs = append(specs, mutantCells(be)...)
-	}
+	specs = append(specs, mutantCells(be)...)
 	return specs, left
+}
+
+// proxied are the faults injected through a contender's faultproxy.
+var proxied = map[string]bool{fBlackhole: true, fLatency: true, fReset: true, fAmbAcquire: true, fAmbRelease: true}
+
+// failoverCell is the server failover fault (Control.Failover): while
+// contenders hold locks, the leader or primary is killed, another takes
+// over, and the old one comes back.
+func failoverCell(be *backendEnv, ctl *Control, prof profile) cellSpec {
+	fault := fFailover
+	if ctl.FailoverName != "" {
+		fault = ctl.FailoverName
+	}
+	return cellSpec{fault: fault, fencing: true, setup: ctl.setup(fFailover, "the server's leader or primary killed, another one takes over, the old one started again"),
+		run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				if _, err := c.awaitHolder(ctx, 10*be.ttl); err != nil {
+					return i, err
+				}
+				from := c.note(history.FaultStart, "", fault)
+				what, err := ctl.Failover(ctx)
+				to := c.note(history.FaultEnd, "", fault+" "+what)
+				c.mu.Lock()
+				c.rounds = append(c.rounds, roundMark{from: from, to: to})
+				c.mu.Unlock()
+				if err != nil {
+					return i + 1, err
+				}
+				if err := between(ctx, i, prof.rounds, be.ttl); err != nil {
+					return i + 1, err
+				}
+			}
+			return prof.rounds, nil
+		}}
 }
 
 // rotationCell exercises the engine's optional paths together: token
@@ -606,7 +646,10 @@ func mutantCells(be *backendEnv) []cellSpec {
 			run: func(ctx context.Context, c *cell) (int, error) {
 				return 1, c.staleOps(ctx, "release")
 			}},
-		{fault: name(contender.MutantRenewAfterRelease), fencing: true, keys: 1, cooldown: 2*ttl + 2*be.slack,
+		// Held 1–2 TTLs: the other contenders (slow to start on a busy
+		// machine) must be waiting when the first holder releases, or P5
+		// has nobody to judge and the key stays stranded unseen.
+		{fault: name(contender.MutantRenewAfterRelease), fencing: true, keys: 1, hold: 2 * ttl, cooldown: 2*ttl + 2*be.slack,
 			setup: "a released grant keeps being renewed", mutant: contender.MutantRenewAfterRelease,
 			run: func(ctx context.Context, c *cell) (int, error) {
 				h, err := c.awaitHolder(ctx, 10*ttl)

@@ -1,5 +1,5 @@
 //go:build race
 
-package safety
+package suite
 
 const raceEnabled = true

@@ -1,0 +1,264 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// Outcomes of insertRecord.
+type insertOutcome int
+
+const (
+	inserted  insertOutcome = iota
+	keyHeld                 // the (ns, key) index refused the record
+	tokenUsed               // the token was claimed before: the base was stale
+)
+
+// insertRecord inserts a new record for req with token base+1 and, in
+// the same ordered insert, the claim of that token. The record goes
+// first, so a token claim exists only for a token whose record was
+// inserted. If the claim collides (the base was stale), the record is
+// deleted again.
+func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, base int64, now time.Time) (driver.Grant, insertOutcome, error) {
+	tok := base + 1
+	rid := newRID(req.Owner)
+	x := lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, Until: expiry(now, req.TTL), Meta: clone(req.Metadata)}
+	_, err := b.locks.InsertMany(ctx, []any{x, b.tokenClaim(req.Key, tok, now)})
+	switch {
+	case err == nil:
+		b.remember(req.Key, tok)
+		b.collect(ctx, req.Key, tok, now)
+		b.hold(rid, heldGrant{token: tok})
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok), Handle: handle(rid, 0, x.Until)}, inserted, nil
+	case writeErrorAt(err, 0) == 11000:
+		return driver.Grant{}, keyHeld, nil
+	case writeErrorAt(err, 0) == 0 && writeErrorAt(err, 1) == 11000:
+		if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: x.ID}}); err != nil {
+			return driver.Grant{}, 0, err
+		}
+		return driver.Grant{}, tokenUsed, nil
+	default:
+		return driver.Grant{}, 0, err
+	}
+}
+
+// errMoved is the transient error of a same-owner acquire whose record
+// moved while it was being renewed: the engine retries.
+var errMoved = errors.New("mongo: the record moved during a same-owner acquire; retry")
+
+// maxTokenRounds bounds the reads of a key's highest token claim in one
+// Acquire: each further one follows a claim made concurrently elsewhere.
+const maxTokenRounds = 4
+
+// clone copies a metadata payload; nil and empty both become nil.
+func clone(md []byte) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	return append([]byte(nil), md...)
+}
+
+// Acquire implements driver.Backend.
+//
+// A free key costs one round trip when this backend issued the key's last
+// token itself (recently): one ordered insert of the new record (fresh
+// _id, token last+1) and the claim of that token. Otherwise the key's
+// highest token claim is read first. A held key costs the insert and two
+// reads (the record, its epoch claims). An expired record is taken over:
+// its next epoch is claimed with an end claim (a unique insert), the record
+// deleted and a new one inserted.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := driver.CheckAcquire(req); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	now := b.clock.now(ctx)
+	base, fresh := b.ownBase(req.Key)
+	for round := 0; ; round++ {
+		if !fresh {
+			var err error
+			if base, err = b.highestClaim(ctx, req.Key, now); err != nil {
+				return driver.Grant{}, err
+			}
+		}
+		g, out, err := b.insertRecord(ctx, req, base, now)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		switch out {
+		case inserted:
+			return g, nil
+		case tokenUsed:
+			// Another token claim (an acquire elsewhere, a floor) came
+			// between the read of the base and the insert: read again.
+			if round >= maxTokenRounds {
+				return driver.Grant{}, errTokenRace
+			}
+			fresh = false
+			continue
+		}
+		// keyHeld: read the record.
+		st, err := b.readKey(ctx, req.Key)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if st.rid == "" {
+			if round > 0 {
+				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			}
+			continue // released in between: try once more
+		}
+		now = b.clock.now(ctx)
+		switch {
+		case st.ended:
+			// A takeover or force-release claimed the record's last
+			// epoch; its ender may have stopped before removing it (its
+			// context ended, the server died). The record can never
+			// move again (see teardown): finish the removal and try
+			// once more.
+			if round >= maxTokenRounds {
+				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			}
+			if err := b.teardown(ctx, st.rid); err != nil {
+				return driver.Grant{}, err
+			}
+			continue
+		case st.owner == req.Owner && st.live(now):
+			// A retry after an ambiguous reply: the existing grant,
+			// renewed with this request's TTL and metadata.
+			b.hold(st.rid, heldGrant{n: st.n, token: st.token})
+			g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(st.token), Handle: handle(st.rid, st.n, st.exp)}
+			g, err := b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
+			if errors.Is(err, driver.ErrNotHeld) {
+				return driver.Grant{}, errMoved
+			}
+			return g, err
+		case st.live(now):
+			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
+		}
+		if err := b.end(ctx, req.Key, &st, req.Owner, false, now); err != nil {
+			return driver.Grant{}, err
+		}
+		// The expired record is gone and nobody else can take it over:
+		// insert ours, above both its token and every claim.
+		hi, err := b.highestClaim(ctx, req.Key, now)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		for range maxTokenRounds {
+			g, out, err = b.insertRecord(ctx, req, max(hi, st.token), now)
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			switch out {
+			case inserted:
+				return g, nil
+			case keyHeld:
+				return driver.Grant{}, b.heldError(ctx, req.Key)
+			}
+			if hi, err = b.highestClaim(ctx, req.Key, now); err != nil {
+				return driver.Grant{}, err
+			}
+		}
+		return driver.Grant{}, errTokenRace
+	}
+}
+
+// heldError returns the error for a refused acquire: a *HeldError naming
+// the holder as far as a read can tell.
+func (b *Backend) heldError(ctx context.Context, key string) error {
+	info, err := b.Inspect(ctx, key)
+	if err != nil || info.Owner == "" {
+		info = driver.Info{Key: key}
+	}
+	return &driver.HeldError{Holder: info}
+}
+
+// end ends the record of st (expired, or force-released) on behalf of
+// owner: it claims the record's next epoch with an "end" claim, so that no
+// renewal can succeed after it, then deletes the record and its renewal
+// claims. The end claim stays (garbage after GarbageAfter): a renewal
+// delayed in flight meets it. A renewal claim already in that epoch wins
+// unless its own expiry has passed too (or force); then the end claims the
+// epoch after it. A *driver.HeldError reports the record as still held.
+//
+// The same insert also claims the record's token, if nobody did (a record
+// whose token claim was lost with its insert): the tokens below the next
+// one are then all claimed.
+//
+// An end claim can land in an epoch whose renewal claim was already
+// deleted, if the holder renewed past it after st was read (a contender
+// paused between its read and its insert). The holder deletes a renewal
+// claim only after inserting the next one, so a newer claim then exists:
+// end looks for one after its insert and, if found, withdraws.
+func (b *Backend) end(ctx context.Context, key string, st *state, owner string, force bool, now time.Time) error {
+	n := st.n + 1
+	claim := b.epochClaim(st.rid, key, kindEnd, owner, n, now)
+	tc := b.tokenClaim(key, st.token, now)
+	_, err := b.locks.InsertMany(ctx, []any{claim, tc}, options.InsertMany().SetOrdered(false))
+	switch code := writeErrorAt(err, 0); {
+	case code == 11000:
+		// Someone claimed epoch n first: a renewal by the holder, or
+		// another contender.
+		var c claimDoc
+		if err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: claim.ID}}).Decode(&c); err != nil {
+			if err == mongo.ErrNoDocuments {
+				return &driver.HeldError{Holder: driver.Info{Key: key}}
+			}
+			return err
+		}
+		if c.Kind != kindRenew || !force && !expired(c.ExpiresAt, now) {
+			info := driver.Info{Key: key}
+			if c.Kind == kindRenew {
+				info = driver.Info{Key: key, Owner: st.owner, Token: driver.Token(c.Token), Remaining: c.ExpiresAt.Time().Sub(now)}
+			}
+			return &driver.HeldError{Holder: info}
+		}
+		// The renewal's expiry passed as well: claim the epoch after it.
+		n++
+		claim = b.epochClaim(st.rid, key, kindEnd, owner, n, now)
+		if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
+			return &driver.HeldError{Holder: driver.Info{Key: key}}
+		} else if err != nil {
+			return err
+		}
+	case code == 0 && writeErrorAt(err, 1) == 11000:
+		// The record's token was claimed already, as it should be.
+	case err != nil:
+		return err
+	}
+	// Epoch n is ours unless the holder had moved past it.
+	var newer claimDoc
+	err = b.locks.FindOne(ctx, bson.D{{Key: "rec", Value: st.rid}, {Key: "n", Value: bson.D{{Key: "$gt", Value: n}}}}).Decode(&newer)
+	switch {
+	case err == nil:
+		_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: claim.ID}})
+		return &driver.HeldError{Holder: driver.Info{Key: key}}
+	case err != mongo.ErrNoDocuments:
+		return err
+	}
+	return b.teardown(ctx, st.rid)
+}
+
+// teardown deletes an ended record and its renewal claims, keeping the
+// end claim. Anyone who reads a record whose newest epoch claim is an end
+// may call it: that end claim is genuine (a stale one lands in a deleted
+// epoch below a newer claim, so it is never the newest), the holder's next
+// renewal claims that very epoch and fails, and so the record can never
+// move again.
+func (b *Backend) teardown(ctx context.Context, rid string) error {
+	if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: recordID(rid)}}); err != nil {
+		return err
+	}
+	_, err := b.locks.DeleteMany(ctx, bson.D{{Key: "rec", Value: rid}, {Key: "kind", Value: kindRenew}})
+	return err
+}

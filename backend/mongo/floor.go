@@ -1,0 +1,108 @@
+package mongo
+
+import (
+	"context"
+	"math"
+	"regexp"
+	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+var _ driver.TokenFloorer = (*Backend)(nil)
+
+// HighWater implements driver.TokenFloorer: for every key of this
+// namespace under prefix, the highest of its token claims (token or
+// floor) and of its record's token, read with two finds. A key's highest
+// claim is never deleted, so every key ever locked is listed. Global is
+// zero: tokens are per key.
+func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.HighWater{}, err
+	}
+	if err := driver.ValidatePrefix(prefix); err != nil {
+		return driver.HighWater{}, err
+	}
+	hw := driver.HighWater{Keys: make(map[string]driver.Token)}
+	re := bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)}}
+	cur, err := b.locks.Find(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: re}},
+		options.Find().SetProjection(bson.D{{Key: "tkey", Value: 1}, {Key: "token", Value: 1}, {Key: "floor", Value: 1}}))
+	if err != nil {
+		return driver.HighWater{}, err
+	}
+	var claims []claimDoc
+	if err := cur.All(ctx, &claims); err != nil {
+		return driver.HighWater{}, err
+	}
+	for _, c := range claims {
+		if len(c.TKey) >= len(prefix) && c.TKey[:len(prefix)] == prefix {
+			hw.Keys[c.TKey] = max(hw.Keys[c.TKey], driver.Token(max(c.Token, c.Floor)))
+		}
+	}
+	cur, err = b.locks.Find(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: re}},
+		options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "token", Value: 1}}))
+	if err != nil {
+		return driver.HighWater{}, err
+	}
+	var recs []lockDoc
+	if err := cur.All(ctx, &recs); err != nil {
+		return driver.HighWater{}, err
+	}
+	for _, d := range recs {
+		if len(d.Key) >= len(prefix) && d.Key[:len(prefix)] == prefix {
+			hw.Keys[d.Key] = max(hw.Keys[d.Key], driver.Token(d.Token))
+		}
+	}
+	return hw, nil
+}
+
+// RaiseFloor implements driver.TokenFloorer for one key. It reads the
+// key's highest claim h and, if the floor is above it, inserts the claim
+// of token h+1 carrying the floor: no token at or below h+1 can be
+// claimed any more (every one is, or its claim collides), and the next
+// claim is based on max(h+1, floor). A concurrent claim of h+1 makes it
+// read again (twice at most, then a transient error). There is no global
+// floor (key "" returns driver.ErrUnsupported).
+func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	if key == "" {
+		return driver.ErrUnsupported
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return err
+	}
+	if floor >= math.MaxInt64 {
+		return &driver.InvalidOptionError{Option: "token floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: "must be below 2^63-1, the largest BSON int64"}
+	}
+	if floor == 0 {
+		return nil
+	}
+	now := b.clock.now(ctx)
+	for range 3 {
+		h, err := b.highestClaim(ctx, key, now)
+		if err != nil {
+			return err
+		}
+		var d lockDoc
+		err = b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: key}}).Decode(&d)
+		if err != nil && err != mongo.ErrNoDocuments {
+			return err
+		}
+		h = max(h, d.Token)
+		if h >= int64(floor) {
+			return nil
+		}
+		c := b.tokenClaim(key, h+1, now)
+		c.Floor = int64(floor)
+		if _, err := b.locks.InsertOne(ctx, c); err == nil || !mongo.IsDuplicateKeyError(err) {
+			return err
+		}
+	}
+	return errTokenRace
+}
