@@ -136,7 +136,7 @@
 // CPU is busy, so with pgx's default 16 goroutines on 2 cores queued on 4
 // connections and reached 0.39× the server's rate. A Backend from Open
 // therefore holds at most DefaultPoolMaxConns() + 2 + 1 server
-// connections (19 on up to 4 cores), opened only as concurrency needs them
+// connections (19 with GOMAXPROCS ≤ 4), opened only as concurrency needs them
 // (the main pool keeps none idle); mind max_connections (100 by default)
 // when many processes share a server, and set pool_max_conns lower there. With New, renewals use opts.RenewPool if set
 // and otherwise the caller's pool: if the application can exhaust that
