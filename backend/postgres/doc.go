@@ -134,11 +134,14 @@
 // max(16, 4 × GOMAXPROCS), not pgx's max(4, NumCPU): a lock statement
 // keeps its connection for a round trip and a commit flush while neither
 // CPU is busy, so with pgx's default 16 goroutines on 2 cores queued on 4
-// connections and reached 0.39× the server's rate. A Backend from Open
-// therefore holds at most DefaultPoolMaxConns() + 2 + 1 server
-// connections (19 with GOMAXPROCS ≤ 4), opened only as concurrency needs them
-// (the main pool keeps none idle); mind max_connections (100 by default)
-// when many processes share a server, and set pool_max_conns lower there. With New, renewals use opts.RenewPool if set
+// connections and reached 0.39× the raw statements' rate. A Backend from
+// Open therefore holds at most DefaultPoolMaxConns() + 2 + 1 server
+// connections (19 with GOMAXPROCS ≤ 4); the main pool opens none in
+// advance, only as concurrency needs them. Mind max_connections (100 by
+// default) when many processes share a server, and set pool_max_conns
+// lower there.
+//
+// With New, renewals use opts.RenewPool if set
 // and otherwise the caller's pool: if the application can exhaust that
 // pool for longer than the lease's local validity, renewals wait and the
 // lease is lost. Give the backend a RenewPool of its own in that case.
