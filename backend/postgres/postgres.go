@@ -35,7 +35,7 @@ const DefaultRenewPoolConns = 2
 // connections on 2 cores, fencelock reached 0.39× the server's rate,
 // queued on the pool; see docs/performance.md. Connections are opened on
 // demand (MinConns stays 0), so a process that takes few locks at a time
-// still holds few. Call it to size a pool of your own for New.
+// opens few. Call it to size a pool of your own for New.
 func DefaultPoolMaxConns() int32 {
 	return int32(max(16, 4*runtime.GOMAXPROCS(0)))
 }
