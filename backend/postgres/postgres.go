@@ -32,8 +32,8 @@ const DefaultRenewPoolConns = 2
 // flush with synchronous_commit on), during which neither the client nor
 // the server's CPU is the limit; concurrent commits also share one flush
 // (group commit). With 16 goroutines on distinct keys and pgx's 4
-// connections on 2 cores, fencelock reached 0.39× the server's rate,
-// queued on the pool; see docs/performance.md. Connections are opened on
+// connections on 2 cores, fencelock reached 0.39× the raw statements'
+// rate, queued on the pool (issue 20; see docs/performance.md). Connections are opened on
 // demand (MinConns stays 0), so a process that takes few locks at a time
 // opens few. Call it to size a pool of your own for New.
 func DefaultPoolMaxConns() int32 {
