@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,23 @@ import (
 // DefaultRenewPoolConns is the size of the renewal pool that Open creates
 // (URL parameter renew_pool_max_conns).
 const DefaultRenewPoolConns = 2
+
+// DefaultPoolMaxConns returns the main pool's size that Open uses when the
+// URL has no pool_max_conns: max(16, 4 × GOMAXPROCS), where pgx's own
+// default is max(4, NumCPU).
+//
+// pgx sizes its default for CPU-bound work. A lock statement is not: its
+// connection is busy for a whole round trip plus the server's commit (a WAL
+// flush with synchronous_commit on), during which neither the client nor
+// the server's CPU is the limit; concurrent commits also share one flush
+// (group commit). With 16 goroutines on distinct keys and pgx's 4
+// connections on 2 cores, fencelock reached 0.39× the raw statements'
+// rate, queued on the pool (issue 20; see docs/performance.md). Connections are opened on
+// demand (MinConns stays 0), so a process that takes few locks at a time
+// opens few. Call it to size a pool of your own for New.
+func DefaultPoolMaxConns() int32 {
+	return int32(max(16, 4*runtime.GOMAXPROCS(0)))
+}
 
 // Backend is a fencelock backend on a PostgreSQL table. It implements
 // driver.Backend and the optional driver.Watcher, driver.BatchRenewer,
@@ -81,7 +99,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, erro
 
 // Open returns a Backend that owns its connections, from a PostgreSQL URL
 // (postgres:// or postgresql://). Besides every connection parameter pgx
-// understands (sslmode, pool_max_conns, application_name, …) the URL takes:
+// understands (sslmode, pool_max_conns, application_name, …) the URL takes
+// the ones below. Without pool_max_conns the main pool holds up to
+// DefaultPoolMaxConns() connections (not pgx's default); besides it, a
+// Backend has the renewal pool (renew_pool_max_conns, default 2, one kept
+// idle) and one LISTEN connection.
 //
 //	schema=NAME               Options.Schema (default: search_path)
 //	table=NAME                Options.Table (default fencelock_locks)
@@ -142,6 +164,9 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	cfg, err := pgxpool.ParseConfig(u2.String())
 	if err != nil {
 		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by pgx: " + driver.RedactText(err.Error(), raw)}
+	}
+	if !rest.Has("pool_max_conns") {
+		cfg.MaxConns = DefaultPoolMaxConns()
 	}
 	cfg.ConnConfig.BuildContextWatcherHandler = CancelRequestHandler
 	if listenURL != "" {

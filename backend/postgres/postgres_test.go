@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -653,5 +654,28 @@ func TestClosed(t *testing.T) {
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
+	}
+}
+
+// A URL without pool_max_conns gets a main pool sized for lock traffic
+// (DefaultPoolMaxConns), not pgx's max(4, NumCPU); one that sets it gets
+// what it asks for. The renewal pool keeps its own size.
+func TestURLPoolDefaults(t *testing.T) {
+	base := testURL(t)
+	dsn := withParams(t, base, "table", uniqueTable(t, base))
+	want := max(16, 4*runtime.GOMAXPROCS(0))
+	if got := postgres.DefaultPoolMaxConns(); int(got) != want {
+		t.Errorf("DefaultPoolMaxConns() = %d, want max(16, 4 × GOMAXPROCS) = %d", got, want)
+	}
+	b := openT(t, dsn)
+	if got := b.Pool().Config().MaxConns; int(got) != want {
+		t.Errorf("main pool of a URL without pool_max_conns: MaxConns %d, want %d", got, want)
+	}
+	if got := postgres.RenewPool(b).Config().MaxConns; got != postgres.DefaultRenewPoolConns {
+		t.Errorf("renewal pool: MaxConns %d, want %d", got, postgres.DefaultRenewPoolConns)
+	}
+	b = openT(t, withParams(t, dsn, "pool_max_conns", "3"))
+	if got := b.Pool().Config().MaxConns; got != 3 {
+		t.Errorf("main pool of a URL with pool_max_conns=3: MaxConns %d, want 3", got)
 	}
 }

@@ -80,9 +80,10 @@
 //   - inspect, force (DEL whoever holds it, PUBLISH, counter kept).
 //   - floor: raise the counter to a floor (RaiseFloor), never lower it.
 //
-// Tokens never pass through a Lua number (a double, exact only up to
-// 2^53): the scripts read INCR's new value back with GET, as a decimal
-// string, and compare tokens as strings. Tokens are exact up to 2^63-1, the
+// Tokens never pass through a Lua number (a double) where it is not
+// exact: the scripts format INCR's reply with %d while it is below 2^53
+// (where a double is exact) and above that read the new value back with
+// GET, as a decimal string; tokens are stored and compared as strings. Tokens are exact up to 2^63-1, the
 // largest integer Redis holds; at that point Acquire and rotation are
 // refused with ErrTokenOverflow.
 //

@@ -8,6 +8,11 @@
 // FENCELOCK_BENCH_ETCD, if set, names the server instead of
 // FENCELOCK_TEST_ETCD.
 //
+// fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
+// nil) with the server's URL and only a fresh prefix (the URL's path)
+// added; the raw transactions and concurrency.Mutex use a clientv3 client
+// on the same endpoints.
+//
 // Three shapes: one goroutine uncontended (acquire+release of one key),
 // 16 goroutines on distinct keys, and 8 goroutines contending for one key
 // (handoffs/s, the wait of each handoff at p50 and p99, and the CPU the
@@ -27,7 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock"
-	fencelocketcd "github.com/fencelock/fencelock/backend/etcd"
+	_ "github.com/fencelock/fencelock/backend/etcd"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/benchkit"
 )
@@ -49,7 +54,7 @@ func client(b *testing.B) *clientv3.Client {
 }
 
 // raw is what every etcd lock costs at least: a put-if-absent transaction
-// on a lease granted once, and a delete guarded by the create revision.
+// on a lease granted once (and kept alive), and a delete guarded by the create revision.
 // Waiting spins without backoff (the ceiling).
 var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	cli := client(b)
@@ -58,6 +63,12 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
+	// Kept alive like a real lock's lease, for runs longer than its TTL.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	if _, err := cli.KeepAlive(ctx, lease.ID); err != nil {
+		b.Fatal(err)
+	}
 	try := func(ctx context.Context, key string) (func() error, error) {
 		k := "/raw/" + key
 		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
@@ -78,27 +89,36 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
 
-// fencelockLib is the fencelock client; shared or one per goroutine, each
-// with its own backend (lease, watches) on the run's etcd connection.
+// fencelockURL returns the URL a user would write: the server's URL with
+// only a fresh prefix (its path) added, so that runs do not share keys.
+// Everything else (TTL, timeouts) is the URL's default.
+func fencelockURL(b *testing.B) string {
+	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_BENCH_ETCD", "FENCELOCK_TEST_ETCD"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.Path = "/fencelock-bench-" + benchkit.RandomHex() + "/"
+	return u.String()
+}
+
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): shared, or one per goroutine, each with
+// its own etcd connection, lease and watches, as separate processes would
+// have.
 func fencelockLib(name string, shared bool) benchkit.Lib {
 	return benchkit.FencelockLib(name, shared, func(b *testing.B) func() (*fencelock.Client, error) {
-		cli := client(b)
-		return func() (*fencelock.Client, error) {
-			be, err := fencelocketcd.New(context.Background(), cli, &fencelocketcd.Options{Prefix: "/fencelock-bench/"})
-			if err != nil {
-				return nil, err
-			}
-			return fencelock.New(be, &fencelock.Options{TTL: ttl})
-		}
+		u := fencelockURL(b)
+		return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), u, nil) }
 	})
 }
 
-// backendOnly calls the backend's Acquire and Release directly, one backend
-// per goroutine.
+// backendOnly calls the backend's Acquire and Release directly
+// (fencelock.OpenBackend of the same URL), one backend per goroutine.
 var backendOnly = benchkit.BackendLib("fencelock-backend-only", false, ttl, func(b *testing.B) func() (driver.Backend, error) {
-	cli := client(b)
+	u := fencelockURL(b)
 	return func() (driver.Backend, error) {
-		return fencelocketcd.New(context.Background(), cli, &fencelocketcd.Options{Prefix: "/fencelock-bench/"})
+		be, _, err := fencelock.OpenBackend(context.Background(), u)
+		return be, err
 	}
 })
 
@@ -146,7 +166,9 @@ func BenchmarkDistinct16(b *testing.B) { benchkit.Distinct(b, 16, libs) }
 // other goroutine is already waiting in its library's acquire when the
 // lock is released. The handoff wait is the time from the start of the
 // holder's release to the next holder's return from acquire. raw spins
-// without backoff: the ceiling, at the cost of the CPU it burns
+// without backoff: the ceiling, at the cost of the CPU it burns; raw-queue
+// is the queue + watch strategy on the raw operations (the store's best
+// raw strategy without spinning)
 // (client-cpu-% and server-cpu-% are % of one core; the server's is known
 // when scripts/testenv started it).
 func BenchmarkContended8(b *testing.B) {
@@ -154,6 +176,6 @@ func BenchmarkContended8(b *testing.B) {
 	if os.Getenv("FENCELOCK_BENCH_ETCD") == "" {
 		server = benchkit.TestenvCPU("etcd")
 	}
-	benchkit.Contended(b, 8, []benchkit.Lib{raw, fencelockLib("fencelock-1client", true), fencelockLib("fencelock-8clients", false), mutex},
+	benchkit.Contended(b, 8, []benchkit.Lib{raw, rawQueue, fencelockLib("fencelock-1client", true), fencelockLib("fencelock-8clients", false), mutex},
 		benchkit.Holds(0, time.Millisecond), benchkit.ServerCPU(server))
 }

@@ -9,6 +9,11 @@
 // FENCELOCK_TEST_REDIS: the test server fsyncs every write (appendfsync
 // always), so its numbers measure the disk more than the lock.
 //
+// fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
+// nil) with the server's URL and only prefix= added; the raw operations
+// and the peers use a go-redis client parsed from the same URL (go-redis's
+// default pool).
+//
 // Three shapes: one goroutine uncontended (acquire+release of one key),
 // 16 goroutines on distinct keys, and 8 goroutines contending for one key
 // (handoffs/s, the wait of each acquisition at p50 and p99, and the CPU
@@ -19,7 +24,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +36,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
-	fencelockredis "github.com/fencelock/fencelock/backend/redis"
+	_ "github.com/fencelock/fencelock/backend/redis"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/benchkit"
 )
@@ -75,34 +80,39 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
 
-// backend opens fencelock's Redis backend on the run's connection pool.
-func backend(b *testing.B) func() (*fencelockredis.Backend, error) {
-	rdb := client(b)
-	return func() (*fencelockredis.Backend, error) {
-		return fencelockredis.New(context.Background(), rdb, &fencelockredis.Options{Prefix: "bench", SkipChecks: true, Logger: quiet})
+// fencelockURL returns the URL a user would write: the server's URL with
+// only a fresh prefix= added, so that runs do not share keys or counters.
+// Everything else (pool, TTL, the settings check) is the URL's default.
+func fencelockURL(b *testing.B) string {
+	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_BENCH_REDIS", "FENCELOCK_TEST_REDIS"))
+	if err != nil {
+		b.Fatal(err)
 	}
+	q := u.Query()
+	q.Set("prefix", "bench-"+benchkit.RandomHex())
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
-// fencelockLib is the fencelock client: shared, or one per goroutine (each
-// with its own backend and pub/sub connection, like separate processes).
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): shared, or one per goroutine (each with
+// its own connection pool and pub/sub connection, like separate
+// processes).
 func fencelockLib(name string, shared bool) benchkit.Lib {
 	return benchkit.FencelockLib(name, shared, func(b *testing.B) func() (*fencelock.Client, error) {
-		open := backend(b)
-		return func() (*fencelock.Client, error) {
-			be, err := open()
-			if err != nil {
-				return nil, err
-			}
-			return fencelock.New(be, &fencelock.Options{TTL: ttl})
-		}
+		u := fencelockURL(b)
+		return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), u, nil) }
 	})
 }
 
-// backendOnly calls the backend's Acquire and Release directly, one backend
-// per goroutine.
+// backendOnly calls the backend's Acquire and Release directly
+// (fencelock.OpenBackend of the same URL), one backend per goroutine.
 var backendOnly = benchkit.BackendLib("fencelock-backend-only", false, ttl, func(b *testing.B) func() (driver.Backend, error) {
-	open := backend(b)
-	return func() (driver.Backend, error) { return open() }
+	u := fencelockURL(b)
+	return func() (driver.Backend, error) {
+		be, _, err := fencelock.OpenBackend(context.Background(), u)
+		return be, err
+	}
 })
 
 // redislock waits with LinearBackoff(10ms) (its README suggests 100ms).
@@ -157,9 +167,10 @@ func BenchmarkDistinct16(b *testing.B) { benchkit.Distinct(b, 16, libs) }
 // handoff wait is the time from the start of the holder's release to the
 // next holder's return from acquire. raw spins without backoff: the
 // ceiling, at the cost of the CPU it burns (client-cpu-% and server-cpu-%
-// are % of one core).
+// are % of one core); raw-notify waits for the release's PUBLISH (the
+// store's best raw strategy without spinning).
 func BenchmarkContended8(b *testing.B) {
-	benchkit.Contended(b, 8, []benchkit.Lib{raw, fencelockLib("fencelock-1client", true), fencelockLib("fencelock-8clients", false), redislockLib, redsyncLib},
+	benchkit.Contended(b, 8, []benchkit.Lib{raw, rawNotify, fencelockLib("fencelock-1client", true), fencelockLib("fencelock-8clients", false), redislockLib, redsyncLib},
 		benchkit.Holds(0, time.Millisecond), benchkit.ServerCPU(serverCPU(client(b))))
 }
 
@@ -181,6 +192,3 @@ func serverCPU(rdb *goredis.Client) benchkit.CPUFunc {
 		return time.Duration(total * float64(time.Second)), true
 	}
 }
-
-// quiet drops the backend's "settings not checked" warning.
-var quiet = slog.New(slog.DiscardHandler)

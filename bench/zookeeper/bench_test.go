@@ -9,9 +9,8 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/url"
-	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +22,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-const sessTO = 10 * time.Second
+// sessTO is the session timeout of the raw and zk.Lock connections:
+// fencelock's URL default, which its clients get.
+const sessTO = 15 * time.Second
 
 type env struct {
 	url     string
@@ -31,7 +32,8 @@ type env struct {
 	root    string // for raw and zk.Lock
 }
 
-// setup gives a run its own fencelock prefix and root for raw and zk.Lock.
+// setup gives a run its own fencelock prefix (the only parameter added to
+// the server's URL) and root for raw and zk.Lock.
 func setup(b *testing.B) env {
 	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_TEST_ZOOKEEPER"))
 	if err != nil {
@@ -39,7 +41,6 @@ func setup(b *testing.B) env {
 	}
 	id := benchkit.RandomHex()
 	q := u.Query()
-	q.Set("session_timeout", sessTO.String())
 	q.Set("prefix", "fencelock-bench-"+id)
 	u.RawQuery = q.Encode()
 	return env{url: u.String(), servers: strings.Split(u.Host, ","), root: "/bench-raw-" + id}
@@ -116,13 +117,14 @@ func zklock(shared bool) benchkit.Lib {
 	}}
 }
 
-// fencelockLib is the fencelock client: one for the goroutines (one
-// session), or one each, as separate processes.
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): one for the goroutines (one session), or
+// one each, as separate processes.
 func fencelockLib(shared bool) benchkit.Lib {
 	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
 		e := setup(b)
 		return func() (*fencelock.Client, error) {
-			return fencelock.Open(context.Background(), e.url, &fencelock.Options{TTL: sessTO, Logger: benchLogger})
+			return fencelock.Open(context.Background(), e.url, nil)
 		}
 	})
 }
@@ -148,12 +150,17 @@ func BenchmarkContended8(b *testing.B) {
 }
 
 // BenchmarkInterleaved measures the ratios on a noisy machine: each
-// iteration runs a round of 100 acquire+release cycles of each variant
-// back to back (raw, zk.Lock, fencelock, single goroutine, one key each),
-// and reports each one's rate and ratio to raw over all rounds. Run it
-// with -benchtime 15x or so.
+// iteration runs a round of 100 acquire+release cycles (by 1 goroutine)
+// or 400 (spread over 16 goroutines of one process, one key each) of each
+// variant back to back (raw, zk.Lock, fencelock), and reports each
+// one's rate and ratio to raw over all rounds. Run it with -benchtime 15x
+// or so.
 func BenchmarkInterleaved(b *testing.B) {
-	benchkit.Interleaved(b, 1, 100, libs, benchkit.Rate("ops/s"))
+	for _, r := range []struct{ goroutines, turn int }{{1, 100}, {16, 400}} {
+		b.Run("goroutines="+strconv.Itoa(r.goroutines), func(b *testing.B) {
+			benchkit.Interleaved(b, r.goroutines, r.turn, libs, benchkit.Rate("ops/s"))
+		})
+	}
 }
 
 // BenchmarkInterleavedContended alternates rounds of 200 handoffs among 8
@@ -163,6 +170,3 @@ func BenchmarkInterleaved(b *testing.B) {
 func BenchmarkInterleavedContended(b *testing.B) {
 	benchkit.InterleavedContended(b, 8, 200, contenders, benchkit.Barging(), benchkit.Unit(time.Millisecond))
 }
-
-// benchLogger shows the engine's warnings (failed attempts, retries).
-var benchLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

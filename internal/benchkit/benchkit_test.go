@@ -266,3 +266,25 @@ func TestTestenvCPU(t *testing.T) {
 		t.Error("TestenvCPU of a process started at another time")
 	}
 }
+
+// TestScale holds 10 and 200 leases on the memory backend with a short
+// TTL: every lease is renewed every interval, in a number of batch calls
+// that does not grow with the number of leases.
+func TestScale(t *testing.T) {
+	open := func(*testing.B) (driver.Backend, *fencelock.Options) {
+		return memory.NewStore().Backend(), &fencelock.Options{TTL: 600 * time.Millisecond}
+	}
+	for _, n := range []int{10, 200} {
+		name := fmt.Sprintf("leases=%d", n)
+		r := bench(t, 1, func(b *testing.B) { newConfig(nil).scale(b, n, 3, open) })
+		wantMetrics(t, name, r, "renew-calls/interval", "renewed/interval", "client-cpu-%", "acquire-s", "lost")
+		if got := r.Extra["renewed/interval"]; got < float64(n)*0.6 {
+			t.Errorf("%s: %.1f renewed per interval, want about %d", name, got, n)
+		}
+		// The engine batches every lease due within half an interval: at
+		// most about two calls per interval, whatever the count.
+		if got := r.Extra["renew-calls/interval"]; got > 4 {
+			t.Errorf("%s: %.1f renewal calls per interval, want O(1) (≤ 4)", name, got)
+		}
+	}
+}

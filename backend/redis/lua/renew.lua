@@ -8,9 +8,9 @@
 -- FENCELOCK_TOKEN_OVERFLOW, with nothing changed, if a rotation finds the
 -- counter at 2^63-1.
 --
--- Tokens never pass through a Lua number (a double, exact only up to
--- 2^53): INCR counts exactly in C, and the new value is read back with GET,
--- as a string.
+-- Tokens never pass through a Lua number (a double) where it is not exact:
+-- INCR counts exactly in C; its reply is used as a number only below 2^53,
+-- and read back with GET, as a string, above.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
   return 0
@@ -35,7 +35,14 @@ if ARGV[4] == '1' then
     end
     return r
   end
-  local tok = redis.call('GET', KEYS[2])
+  -- Exact below 2^53 as a number, read back as a string above (see
+  -- acquire.lua).
+  local tok
+  if r < 9007199254740992 then
+    tok = string.format('%d', r)
+  else
+    tok = redis.call('GET', KEYS[2])
+  end
   redis.call('HSET', KEYS[1], 'token', tok)
   setmeta()
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
