@@ -121,13 +121,23 @@ func pgAddrOf(u *unit) pgAddr {
 	return pgAddr{hostport: hostPort(u.port("PG_PORT")), user: pgTestUser, db: pgTestDB}
 }
 
+// LibFaketime is the preload library of Debian's faketime package, which
+// the PostgreSQL servers' install step installs when it is missing.
+const LibFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
 func postgresServer(name string, stock bool) *server {
 	s := &server{name: name, stopSig: syscall.SIGINT} // "fast" shutdown; TERM waits for clients to leave
 	s.packages = func() []string {
+		var pkgs []string
 		if _, ok := pgBindir(); !ok {
-			return []string{"postgresql"}
+			pkgs = append(pkgs, "postgresql")
 		}
-		return nil
+		// The safety suite's postgres-faketime row runs a PostgreSQL of
+		// its own under Debian's libfaketime (safety/clockjump_test.go).
+		if _, err := os.Stat(LibFaketime); err != nil {
+			pkgs = append(pkgs, "faketime")
+		}
+		return pkgs
 	}
 	s.install = func(ctx context.Context, u *unit) error {
 		bin, ok := pgBindir()
