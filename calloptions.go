@@ -109,10 +109,16 @@ var ErrHeldForMinimum = errors.New("fencelock: lease released; the store keeps t
 // resolveCall applies opts over the Client's defaults and checks them.
 func (c *Client) resolveCall(opts []AcquireOption) (callConfig, error) {
 	o := &c.o
-	cfg := callConfig{
+	defaults := callConfig{
 		ttl: o.TTL, interval: o.RenewInterval, margin: o.Margin, rotateEvery: o.RotateEvery,
 		label: o.Owner, minHold: o.MinHold,
 	}
+	if len(opts) == 0 {
+		// New validated the Client's options. Returning before cfg, whose
+		// address the options take, keeps the common call off the heap.
+		return defaults, nil
+	}
+	cfg := defaults
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&cfg)

@@ -38,13 +38,15 @@ type Client struct {
 	life    context.Context // cancelled when Close begins
 	endLife context.CancelFunc
 	mu      sync.Mutex
-	closed  bool                // no new leases
-	stopped bool                // no new background work
-	leases  map[*Lease]*renewal // held leases, with their scheduler entries
-	pending map[*Lease]struct{} // released leases whose store release failed
-	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
-	queue   renewalQueue        // entries of held leases not being renewed, by due time
-	armed   time.Time           // when the scheduler's timer fires; zero if unset
+	closed  bool                               // no new leases
+	stopped bool                               // no new background work
+	leases  map[*Lease]*renewal                // held leases, with their scheduler entries
+	pending map[*Lease]struct{}                // released leases whose store release failed
+	calls   sync.WaitGroup                     // Acquire and TryAcquire calls in flight
+	calling map[uint64]context.CancelCauseFunc // their bound contexts' cancels, by call number
+	callSeq uint64                             // the last call number
+	queue   renewalQueue                       // entries of held leases not being renewed, by due time
+	armed   time.Time                          // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -70,6 +72,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		ownerSuffix: "/" + hex.EncodeToString(nonce[:]) + ".",
 		leases:      make(map[*Lease]*renewal),
 		pending:     make(map[*Lease]struct{}),
+		calling:     make(map[uint64]context.CancelCauseFunc),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
@@ -140,20 +143,47 @@ func (c *Client) wrap(ctx context.Context, op string, err error) error {
 // bound to the client's life: Close ends the call with ErrClosed. done
 // must be called when the call returns.
 func (c *Client) begin(ctx context.Context) (bound context.Context, done func(), err error) {
+	bound, k, err := c.beginCall(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return bound, k.end, nil
+}
+
+// call is a call registered by beginCall; end must be called when it
+// returns.
+type call struct {
+	c      *Client
+	id     uint64
+	cancel context.CancelCauseFunc
+}
+
+// beginCall is begin without a closure to allocate: Close finds the
+// call's cancel in c.calling (instead of a callback on c.life for every
+// call) and ends it with ErrClosed.
+func (c *Client) beginCall(ctx context.Context) (context.Context, call, error) {
+	bound, cancel := context.WithCancelCause(ctx)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, nil, ErrClosed
+		cancel(nil)
+		return nil, call{}, ErrClosed
 	}
 	c.calls.Add(1)
+	c.callSeq++
+	k := call{c: c, id: c.callSeq, cancel: cancel}
+	c.calling[k.id] = cancel
 	c.mu.Unlock()
-	bound, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.life, func() { cancel(ErrClosed) })
-	return bound, func() {
-		stop()
-		cancel(nil)
-		c.calls.Done()
-	}, nil
+	return bound, k, nil
+}
+
+// end unregisters the call and releases its context.
+func (k call) end() {
+	k.c.mu.Lock()
+	delete(k.c.calling, k.id)
+	k.c.mu.Unlock()
+	k.cancel(nil)
+	k.c.calls.Done()
 }
 
 // closedErr turns the error of a call whose bound context ctx ended
@@ -191,11 +221,11 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 		return nil, err
 	}
 	parent := ctx
-	ctx, done, err := c.begin(ctx)
+	ctx, call, err := c.beginCall(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer call.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
 	start := c.now()
 	g, err := c.b.Acquire(ctx, req)
@@ -239,11 +269,11 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
 		defer cancel()
 	}
-	ctx, done, err := c.begin(ctx)
+	ctx, call, err := c.beginCall(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer call.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
 	begin := c.now()
 	g, err := c.b.Acquire(ctx, req)
@@ -659,9 +689,12 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.endLife()
+	for _, cancel := range c.calling {
+		cancel(ErrClosed)
+	}
 	c.mu.Unlock()
-	// Acquire calls in flight end promptly (their contexts are bound to
-	// c.life) and clean up after themselves while the backend is open.
+	// Acquire calls in flight end promptly (their contexts were just
+	// cancelled) and clean up after themselves while the backend is open.
 	c.calls.Wait()
 	c.mu.Lock()
 	// Held leases, and released ones whose release failed: their

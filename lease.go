@@ -38,6 +38,7 @@ type Lease struct {
 	minHold     time.Duration
 
 	// metaMu serializes SetMetadata calls: one update in flight at a time.
+	// The first SetMetadata makes it, under mu: most leases never need it.
 	metaMu chan struct{}
 
 	// sched is the lease's scheduler entry. It lives here to save an
@@ -73,7 +74,8 @@ type Lease struct {
 	stopLoss    func()
 	ctx         context.Context // created on first use
 	cancel      context.CancelCauseFunc
-	endCause    error // the context cause once ended
+	endCause    error             // the context cause once ended
+	onEnd       func(cause error) // run under mu when the lease ends (see setOnEnd)
 }
 
 // newLease registers a fresh grant as a held lease. start is the clock
@@ -87,13 +89,15 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 	if g.Owner == "" {
 		g.Owner = req.Owner
 	}
+	// One clock reading for the grant's arrival: it arms the timer,
+	// judges lateness and ends the acquire's wait.
+	granted := c.now()
 	l := &Lease{c: c, key: req.Key, owner: req.Owner, label: cfg.label, parent: ctx, done: make(chan struct{}),
 		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold,
-		metaMu: make(chan struct{}, 1), meta: req.Metadata,
-		releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: c.now()}
+		meta: req.Metadata, releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: granted}
 	l.mu.Lock()
-	l.setValidityLocked(start, g.TTL)
-	late := !c.now().Before(l.validUntil)
+	l.setValidityLocked(start, g.TTL, granted)
+	late := !granted.Before(l.validUntil)
 	if late {
 		l.state = released
 		l.endLocked(errLateGrant)
@@ -138,7 +142,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 			stop()
 		}
 	}
-	c.emit(Event{Kind: EventAcquired, Key: l.key, Owner: l.owner, Token: g.Token, Wait: c.now().Sub(begin), Contended: contended})
+	c.emit(Event{Kind: EventAcquired, Key: l.key, Owner: l.owner, Token: g.Token, Wait: granted.Sub(begin), Contended: contended})
 	return l, nil
 }
 
@@ -147,11 +151,11 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 var errLateGrant = fmt.Errorf("%w: the store answered after the grant's local validity (TTL − Margin) had ended", ErrLocalExpiry)
 
 // setValidityLocked restarts the local-validity clock for a request sent
-// at start that the store answered with the granted TTL. When the store
+// at start that the store answered, at now, with the granted TTL. When the store
 // granted less than the lease's TTL (a ZooKeeper session negotiated
 // shorter, say), the lease's renewal interval and margin shrink in
 // proportion, so its schedule fits the TTL it really has.
-func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
+func (l *Lease) setValidityLocked(start time.Time, granted time.Duration, now time.Time) {
 	ttl := l.ttl
 	l.interval, l.margin = l.baseIvl, l.baseMargin
 	if granted > 0 && granted < ttl {
@@ -161,7 +165,7 @@ func (l *Lease) setValidityLocked(start time.Time, granted time.Duration) {
 	}
 	l.validUntil = start.Add(ttl - l.margin)
 	l.dangerFired = false
-	l.armLocked(l.c.now())
+	l.armLocked(now)
 }
 
 // scaleDuration returns d × num / den.
@@ -194,6 +198,25 @@ func (l *Lease) endLocked(cause error) {
 	if l.cancel != nil {
 		l.cancel(cause)
 	}
+	if l.onEnd != nil {
+		l.onEnd(cause)
+	}
+}
+
+// setOnEnd registers f to run when the lease ends, with the context
+// cause, before Done is closed and under the lease's lock (so f must not
+// call the lease's methods or block); at once if it has ended. An
+// RWGrant uses it to end with its leases, not a goroutine hop later.
+func (l *Lease) setOnEnd(f func(cause error)) {
+	l.mu.Lock()
+	if l.state == held {
+		l.onEnd = f
+		l.mu.Unlock()
+		return
+	}
+	cause := l.endCause
+	l.mu.Unlock()
+	f(cause)
 }
 
 func (l *Lease) onTimer() {
@@ -428,7 +451,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 			}
 			return ErrNotHeld
 		}
-		start := l.c.now()
+		start := l.c.releaseStart()
 		err := l.c.releaseStore(ctx, g, unsure)
 		if errors.Is(err, ErrNotHeld) {
 			err = nil // an earlier, ambiguous attempt removed it
@@ -461,10 +484,10 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	if stop != nil {
 		stop()
 	}
-	start := l.c.now()
 	if hold {
-		return l.holdForMinimum(ctx, start, g, unsure, windowEnd)
+		return l.holdForMinimum(ctx, l.c.now(), g, unsure, windowEnd)
 	}
+	start := l.c.releaseStart()
 	err := l.c.releaseStore(ctx, g, unsure)
 	return l.finishRelease(ctx, start, err)
 }
@@ -659,6 +682,21 @@ func (l *Lease) retryRelease() {
 	})
 }
 
+// releaseStart returns the clock reading a release's event measures its
+// latency from, or the zero time if no release event reaches anyone
+// (neither an Observer nor the Logger at their levels): a clock reading
+// is a noticeable part of an uncontended acquire + release, and one that
+// nobody sees need not be taken.
+func (c *Client) releaseStart() time.Time {
+	// EventReleaseFailed's level (Warn) is also a release's with an error.
+	if !c.listens(Event{Kind: EventReleased}) && !c.listens(Event{Kind: EventReleaseFailed}) {
+		return time.Time{}
+	}
+	return c.now()
+}
+
+// finishRelease records the outcome of a release whose store request
+// began at start (zero if not measured) and reports it.
 func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) error {
 	l.mu.Lock()
 	done := err == nil || errors.Is(err, ErrNotHeld)
@@ -679,12 +717,18 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 		l.retryRelease()
 	}
 	err = l.c.wrap(ctx, "release", err)
-	now := l.c.now()
-	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Held: now.Sub(l.acquired), Latency: now.Sub(start), Err: err}
+	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Err: err}
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		ev.Kind = EventReleaseFailed
 	}
-	l.c.emit(ev)
+	if l.c.listens(ev) {
+		now := l.c.now()
+		ev.Held = now.Sub(l.acquired)
+		if !start.IsZero() {
+			ev.Latency = now.Sub(start)
+		}
+		l.c.emit(ev)
+	}
 	return err
 }
 
@@ -740,9 +784,15 @@ func (l *Lease) SetMetadata(ctx context.Context, b []byte) error {
 	} else {
 		b = append([]byte(nil), b...)
 	}
+	l.mu.Lock()
+	if l.metaMu == nil {
+		l.metaMu = make(chan struct{}, 1)
+	}
+	metaMu := l.metaMu
+	l.mu.Unlock()
 	select {
-	case l.metaMu <- struct{}{}:
-		defer func() { <-l.metaMu }()
+	case metaMu <- struct{}{}:
+		defer func() { <-metaMu }()
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -155,6 +155,12 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
+// listens reports whether ev would reach anyone: the Observer, or the
+// Logger at ev's level.
+func (c *Client) listens(ev Event) bool {
+	return c.o.Observer != nil || c.o.Logger != nil && c.o.Logger.Enabled(context.Background(), ev.Level())
+}
+
 // emit delivers ev to the observer and the logger.
 func (c *Client) emit(ev Event) {
 	ev.Backend = c.name

@@ -2,6 +2,7 @@ package fencelock_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // recorder is an Observer that keeps every event.
@@ -199,5 +201,86 @@ func BenchmarkAcquireReleaseObserved(b *testing.B) {
 			b.Fatal(err)
 		}
 		l.Release(ctx)
+	}
+}
+
+// slowRelease is a memory backend whose Release takes 5ms; with gone set
+// it answers that the record was already gone.
+type slowRelease struct {
+	*memory.Backend
+	gone bool
+}
+
+func (b *slowRelease) Release(ctx context.Context, g driver.Grant) error {
+	time.Sleep(5 * time.Millisecond)
+	err := b.Backend.Release(ctx, g)
+	if b.gone {
+		return fencelock.ErrNotHeld
+	}
+	return err
+}
+
+// TestReleaseEventIsTimedForWhoeverListens: the engine reads the clock for
+// a release's event only when the event reaches someone, so each listener
+// (an Observer; a Logger alone at Debug; a Logger alone at Warn, for a
+// release that found the record gone) gets the event with its Held and
+// Latency.
+func TestReleaseEventIsTimedForWhoeverListens(t *testing.T) {
+	run := func(t *testing.T, gone bool, o fencelock.Options) error {
+		var err error
+		synctest.Test(t, func(t *testing.T) {
+			o.TTL = time.Minute
+			c, nerr := fencelock.New(&slowRelease{Backend: memory.New(), gone: gone}, &o)
+			if nerr != nil {
+				t.Fatal(nerr)
+			}
+			defer c.Close()
+			l, aerr := c.TryAcquire(t.Context(), "k")
+			if aerr != nil {
+				t.Fatal(aerr)
+			}
+			time.Sleep(time.Second)
+			err = l.Release(t.Context())
+		})
+		return err
+	}
+	t.Run("observer", func(t *testing.T) {
+		var rec recorder
+		if err := run(t, false, fencelock.Options{Observer: &rec}); err != nil {
+			t.Fatal(err)
+		}
+		var got []fencelock.Event
+		for _, e := range rec.events {
+			if e.Kind == fencelock.EventReleased {
+				got = append(got, e)
+			}
+		}
+		if len(got) != 1 || got[0].Held != time.Second+5*time.Millisecond || got[0].Latency != 5*time.Millisecond {
+			t.Fatalf("released events %+v, want one with Held 1.005s and Latency 5ms", got)
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		level slog.Level
+		gone  bool
+		want  string
+	}{
+		{"logger at debug", slog.LevelDebug, false, `level=DEBUG msg="fencelock: released" backend=memory key=k`},
+		{"logger at warn, record gone", slog.LevelWarn, true, `level=WARN msg="fencelock: released" backend=memory key=k`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			lg := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+			err := run(t, tc.gone, fencelock.Options{Logger: lg})
+			if tc.gone != errors.Is(err, fencelock.ErrNotHeld) {
+				t.Fatalf("Release: %v", err)
+			}
+			out := buf.String()
+			for _, want := range []string{tc.want, "latency=5ms", "held=1.005s"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("log lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }

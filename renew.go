@@ -368,9 +368,10 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 		}
 		l.failures = 0
 		l.unsure = false
-		l.setValidityLocked(start, ng.TTL)
+		now := c.now()
+		l.setValidityLocked(start, ng.TTL, now)
 		return renewalOutcome{next: start.Add(l.interval), rotated: ng.Token > old.Token,
-			event: Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: c.now().Sub(start)}}
+			event: Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: now.Sub(start)}}
 	case errors.Is(err, ErrNotHeld):
 		return renewalOutcome{lost: err,
 			event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: old.Token, Definite: true, Err: err}}

@@ -151,6 +151,16 @@ var mutex = benchkit.Lib{Name: "concurrency.Mutex", Setup: func(b *testing.B) be
 	}
 }}
 
+// backendOnlyShared is backendOnly with one backend (one connection)
+// for every goroutine, as raw has.
+var backendOnlyShared = benchkit.BackendLib("fencelock-backend-shared", true, ttl, func(b *testing.B) func() (driver.Backend, error) {
+	u := fencelockURL(b)
+	return func() (driver.Backend, error) {
+		be, _, err := fencelock.OpenBackend(context.Background(), u)
+		return be, err
+	}
+})
+
 var libs = []benchkit.Lib{raw, fencelockLib("fencelock", true), backendOnly, mutex}
 
 // BenchmarkUncontended: one goroutine, acquire and release one key.

@@ -1,0 +1,81 @@
+package etcdbench
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/internal/benchkit"
+)
+
+// rawForm is raw with parts of the backend's acquire transaction added:
+// the entry under a queue prefix, the compare over the whole prefix, and
+// the floor read (in Then) and the Else branch's reads (sent, not run, on
+// a free key). It finds which part of the backend's
+// transaction costs what raw's does not.
+func rawForm(name string, prefixCompare, floorRead, elseReads bool) benchkit.Lib {
+	return benchkit.Lib{Name: name, Setup: func(b *testing.B) benchkit.Lockers {
+		cli := client(b)
+		lease, err := cli.Grant(context.Background(), int64(ttl.Seconds()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
+		kctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		if _, err := cli.KeepAlive(kctx, lease.ID); err != nil {
+			b.Fatal(err)
+		}
+		prefix := "/form-" + benchkit.RandomHex() + "/"
+		floor := prefix + "floor"
+		return func(i int) (try, wait benchkit.LockFunc) {
+			n := 0
+			try = func(ctx context.Context, key string) (func() error, error) {
+				n++
+				qp := prefix + "q/" + key + "/"
+				me := qp + "bench%2F0123456789ab." + strconv.Itoa(i) + "-" + strconv.Itoa(n)
+				cmp := clientv3.Compare(clientv3.CreateRevision(me), "=", 0)
+				if prefixCompare {
+					cmp = clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()
+				}
+				then := []clientv3.Op{clientv3.OpPut(me, "bench/0123456789ab."+strconv.Itoa(n), clientv3.WithLease(lease.ID))}
+				var els []clientv3.Op
+				if floorRead {
+					then = append(then, clientv3.OpGet(floor))
+				}
+				if elseReads {
+					els = []clientv3.Op{clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(prefix + "m/" + key), clientv3.OpGet(floor)}
+				}
+				resp, err := cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
+				if err != nil {
+					return nil, err
+				}
+				if !resp.Succeeded {
+					return nil, benchkit.ErrHeld
+				}
+				rev := resp.Header.Revision
+				return func() error {
+					_, err := cli.Txn(context.Background()).If(clientv3.Compare(clientv3.ModRevision(me), "=", rev)).
+						Then(clientv3.OpDelete(me)).Commit()
+					return err
+				}, nil
+			}
+			return try, nil
+		}
+	}}
+}
+
+// BenchmarkTxnForms: raw, raw's transaction grown step by step into the
+// backend's, and the backend alone on one shared connection (as raw has),
+// interleaved.
+func BenchmarkTxnForms(b *testing.B) {
+	shared := backendOnlyShared
+	libs := []benchkit.Lib{raw, rawForm("entry", false, false, false), rawForm("entry+prefix-compare", true, false, false),
+		rawForm("entry+prefix-compare+floor-read", true, true, false),
+		rawForm("entry+prefix-compare+floor-read+else-reads", true, true, true), shared, backendOnly}
+	for _, g := range []int{1, 16} {
+		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 50*g, libs) })
+	}
+}
