@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -21,31 +20,76 @@ const (
 	tokenUsed               // the token was claimed before: the base was stale
 )
 
-// insertRecord inserts a new record for req with token base+1 and, in
-// the same ordered insert, the claim of that token. The record goes
-// first, so a token claim exists only for a token whose record was
-// inserted. If the claim collides (the base was stale), the record is
-// deleted again.
-func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, base int64, now time.Time) (driver.Grant, insertOutcome, error) {
+// insertRecord inserts a new record for req with token base+1 and then
+// the claim of that token: in one ordered insert where both share a
+// collection, else the record's insert and then the claim's. The record
+// goes first, so that the claim is applied after every earlier holder of
+// the key released: a base that was stale by then meets that holder's
+// claim. If the claim collides (the base was stale) or fails, the record
+// is deleted again. The record's expiry counts from just before its
+// insert, not from the start of the Acquire: a grant never claims a time
+// before the read that found the key free.
+func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, base int64) (driver.Grant, insertOutcome, error) {
+	now := b.clock.now(ctx)
 	tok := base + 1
 	rid := newRID(req.Owner)
 	x := lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, Until: expiry(now, req.TTL), Meta: clone(req.Metadata)}
-	_, err := b.locks.InsertMany(ctx, []any{x, b.tokenClaim(req.Key, tok, now)})
-	switch {
-	case err == nil:
+	claim := b.tokenClaim(req.Key, tok, rid, now)
+	var err error
+	if b.tokens == b.locks {
+		_, err = b.locks.InsertMany(ctx, []any{x, claim})
+		if writeErrorAt(err, 0) == 11000 {
+			return driver.Grant{}, keyHeld, nil
+		}
+	} else {
+		if _, err = b.locks.InsertOne(ctx, x); mongo.IsDuplicateKeyError(err) {
+			return driver.Grant{}, keyHeld, nil
+		} else if err != nil {
+			return driver.Grant{}, 0, err
+		}
+		_, err = b.tokens.InsertOne(ctx, claim)
+	}
+	if err == nil {
 		b.remember(req.Key, tok)
 		b.hold(rid, heldGrant{token: tok})
 		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok), Handle: handle(rid, 0, x.Until)}, inserted, nil
-	case writeErrorAt(err, 0) == 11000:
-		return driver.Grant{}, keyHeld, nil
-	case writeErrorAt(err, 0) == 0 && writeErrorAt(err, 1) == 11000:
-		if _, err := b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: x.ID}}); err != nil {
-			return driver.Grant{}, 0, err
-		}
-		return driver.Grant{}, tokenUsed, nil
-	default:
-		return driver.Grant{}, 0, err
 	}
+	// No grant: remove the record, even if ctx ended (an abandoned
+	// acquire leaves no record behind).
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, derr := b.locks.DeleteOne(dctx, bson.D{{Key: "_id", Value: x.ID}}); derr != nil {
+		return driver.Grant{}, 0, errors.Join(err, derr)
+	}
+	if mongo.IsDuplicateKeyError(err) {
+		return driver.Grant{}, tokenUsed, nil
+	}
+	return driver.Grant{}, 0, err
+}
+
+// cleanupTimeout bounds the removal of a record whose token claim failed.
+const cleanupTimeout = 5 * time.Second
+
+// ensureClaim makes sure the token of st's record (a live record of the
+// acquiring owner, found by a retry) is claimed for that record: a record
+// whose claim insert failed ambiguously (or whose removal after it failed)
+// may have none. It reports false if the token's claim belongs to another
+// record or a floor: that record's token cannot be shown to be fresh, and
+// it is not granted.
+func (b *Backend) ensureClaim(ctx context.Context, key string, st *state, now time.Time) (bool, error) {
+	c := b.tokenClaim(key, st.token, st.rid, now)
+	_, err := b.tokens.InsertOne(ctx, c)
+	if err == nil {
+		return true, nil
+	}
+	if !mongo.IsDuplicateKeyError(err) {
+		return false, err
+	}
+	var got claimDoc
+	if err := b.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: c.ID}}).Decode(&got); err != nil {
+		return false, err
+	}
+	return got.TRec == st.rid, nil
 }
 
 // errMoved is the transient error of a same-owner acquire whose record
@@ -89,7 +133,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 				return driver.Grant{}, err
 			}
 		}
-		g, out, err := b.insertRecord(ctx, req, base, now)
+		g, out, err := b.insertRecord(ctx, req, base)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -133,10 +177,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			continue
 		case st.owner == req.Owner && st.live(now):
 			// A retry after an ambiguous reply: the existing grant,
-			// renewed with this request's TTL and metadata.
+			// renewed with this request's TTL and metadata, if its
+			// token is claimed for it.
+			ok, err := b.ensureClaim(ctx, req.Key, &st, now)
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			if !ok {
+				return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
+			}
 			b.hold(st.rid, heldGrant{n: st.n, token: st.token})
 			g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(st.token), Handle: handle(st.rid, st.n, st.exp)}
-			g, err := b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
+			g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
 			if errors.Is(err, driver.ErrNotHeld) {
 				return driver.Grant{}, errMoved
 			}
@@ -154,7 +206,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, err
 		}
 		for range maxTokenRounds {
-			g, out, err = b.insertRecord(ctx, req, max(hi, st.token), now)
+			g, out, err = b.insertRecord(ctx, req, max(hi, st.token))
 			if err != nil {
 				return driver.Grant{}, err
 			}
@@ -202,10 +254,9 @@ func (b *Backend) heldError(ctx context.Context, key string) error {
 func (b *Backend) end(ctx context.Context, key string, st *state, owner string, force bool, now time.Time) error {
 	n := st.n + 1
 	claim := b.epochClaim(st.rid, key, kindEnd, owner, n, now)
-	tc := b.tokenClaim(key, st.token, now)
-	_, err := b.locks.InsertMany(ctx, []any{claim, tc}, options.InsertMany().SetOrdered(false))
-	switch code := writeErrorAt(err, 0); {
-	case code == 11000:
+	_, err := b.locks.InsertOne(ctx, claim)
+	switch {
+	case mongo.IsDuplicateKeyError(err):
 		// Someone claimed epoch n first: a renewal by the holder, or
 		// another contender.
 		var c claimDoc
@@ -230,9 +281,12 @@ func (b *Backend) end(ctx context.Context, key string, st *state, owner string, 
 		} else if err != nil {
 			return err
 		}
-	case code == 0 && writeErrorAt(err, 1) == 11000:
-		// The record's token was claimed already, as it should be.
 	case err != nil:
+		return err
+	}
+	// Claim the record's token, if nobody did (its claim was lost with
+	// its insert); normally it exists already.
+	if _, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, st.token, st.rid, now)); err != nil && !mongo.IsDuplicateKeyError(err) {
 		return err
 	}
 	// Epoch n is ours unless the holder had moved past it.

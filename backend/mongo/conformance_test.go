@@ -74,7 +74,7 @@ func withParams(t testing.TB, raw string, kv ...string) string {
 }
 
 // freshCollection returns a unique collection name and drops the
-// collection when the test ends.
+// collection (and its tokens collection) when the test ends.
 func freshCollection(t testing.TB, raw string) string {
 	t.Helper()
 	locks := "locks_" + randHex()
@@ -87,6 +87,7 @@ func freshCollection(t testing.TB, raw string) string {
 		}
 		defer c.Disconnect(ctx)
 		_ = c.Database(testDatabase).Collection(locks).Drop(ctx)
+		_ = c.Database(testDatabase).Collection(locks + mongolock.TokensSuffix).Drop(ctx)
 	})
 	return locks
 }

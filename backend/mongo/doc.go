@@ -16,8 +16,9 @@
 //
 //   - database: the collection's database; default the URL's path
 //     (mongodb://host/app), else "fencelock";
-//   - collection: the collection of lock records and claims, default
-//     "fencelock_locks";
+//   - collection: the collection of lock records and epoch claims,
+//     default "fencelock_locks" (token claims: the same collection, or on
+//     FerretDB the collection named it plus TokensSuffix);
 //   - namespace: keeps several applications apart in one collection,
 //     default "default";
 //   - clock_resync: how often the server clock estimate is refreshed
@@ -43,7 +44,7 @@
 // findAndModify as a read followed by a write by _id, without isolation,
 // so a filter it evaluated may no longer hold when it writes. The backend
 // therefore never updates a document, and never relies on a conditional
-// delete of one that someone else may change. One collection holds:
+// delete of one that someone else may change. The collection holds:
 //
 //   - lock records {_id: "r/<rid>", ns, key, owner, token, until, meta}:
 //     one per acquisition, inserted once and never written again. rid is a
@@ -52,10 +53,20 @@
 //     record per key.
 //   - claims, immutable: {_id, ns: 0, key: _id, kind, ...}. A token claim
 //     "t/<len(ns)>/<ns>/<token, 20 digits>/<key>" records that a token of
-//     a key was issued; an epoch claim "e/<rid>/<n>" records who moved a
-//     record to epoch n: a renewal (with its expiry, token and metadata)
-//     or an end (a takeover or force-release). Their ns is the number 0,
-//     so no namespace string collides with them in the (ns, key) index.
+//     a key was issued, and for which record (trec); an epoch claim
+//     "e/<rid>/<n>" records who moved a record to epoch n: a renewal (with
+//     its expiry, token and metadata) or an end (a takeover or
+//     force-release). Their ns is the number 0, so no namespace string
+//     collides with them in the (ns, key) index.
+//
+// On FerretDB the token claims live in a second collection, Collection
+// plus TokensSuffix: FerretDB 1.24 reads the whole collection for every
+// delete and find, even by _id, so a release would otherwise read every
+// token claim of the last GarbageAfter. On every other server (MongoDB,
+// and the Mongo-wire stores whose _id index serves a delete) they share
+// the records' collection, so that one ordered insert carries record and
+// claim. The layout follows from buildInfo (FerretDB's has a
+// ferretdbVersion), so every Backend on one server agrees.
 //
 // A record's state is its newest epoch claim's (expiry, token, metadata),
 // or, without one, the record's own. No _id, key or value contains a NUL
@@ -64,8 +75,9 @@
 //
 // # Operations
 //
-//   - Acquire inserts, in one ordered insert, the new record with token
-//     t+1 and the claim of token t+1. t is the last token this Backend
+//   - Acquire inserts the new record with token t+1 and then the claim
+//     of token t+1: one ordered insert where they share a collection, two
+//     inserts on FerretDB. t is the last token this Backend
 //     claimed for the key if it did so within GarbageAfter/2 (one round
 //     trip), else the key's highest token claim (one find by _id of the
 //     claim of token 1, which is never deleted, so its absence means a
@@ -73,10 +85,14 @@
 //     the record means held: the record and its epoch claims are read and
 //     the holder named in a *driver.HeldError, or, if expired, the record
 //     is taken over. A collision on the claim means t was stale: the record
-//     is deleted and t read again.
+//     is deleted and t read again; so is a failed claim insert (with a
+//     context of its own, so an abandoned acquire leaves no record). A
+//     retry that finds its own owner's live record (an ambiguous reply)
+//     is granted it only if the record's token claim names that record
+//     (the claim is inserted if missing).
 //   - Takeover (and force-release) of an expired record at epoch n: insert
-//     the end claim of epoch n+1 (and the record's token claim, if
-//     missing); look for a claim of a later epoch (if one exists the holder
+//     the end claim of epoch n+1, then the record's token claim if
+//     missing; look for a claim of a later epoch (if one exists the holder
 //     had renewed past n+1: withdraw); delete the record and its renewal
 //     claims; insert the new record with a token above the old one and
 //     every claim. If a renewal claim of epoch n+1 exists, the record is
@@ -130,8 +146,9 @@
 //     A release removes the record by an _id that names the acquisition;
 //     a later holder's record has another.
 //   - Tokens: a key's records are serialized by the (ns, key) index, and
-//     the token of each is claimed by a unique insert in the same command,
-//     after the record; every base is either this Backend's own last claim
+//     the token of each is claimed by a unique insert after the record is
+//     in (so after every earlier record of the key was removed, and with
+//     it released); every base is either this Backend's own last claim
 //     or the highest claim read. Token claims below a key's highest are
 //     deleted only when older than GarbageAfter, and an own base is used
 //     for at most GarbageAfter/2, so a base can only miss a claim that

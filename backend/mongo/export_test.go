@@ -2,8 +2,17 @@ package mongo
 
 import (
 	"context"
+	"os"
 	"time"
 )
+
+// FENCELOCK_TEST_MONGO_LAYOUT=one runs the tests with the token claims in
+// the records' collection on every server: the layout MongoDB gets, which
+// the FerretDB test servers otherwise never see.
+func init() { oneCollection = os.Getenv("FENCELOCK_TEST_MONGO_LAYOUT") == "one" }
+
+// OneCollection reports whether the tests run the single-collection layout.
+func OneCollection() bool { return oneCollection }
 
 // EndAsIfReadAt runs the takeover's end step as a contender that read
 // key's record at epoch n, judged it expired, and was paused until now.
@@ -26,5 +35,27 @@ func (b *Backend) ClaimEndOnly(ctx context.Context, key string) error {
 		return err
 	}
 	_, err = b.locks.InsertOne(ctx, b.epochClaim(st.rid, key, kindEnd, "stopped-ender", st.n+1, b.clock.now(ctx)))
+	return err
+}
+
+// InsertRecordOnly inserts a record of key for owner with the token after
+// the key's highest claim, and no claim of that token: what an acquire
+// leaves whose claim insert failed and whose removal of the record failed
+// too. It returns the record's token.
+func (b *Backend) InsertRecordOnly(ctx context.Context, key, owner string, ttl time.Duration) (int64, error) {
+	now := b.clock.now(ctx)
+	base, err := b.highestClaim(ctx, key, now)
+	if err != nil {
+		return 0, err
+	}
+	rid := newRID(owner)
+	_, err = b.locks.InsertOne(ctx, lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: key, Owner: owner, Token: base + 1, Until: expiry(now, ttl)})
+	return base + 1, err
+}
+
+// ClaimTokenForOther inserts the claim of key's token tok for a record
+// that is not key's.
+func (b *Backend) ClaimTokenForOther(ctx context.Context, key string, tok int64) error {
+	_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, tok, newRID("other"), b.clock.now(ctx)))
 	return err
 }

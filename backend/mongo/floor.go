@@ -29,7 +29,7 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 	}
 	hw := driver.HighWater{Keys: make(map[string]driver.Token)}
 	re := bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)}}
-	cur, err := b.locks.Find(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: re}},
+	cur, err := b.tokens.Find(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: re}},
 		options.Find().SetProjection(bson.D{{Key: "tkey", Value: 1}, {Key: "token", Value: 1}, {Key: "floor", Value: 1}}))
 	if err != nil {
 		return driver.HighWater{}, err
@@ -98,9 +98,9 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		if h >= int64(floor) {
 			return nil
 		}
-		c := b.tokenClaim(key, h+1, now)
+		c := b.tokenClaim(key, h+1, "", now)
 		c.Floor = int64(floor)
-		if _, err := b.locks.InsertOne(ctx, c); err == nil || !mongo.IsDuplicateKeyError(err) {
+		if _, err := b.tokens.InsertOne(ctx, c); err == nil || !mongo.IsDuplicateKeyError(err) {
 			return err
 		}
 	}

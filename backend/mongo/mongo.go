@@ -25,7 +25,8 @@ type Backend struct {
 	client *mongo.Client
 	owned  bool // Close disconnects client
 	o      Options
-	locks  *mongo.Collection
+	locks  *mongo.Collection // lock records and epoch claims
+	tokens *mongo.Collection // token claims: locks, or Collection+TokensSuffix on FerretDB
 	clock  *serverClock
 	closed atomic.Bool
 
@@ -50,6 +51,16 @@ var (
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Describer     = (*Backend)(nil)
 )
+
+// ErrOldFormat is returned by New and Open, on FerretDB, for a records'
+// collection that holds token claims, as the development builds before
+// TokensSuffix wrote them there: ignoring them would issue its keys'
+// tokens from 1 again. Use a new collection.
+var ErrOldFormat = errors.New("the collection holds token claims of an earlier development format; use a new collection")
+
+// oneCollection makes every server use the single-collection layout
+// (token claims with the records), as MongoDB does; set by tests only.
+var oneCollection bool
 
 // tokenID is the _id of the claim of token tok for key: unambiguous
 // (the namespace is length-prefixed, the token fixed-width) and free of
@@ -101,25 +112,59 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		return nil, fmt.Errorf("mongo: hello: %w", err)
 	}
 	b.replSet = hello.SetName != ""
+	// The layout below depends on the server: every Backend on it must
+	// agree, so buildInfo must answer.
 	var bi bson.M
-	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&bi); err == nil {
-		b.version, _ = bi["version"].(string)
-		_, b.ferret = bi["ferretdbVersion"]
+	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&bi); err != nil {
+		return nil, fmt.Errorf("mongo: buildInfo: %w", err)
+	}
+	b.version, _ = bi["version"].(string)
+	_, b.ferret = bi["ferretdbVersion"]
+	// FerretDB reads a whole collection for every delete and find, even
+	// by _id: keep the token claims (one per acquisition, kept for
+	// GarbageAfter) out of the collection that releases delete from.
+	// Elsewhere the _id index serves those, and one ordered insert of
+	// record and claim saves a round trip.
+	b.tokens = b.locks
+	if b.ferret && !oneCollection {
+		b.tokens = db.Collection(o.Collection+TokensSuffix, copts)
+		// Token claims used to live in the records' collection on every
+		// server; a Backend that ignored them would issue tokens from 1
+		// again.
+		err := b.locks.FindOne(ctx, bson.D{{Key: "kind", Value: kindToken}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+		switch {
+		case err == nil:
+			return nil, fmt.Errorf("mongo: %s.%s: %w", o.Database, o.Collection, ErrOldFormat)
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return nil, fmt.Errorf("mongo: reading %s.%s: %w", o.Database, o.Collection, err)
+		}
+	}
+	type index struct {
+		c *mongo.Collection
+		m mongo.IndexModel
+	}
+	indexes := []index{{b.locks, mongo.IndexModel{
+		Keys:    bson.D{{Key: "ns", Value: 1}, {Key: "key", Value: 1}},
+		Options: options.Index().SetUnique(true).SetName("fencelock_ns_key"),
+	}}}
+	// FerretDB 1.24 serves no query from a secondary index (SQLite
+	// pushes down only an _id equality, PostgreSQL filters with jsonb @>,
+	// which a btree index cannot serve): there they would only slow every
+	// insert, so only the unique (ns, key) index, which excludes, is made.
+	if b.tokens == b.locks {
+		indexes = append(indexes, index{b.locks, mongo.IndexModel{
+			Keys:    bson.D{{Key: "rec", Value: 1}, {Key: "n", Value: 1}},
+			Options: options.Index().SetName("fencelock_epochs"),
+		}}, index{b.tokens, mongo.IndexModel{
+			Keys:    bson.D{{Key: "tns", Value: 1}, {Key: "tkey", Value: 1}, {Key: "token", Value: 1}},
+			Options: options.Index().SetName("fencelock_tokens"),
+		}})
 	}
 	// One createIndexes per index: FerretDB 1.24 panics on a command
 	// creating several indexes when they exist already.
-	for _, m := range []mongo.IndexModel{{
-		Keys:    bson.D{{Key: "ns", Value: 1}, {Key: "key", Value: 1}},
-		Options: options.Index().SetUnique(true).SetName("fencelock_ns_key"),
-	}, {
-		Keys:    bson.D{{Key: "tns", Value: 1}, {Key: "tkey", Value: 1}, {Key: "token", Value: 1}},
-		Options: options.Index().SetName("fencelock_tokens"),
-	}, {
-		Keys:    bson.D{{Key: "rec", Value: 1}, {Key: "n", Value: 1}},
-		Options: options.Index().SetName("fencelock_epochs"),
-	}} {
-		if _, err := b.locks.Indexes().CreateOne(ctx, m); err != nil {
-			return nil, fmt.Errorf("mongo: creating the indexes on %s.%s: %w", o.Database, o.Collection, err)
+	for _, ix := range indexes {
+		if _, err := ix.c.Indexes().CreateOne(ctx, ix.m); err != nil {
+			return nil, fmt.Errorf("mongo: creating the indexes on %s.%s: %w", o.Database, ix.c.Name(), err)
 		}
 	}
 	_, err = b.locks.Indexes().CreateOne(ctx, mongo.IndexModel{
@@ -248,14 +293,14 @@ func (b *Backend) remember(key string, tok int64) {
 // whole collection for any other filter) answers a fresh key.
 func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (int64, error) {
 	var c claimDoc
-	err := b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
+	err := b.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	err = b.locks.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
+	err = b.tokens.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
 		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
@@ -278,7 +323,7 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (
 func (b *Backend) collect(ctx context.Context, key string, tok int64, now time.Time) {
 	old := date(now.Add(-b.o.GarbageAfter))
 	if tok%64 == 0 {
-		_, _ = b.locks.DeleteMany(ctx, bson.D{
+		_, _ = b.tokens.DeleteMany(ctx, bson.D{
 			{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
 			{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
 			{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
@@ -290,17 +335,20 @@ func (b *Backend) collect(ctx context.Context, key string, tok int64, now time.T
 	}
 }
 
-func (b *Backend) tokenClaim(key string, tok int64, now time.Time) claimDoc {
+// tokenClaim is the claim of token tok of key for the record rid ("" for
+// a floor).
+func (b *Backend) tokenClaim(key string, tok int64, rid string, now time.Time) claimDoc {
 	id := b.tokenID(key, tok)
-	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, At: date(now)}
+	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, TRec: rid, At: date(now)}
 }
 
 // errTokenRace is the transient error of an acquire whose token claim
 // collided twice: the engine retries.
 var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
 
-// claimToken claims the next token of key for its holder (a rotation).
-func (b *Backend) claimToken(ctx context.Context, key string, now time.Time) (int64, error) {
+// claimToken claims the next token of key for its holder, the record rid
+// (a rotation).
+func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time) (int64, error) {
 	base, fresh := b.ownBase(key)
 	for round := 0; round < 2; round++ {
 		if !fresh || round > 0 {
@@ -309,7 +357,7 @@ func (b *Backend) claimToken(ctx context.Context, key string, now time.Time) (in
 				return 0, err
 			}
 		}
-		_, err := b.locks.InsertOne(ctx, b.tokenClaim(key, base+1, now))
+		_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, base+1, rid, now))
 		if err == nil {
 			b.remember(key, base+1)
 			return base + 1, nil

@@ -265,3 +265,45 @@ func testClockEstimate(t *testing.T, raw string) {
 		t.Errorf("Describe = %+v", d)
 	}
 }
+
+// TestOldFormatRefused: where token claims live in a collection of their
+// own (FerretDB), a records' collection that still holds token claims, as
+// an earlier version wrote them, is refused with ErrOldFormat: ignoring
+// them would issue its keys' tokens from 1 again. Where they share the
+// records' collection, it opens and issues the next token above them.
+func TestOldFormatRefused(t *testing.T) { eachServer(t, testOldFormatRefused) }
+
+func testOldFormatRefused(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	locks := freshCollection(t, raw)
+	mc, err := mongo.Connect(options.Client().ApplyURI(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Disconnect(ctx)
+	for _, tok := range []string{"1", "5"} {
+		id := "t/7/default/0000000000000000000" + tok + "/k"
+		if _, err := mc.Database(testDatabase).Collection(locks).InsertOne(ctx, map[string]any{
+			"_id": id, "ns": 0, "key": id, "kind": "token", "tns": "default", "tkey": "k", "token": int64(tok[0] - '0'), "at": time.Now(),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks})
+	separate := isFerretDB(t, raw) && !mongolock.OneCollection()
+	switch {
+	case separate && !errors.Is(err, mongolock.ErrOldFormat):
+		t.Fatalf("New on a collection with token claims = %v; want ErrOldFormat", err)
+	case !separate && err != nil:
+		t.Fatalf("New (token claims share the records' collection): %v", err)
+	case !separate:
+		defer b.Close()
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= 5 {
+			t.Fatalf("token %d not above the existing claim's 5", g.Token)
+		}
+	}
+}

@@ -21,6 +21,13 @@ const (
 	DefaultGarbageAfter = time.Hour
 )
 
+// TokensSuffix names the collection of token claims: Options.Collection
+// followed by it ("fencelock_locks_tokens" by default). Token claims are
+// kept apart from the lock records so that the records' collection holds
+// only what is live: FerretDB scans a whole collection for every delete
+// and find, even by _id.
+const TokensSuffix = "_tokens"
+
 // MaxNamespaceLen is the longest Options.Namespace, in bytes.
 const MaxNamespaceLen = 128
 
@@ -34,7 +41,8 @@ type Options struct {
 	Database string
 
 	// Collection holds the lock records (one per held key) and the
-	// immutable claims (of tokens and of record epochs); see the package
+	// immutable claims of record epochs; the token claims are in the
+	// collection named Collection+TokensSuffix. See the package
 	// documentation. Default "fencelock_locks". 1 to 120 characters from
 	// [A-Za-z0-9_.-], starting with a letter or underscore, not starting
 	// with "system.", no "..".

@@ -77,7 +77,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	tok := int64(g.Token)
 	if req.Rotate {
-		if tok, err = b.claimToken(ctx, g.Key, now); err != nil {
+		if tok, err = b.claimToken(ctx, g.Key, r.rid, now); err != nil {
 			return driver.Grant{}, err
 		}
 	}

@@ -64,12 +64,13 @@ type claimDoc struct {
 	Key   string `bson:"key"`
 	Kind  string `bson:"kind"`
 	Owner string `bson:"owner,omitempty"`
-	// Token claims: the namespace, key and token claimed, and a floor
-	// (RaiseFloor) above which the next token must be.
+	// Token claims: the namespace, key and token claimed, a floor
+	// (RaiseFloor) above which the next token must be, and the record.
 	TNS   string `bson:"tns,omitempty"`
 	TKey  string `bson:"tkey,omitempty"`
 	Token int64  `bson:"token,omitempty"`
 	Floor int64  `bson:"floor,omitempty"`
+	TRec  string `bson:"trec,omitempty"`
 	// Epoch claims: the record (rid) and epoch claimed; a renewal's
 	// expiry, token and metadata.
 	Rec       string        `bson:"rec,omitempty"`

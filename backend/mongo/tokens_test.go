@@ -2,12 +2,14 @@ package mongo_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // TestTokensFollowHolders: under contention, each holder's token is above
@@ -52,4 +54,65 @@ func testTokensFollowHolders(t *testing.T, _ server, raw string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestRetryOfRecordWithoutClaim: an acquire whose token claim failed after
+// its record was inserted (and whose removal of the record failed too)
+// leaves a live record of its owner with an unclaimed token. The owner's
+// retry may be granted that record only once the token is claimed for it:
+// otherwise the next holder, reading the key's highest claim, would get the
+// same token. If the token's claim names another record, the retry is
+// refused.
+func TestRetryOfRecordWithoutClaim(t *testing.T) { eachServer(t, testRetryOfRecordWithoutClaim) }
+
+func testRetryOfRecordWithoutClaim(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	a, u := openTest(t, raw)
+	const ttl = 10 * time.Second
+	for _, key := range []string{"retry/unclaimed", "retry/claimed-by-other"} {
+		g, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := a.InsertRecordOnly(ctx, key, "retrier", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key == "retry/claimed-by-other" {
+			if err := a.ClaimTokenForOther(ctx, key, tok); err != nil {
+				t.Fatal(err)
+			}
+			_, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "retrier", TTL: ttl})
+			var he *driver.HeldError
+			if !errors.As(err, &he) {
+				t.Fatalf("%s: retry over a record whose token is claimed by another = %v; want a *driver.HeldError", key, err)
+			}
+			continue
+		}
+		g, err = a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "retrier", TTL: ttl})
+		if err != nil {
+			t.Fatalf("%s: retry: %v", key, err)
+		}
+		if int64(g.Token) != tok {
+			t.Fatalf("%s: retry got token %d; want the record's %d", key, g.Token, tok)
+		}
+		if err := a.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		b, err := mongolock.Open(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		g2, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g2.Token <= g.Token {
+			t.Fatalf("%s: next holder's token %d is not above the retried grant's %d", key, g2.Token, g.Token)
+		}
+	}
 }

@@ -2,17 +2,26 @@
 // store operations a lock needs at minimum: insert a document whose _id is
 // the key (the unique index makes it a lock) and delete it.
 //
-//	eval "$(scripts/testenv up mongo mongo-pg)"
-//	cd bench/mongo && go test -run '^$' -bench . -benchtime 3s
+//	source /work/testenv.env   # or: eval "$(scripts/testenv up mongo mongo-pg)"
+//	cd bench/mongo && go test -run '^$' -bench Interleaved -benchtime 20x -count 5 .
+//	cd bench/mongo && go test -run '^$' -bench Commands -benchtime 500x .
 //
 // Every benchmark runs once per server: mongo (FENCELOCK_TEST_MONGO;
 // FerretDB's SQLite handler under scripts/testenv) and mongo-pg
 // (FENCELOCK_TEST_MONGO_PG; FerretDB's PostgreSQL handler). A server whose
 // variable is unset is skipped (a failure under CI=true).
+//
+// fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
+// nil) with the test server's URL and only database= and collection= added
+// (a fresh collection per run), so TTL, renewal and pool are the defaults.
+// "backend" is the backend's Acquire and Release alone, on New with the
+// default Options and the same fresh-collection settings.
 package mongobench
 
 import (
 	"context"
+	"net/url"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +33,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/benchkit"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
@@ -31,15 +41,24 @@ import (
 
 const database = "fencelock_bench"
 
-// cmds counts the data commands the benchmarks' connections sent.
-var cmds atomic.Int64
+// ttl is the backend-only lease's TTL: fencelock's default, which the
+// clients get from the URL.
+const ttl = 15 * time.Second
 
-var monitor = &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
-	switch ev.CommandName {
-	case "insert", "update", "delete", "find", "findAndModify":
-		cmds.Add(1)
-	}
-}}
+// counter counts the data commands a client sent.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+		switch ev.CommandName {
+		case "insert", "update", "delete", "find", "findAndModify", "getMore":
+			c.n.Add(1)
+		}
+	}}
+}
+
+// cmds counts the commands of every client the benchmarks connect.
+var cmds counter
 
 // server is one Mongo-wire server the benchmarks run on: its scripts/testenv
 // name (also the sub-benchmark's) and the variable holding its URL.
@@ -57,9 +76,16 @@ func eachServer(b *testing.B, f func(b *testing.B, s server)) {
 	}
 }
 
-// connect opens a connection to the server, closed when b ends.
-func connect(b *testing.B, s server) *mongo.Client {
-	mc, err := mongo.Connect(options.Client().ApplyURI(benchkit.ServerURL(b, s.env)).SetMonitor(monitor))
+// connect opens a connection to the server, closed when b ends; its
+// commands are counted by cmds and by c, if not nil.
+func connect(b *testing.B, s server, c *counter) *mongo.Client {
+	mon := cmds.monitor()
+	if c != nil {
+		both := mon.Started
+		mine := c.monitor().Started
+		mon = &event.CommandMonitor{Started: func(ctx context.Context, ev *event.CommandStartedEvent) { both(ctx, ev); mine(ctx, ev) }}
+	}
+	mc, err := mongo.Connect(options.Client().ApplyURI(benchkit.ServerURL(b, s.env)).SetMonitor(mon))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,22 +93,30 @@ func connect(b *testing.B, s server) *mongo.Client {
 	return mc
 }
 
-// collection returns a fresh collection, dropped when b ends.
-func collection(b *testing.B, mc *mongo.Client, name string, opts ...options.Lister[options.CollectionOptions]) *mongo.Collection {
-	c := mc.Database(database).Collection(name+"_"+benchkit.RandomHex(), opts...)
-	b.Cleanup(func() { _ = c.Drop(context.Background()) })
-	return c
+// collection returns a fresh collection name, the collection (and the
+// backend's token claims' collection, on FerretDB) dropped when b ends.
+func collection(b *testing.B, mc *mongo.Client, name string) string {
+	n := name + "_" + benchkit.RandomHex()
+	b.Cleanup(func() {
+		_ = mc.Database(database).Collection(n).Drop(context.Background())
+		_ = mc.Database(database).Collection(n + "_tokens").Drop(context.Background())
+	})
+	return n
 }
 
-// raw inserts {_id: key} and deletes it, with the same write concern as
-// the backend. Waiting retries the insert with the same capped backoff as
-// the engine.
-func raw(s server) benchkit.Lib {
+// raw inserts {_id: key, owner, expiresAt} and deletes it by {_id, owner},
+// with the same write concern as the backend (majority, journaled): the
+// least a lock needs (exclusion by the unique _id, an owner-checked
+// delete), without expiry handling or fencing. Waiting retries the insert
+// with capped backoff.
+func raw(s server, c *counter) benchkit.Lib {
 	return benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 		j := true
-		coll := collection(b, connect(b, s), "raw", options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
+		mc := connect(b, s, c)
+		coll := mc.Database(database).Collection(collection(b, mc, "raw"),
+			options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
 		try := func(ctx context.Context, key string) (func() error, error) {
-			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}, {Key: "expiresAt", Value: time.Now().Add(30 * time.Second)}})
+			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "owner", Value: "raw"}, {Key: "expiresAt", Value: time.Now().Add(ttl)}})
 			if mongo.IsDuplicateKeyError(err) {
 				return nil, benchkit.ErrHeld
 			}
@@ -98,23 +132,177 @@ func raw(s server) benchkit.Lib {
 	}}
 }
 
-// fencelockLib is the fencelock client on fresh collections: shared, or one
-// per goroutine.
-func fencelockLib(s server, shared bool) benchkit.Lib {
-	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
-		mc := connect(b, s)
-		locks := collection(b, mc, "locks")
-		return func() (*fencelock.Client, error) {
-			be, err := mongolock.New(context.Background(), mc, &mongolock.Options{Database: database, Collection: locks.Name()})
-			if err != nil {
-				return nil, err
+// backendLib is the backend's Acquire and Release alone (no engine), one
+// Backend shared by the goroutines, with the default Options on a fresh
+// collection.
+func backendLib(s server, c *counter) benchkit.Lib { return agedBackendLib(s, c, 0) }
+
+// agedBackendLib is backendLib on a collection that already holds the
+// token claims of aged other keys, as it would after aged acquisitions
+// within GarbageAfter (1 hour): the steady state of a lock service.
+func agedBackendLib(s server, c *counter, aged int) benchkit.Lib {
+	return benchkit.BackendLib("backend", true, ttl, func(b *testing.B) func() (driver.Backend, error) {
+		mc := connect(b, s, c)
+		coll := collection(b, mc, "locks")
+		return func() (driver.Backend, error) {
+			be, err := mongolock.New(context.Background(), mc, &mongolock.Options{Database: database, Collection: coll})
+			if err == nil && aged > 0 {
+				err = age(mc, be, coll, aged)
 			}
-			return fencelock.New(be, &fencelock.Options{TTL: 30 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+			return be, err
 		}
 	})
 }
 
-func libs(s server) []benchkit.Lib { return []benchkit.Lib{raw(s), fencelockLib(s, true)} }
+// age adds n token claims of other keys where the backend keeps its token
+// claims: it acquires and releases one key, finds that key's claim (in
+// the collection's "_tokens" companion if there is one, else in the
+// collection itself) and inserts n copies of it for other keys.
+func age(mc *mongo.Client, be driver.Backend, coll string, n int) error {
+	ctx := context.Background()
+	g, err := be.Acquire(ctx, driver.AcquireRequest{Key: "aged", Owner: "aged", TTL: ttl})
+	if err != nil {
+		return err
+	}
+	if err := be.Release(ctx, g); err != nil {
+		return err
+	}
+	var claim bson.M
+	var where *mongo.Collection
+	for _, name := range []string{coll + "_tokens", coll} {
+		where = mc.Database(database).Collection(name)
+		if err = where.FindOne(ctx, bson.D{{Key: "kind", Value: "token"}}).Decode(&claim); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	var docs []any
+	for i := range n {
+		d := bson.M{}
+		for k, v := range claim {
+			d[k] = v
+		}
+		key := "aged-" + strconv.Itoa(i)
+		id := "t/7/default/00000000000000000001/" + key
+		d["_id"], d["key"], d["tkey"] = id, id, key
+		docs = append(docs, d)
+		if len(docs) == 500 || i == n-1 {
+			if _, err := where.InsertMany(ctx, docs); err != nil {
+				return err
+			}
+			docs = nil
+		}
+	}
+	return nil
+}
+
+// fencelockURL returns the URL a user would write for a fresh collection:
+// the server's URL plus database= and collection=, nothing else.
+func fencelockURL(b *testing.B, s server) string {
+	u, err := url.Parse(benchkit.ServerURL(b, s.env))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("database", database)
+	q.Set("collection", collection(b, connect(b, s, nil), "locks"))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// fencelockLib is the fencelock client as a URL user gets it,
+// fencelock.Open(ctx, URL, nil): shared, or one per goroutine.
+func fencelockLib(s server, shared bool) benchkit.Lib {
+	return benchkit.FencelockLib("fencelock", shared, func(b *testing.B) func() (*fencelock.Client, error) {
+		u := fencelockURL(b, s)
+		return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), u, nil) }
+	})
+}
+
+func libs(s server) []benchkit.Lib {
+	return []benchkit.Lib{raw(s, nil), backendLib(s, nil), fencelockLib(s, true)}
+}
+
+// BenchmarkInterleaved: raw, the backend alone and the fencelock client in
+// turns of 64 acquire+release (b.N rounds), by 1 goroutine and by 16
+// goroutines, each goroutine on its own key; it reports each one's rate and
+// its ratio to raw ("fencelock/raw").
+func BenchmarkInterleaved(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, g := range []int{1, 16} {
+			b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 64, libs(s), benchkit.Rate("ops/s")) })
+		}
+	})
+}
+
+// BenchmarkInterleavedAged is BenchmarkInterleaved for raw and the
+// backend alone, the backend's collection already holding 3,600 token
+// claims of other keys: one acquisition per second over GarbageAfter.
+func BenchmarkInterleavedAged(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, g := range []int{1, 16} {
+			b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) {
+				benchkit.Interleaved(b, g, 64, []benchkit.Lib{raw(s, nil), agedBackendLib(s, nil, 3600)}, benchkit.Rate("ops/s"))
+			})
+		}
+	})
+}
+
+// BenchmarkInterleavedFresh is BenchmarkInterleaved with a new key for
+// every acquisition.
+func BenchmarkInterleavedFresh(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, g := range []int{1, 16} {
+			b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) {
+				benchkit.Interleaved(b, g, 64, libs(s), benchkit.Rate("ops/s"), benchkit.FreshKeys())
+			})
+		}
+	})
+}
+
+// BenchmarkCommands: b.N acquire+release of one key by one goroutine, raw
+// and the backend alone; reports the commands sent per acquire+release
+// (inserts, deletes, finds, ...; not hello) and the documents left in the
+// collection.
+func BenchmarkCommands(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, fresh := range []bool{false, true} {
+			name := "key=same"
+			if fresh {
+				name = "key=fresh"
+			}
+			b.Run(name, func(b *testing.B) {
+				var c counter
+				for _, lib := range []benchkit.Lib{raw(s, &c), backendLib(s, &c)} {
+					b.Run(lib.Name, func(b *testing.B) {
+						try, _ := lib.Setup(b)(0)
+						key := benchkit.UniqueKey()
+						ctx := context.Background()
+						c.n.Store(0)
+						b.ResetTimer()
+						for i := range b.N {
+							k := key
+							if fresh {
+								k += "-" + strconv.Itoa(i)
+							}
+							release, err := try(ctx, k)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if err := release(); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.StopTimer()
+						b.ReportMetric(float64(c.n.Load())/float64(b.N), "cmds/op")
+					})
+				}
+			})
+		}
+	})
+}
 
 // BenchmarkUncontended: one goroutine, one key, acquire then release.
 func BenchmarkUncontended(b *testing.B) {
@@ -132,8 +320,56 @@ func BenchmarkDistinct16(b *testing.B) {
 // commands the server received per hand-off (polling cost).
 func BenchmarkContended8(b *testing.B) {
 	eachServer(b, func(b *testing.B, s server) {
-		benchkit.Contended(b, 8, []benchkit.Lib{raw(s), fencelockLib(s, false)},
+		benchkit.Contended(b, 8, []benchkit.Lib{raw(s, nil), fencelockLib(s, false)},
 			benchkit.Barging(), benchkit.Unit(time.Millisecond), benchkit.ServerCPU(benchkit.TestenvCPU(s.name)),
-			benchkit.PerHandoff("cmds/handoff", func() (float64, error) { return float64(cmds.Load()), nil }))
+			benchkit.PerHandoff("cmds/handoff", func() (float64, error) { return float64(cmds.n.Load()), nil }))
+	})
+}
+
+// BenchmarkDeleteScan: what one insert and one delete by _id cost on a
+// collection that also holds n other documents (shaped like token
+// claims), measured separately ("insert-µs", "delete-µs"). On FerretDB
+// 1.24 a delete reads the whole collection, even by _id; this is why the
+// backend keeps token claims out of the records' collection.
+func BenchmarkDeleteScan(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, n := range []int{0, 1000, 10000} {
+			b.Run("others="+strconv.Itoa(n), func(b *testing.B) {
+				j := true
+				mc := connect(b, s, nil)
+				coll := mc.Database(database).Collection(collection(b, mc, "scan"),
+					options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
+				ctx := context.Background()
+				var docs []any
+				for i := range n {
+					id := "t/7/default/" + strconv.FormatInt(int64(i), 10) + "/key"
+					docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
+						{Key: "tkey", Value: "key"}, {Key: "token", Value: int64(i)}, {Key: "at", Value: time.Now()}})
+					if len(docs) == 500 || i == n-1 {
+						if _, err := coll.InsertMany(ctx, docs); err != nil {
+							b.Fatal(err)
+						}
+						docs = nil
+					}
+				}
+				var ins, del time.Duration
+				b.ResetTimer()
+				for range b.N {
+					id := "r/" + benchkit.RandomHex()
+					t0 := time.Now()
+					if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: "x"}}); err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+						b.Fatal(err)
+					}
+					ins += t1.Sub(t0)
+					del += time.Since(t1)
+				}
+				b.ReportMetric(float64(ins.Microseconds())/float64(b.N), "insert-µs")
+				b.ReportMetric(float64(del.Microseconds())/float64(b.N), "delete-µs")
+			})
+		}
 	})
 }
