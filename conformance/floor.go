@@ -104,6 +104,7 @@ func testTokenFloor(t *testing.T, s *suite) {
 	}
 
 	t.Run("RaisedBetweenHolders", func(t *testing.T) { testFloorBetweenHolders(t, s) })
+	t.Run("ConcurrentRaises", func(t *testing.T) { testFloorConcurrentRaises(t, s) })
 }
 
 // testFloorBetweenHolders: contenders, each on a backend of its own, take
