@@ -23,7 +23,7 @@ const cleanupTimeout = 10 * time.Second
 // Both sides must implement driver.TokenFloorer (PostgreSQL, Redis and
 // memory do): continuity of tokens depends on it. Dual implements
 // driver.TokenFloorer itself (both sides), driver.BatchRenewer (one batch
-// per side), driver.ForceReleaser (on both sides, where supported), driver.LossNotifier (forwarded to the sides
+// per side), driver.ForceReleaser (new side first, then old, where supported), driver.LossNotifier (forwarded to the sides
 // that push loss), driver.Watcher (a wake-up from either side) and
 // driver.Describer. It owns both backends: Close closes them.
 type Dual struct {
@@ -643,9 +643,16 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 
 // merge combines the two sides' records of one key. A key held by the
 // same owner on both is reported with the dual token (the larger) and the
-// shorter remaining time; otherwise the old side's holder, which is the
-// one that excludes everybody during the migration, wins, then the new
-// side's.
+// shorter remaining time. A key held by different owners on the two
+// sides is reported with the new side's holder: the old side's is then a
+// dual Acquire in progress (it takes the old side first) that the new
+// side refuses and rolls back, or a client on the old side alone that
+// took the key in the moment between the sides' expiries of a crashed
+// holder's records; reporting the old one would show a holder that never
+// held (Observe would deliver a leader, then no leader). A key held on
+// one side only is reported with that side's holder (the old side's: a
+// client of the old side alone, or a dual Acquire that has not reached
+// the new side yet).
 func merge(key string, o, n driver.Info) driver.Info {
 	info := n
 	switch {
@@ -653,7 +660,7 @@ func merge(key string, o, n driver.Info) driver.Info {
 		info = o
 		info.Token = max(o.Token, n.Token)
 		info.Remaining = min(o.Remaining, n.Remaining)
-	case o.Locked():
+	case o.Locked() && !n.Locked():
 		info = o
 	}
 	info.Key = key
@@ -696,25 +703,44 @@ func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	return out, nil
 }
 
-// ForceRelease implements driver.ForceReleaser on both sides. It returns
+// ForceRelease implements driver.ForceReleaser on both sides, the new
+// side first, then the old, in Release's order and for the same reason:
+// the old side is the gate every dual acquire passes first, and while the
+// holder's record is still on new, a dual acquire that got through an
+// open gate would be refused by new and roll back, and meanwhile Inspect
+// (so Leader and Observe) would report it as the holder of a key it never
+// held. If the new side fails, the old side is left as it is and the
+// error returned (a retry finishes the job). It returns
 // driver.ErrUnsupported if neither side can force-release; a side that
-// cannot is skipped (its record expires with its TTL).
+// cannot is skipped (its record expires with its TTL, and the holder's
+// next renewal, refused by the other side, ends the lease).
 func (d *Dual) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	_, okOld := d.old.(driver.ForceReleaser)
 	_, okNew := d.new.(driver.ForceReleaser)
 	if !okOld && !okNew {
 		return driver.Info{}, driver.ErrUnsupported
 	}
-	io, in, err := onBoth(func(i int) (driver.Info, error) {
-		if f, ok := d.side(i).(driver.ForceReleaser); ok {
-			return f.ForceRelease(ctx, key)
+	var infos [2]driver.Info
+	for _, i := range []int{newSide, oldSide} {
+		f, ok := d.side(i).(driver.ForceReleaser)
+		if !ok {
+			continue
 		}
-		return driver.Info{}, nil
-	})
-	if err != nil {
-		return driver.Info{}, err
+		info, err := f.ForceRelease(ctx, key)
+		if err != nil {
+			return driver.Info{}, fmt.Errorf("migrate: %s backend: %w", sideName(i), err)
+		}
+		infos[i] = info
 	}
-	return merge(key, io, in), nil
+	return merge(key, infos[oldSide], infos[newSide]), nil
+}
+
+// sideName names side i in errors.
+func sideName(i int) string {
+	if i == oldSide {
+		return "old"
+	}
+	return "new"
 }
 
 // NotifyLoss implements driver.LossNotifier by subscribing on the sides

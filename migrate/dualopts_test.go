@@ -148,6 +148,112 @@ func TestReleaseKeepsOldSideUntilNewSideIsFree(t *testing.T) {
 	}
 }
 
+// slowForce wraps one side of a Dual: its ForceRelease waits for proceed
+// once started has been closed.
+type slowForce struct {
+	*memory.Backend
+	started, proceed chan struct{}
+}
+
+func (b *slowForce) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	close(b.started)
+	<-b.proceed
+	return b.Backend.ForceRelease(ctx, key)
+}
+
+// probeAcquire wraps one side of a Dual: before each Acquire it calls
+// before.
+type probeAcquire struct {
+	*memory.Backend
+	before func(ctx context.Context, key string)
+}
+
+func (b *probeAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	b.before(ctx, req.Key)
+	return b.Backend.Acquire(ctx, req)
+}
+
+// Defect (found by the conformance election case on Redis+PostgreSQL:
+// Observe delivered "c#4 → none → c#5" for one owner): ForceRelease freed
+// both sides at once, so while the new side still had the holder's record
+// a waiting dual client took the old side, was refused by the new one and
+// rolled back, then took the key with the same owner (the engine retries
+// an Acquire under one owner). Meanwhile Inspect, and so Observe and
+// Leader, reported that client as the holder, under a token the old side
+// issued for nothing, then no holder, then the client again. ForceRelease
+// now frees new before old, as Release does. The holder that was forced
+// out learns of it at its next renewal and stays out.
+func TestForceReleaseKeepsOldSideUntilNewSideIsFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		oldStore, newStore := memory.NewStore(), memory.NewStore()
+		sf := &slowForce{Backend: newStore.Backend(), started: make(chan struct{}), proceed: make(chan struct{})}
+		admin := mustDual(t, oldStore.Backend(), sf)
+		holderD := mustDual(t, oldStore.Backend(), newStore.Backend())
+		// other's new side looks at the key, through a third Dual, when
+		// other asks it for the key (other has the old side then).
+		var seen []driver.Info
+		watcher := mustDual(t, oldStore.Backend(), newStore.Backend())
+		probe := &probeAcquire{Backend: newStore.Backend(), before: func(ctx context.Context, key string) {
+			info, _ := watcher.Inspect(ctx, key)
+			seen = append(seen, info)
+		}}
+		other := mustDual(t, oldStore.Backend(), probe)
+		ctx := t.Context()
+		g, err := holderD.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "holder", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forced := make(chan error, 1)
+		var removed driver.Info
+		go func() {
+			var err error
+			removed, err = admin.ForceRelease(ctx, "k")
+			forced <- err
+		}()
+		<-sf.started
+		synctest.Wait() // whatever ForceRelease does besides the new side's call is done
+
+		if info, err := other.Inspect(ctx, "k"); err != nil || info.Owner != "holder" || info.Token != g.Token {
+			t.Errorf("Inspect while the new side's record is being forced away = %+v, %v; want the holder, token %d", info, err, g.Token)
+		}
+		_, err = other.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Minute})
+		var held *driver.HeldError
+		if !errors.As(err, &held) || held.Holder.Owner != "holder" {
+			t.Errorf("Acquire while the new side's record is being forced away = %v; want HeldError naming the holder", err)
+		}
+		for _, info := range seen {
+			if info.Owner == "other" {
+				t.Errorf("while other's acquire was under way (and then refused by the new side), Inspect reported it as the holder: %+v", info)
+			}
+		}
+		if hw, err := oldStore.Backend().HighWater(ctx, "k"); err != nil || hw.Keys["k"] != g.Token {
+			t.Errorf("old side's high-water mark of k during the force-release = %v, %v; want %d, no token issued to a dual acquire that could not win", hw.Keys["k"], err, g.Token)
+		}
+		close(sf.proceed)
+		if err := <-forced; err != nil {
+			t.Fatalf("ForceRelease = %v", err)
+		}
+		if removed.Owner != "holder" || removed.Token != g.Token {
+			t.Errorf("ForceRelease returned %+v; want the holder's record, token %d", removed, g.Token)
+		}
+		if info, err := other.Inspect(ctx, "k"); err != nil || info.Locked() {
+			t.Errorf("after the force-release, Inspect = %+v, %v; want the key free", info, err)
+		}
+		// The forced-out holder learns of it and does not come back.
+		for i := range 2 {
+			if _, err := holderD.Renew(ctx, g, driver.RenewRequest{TTL: time.Minute}); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("renewal %d of the forced-out lease = %v; want ErrNotHeld", i, err)
+			}
+		}
+		if info, err := other.Inspect(ctx, "k"); err != nil || info.Locked() {
+			t.Errorf("after the forced-out holder's renewals, Inspect = %+v, %v; want the key free", info, err)
+		}
+		if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Minute}); err != nil {
+			t.Errorf("Acquire after the force-release = %v; want the key", err)
+		}
+	})
+}
+
 // Defect (found by the generative mode on Dual): a renewal that one side
 // refused (its record forced away) and the other side renewed answered
 // ErrNotHeld and left the renewed record behind: it kept the key from
@@ -366,5 +472,75 @@ func TestReleaseAfterOneSideRotatedReleasesBoth(t *testing.T) {
 				t.Errorf("%s rotated: after the release the %s side has %+v; want the key free", rotatedSide, name, info)
 			}
 		}
+	}
+}
+
+// A force-release that the new side fails leaves the old side, the gate,
+// closed: the holder stays the holder everywhere, and a retry finishes.
+func TestForceReleaseFailingOnNewSideKeepsOldSide(t *testing.T) {
+	oldStore, newStore := memory.NewStore(), memory.NewStore()
+	newB := newStore.Backend()
+	d := mustDual(t, oldStore.Backend(), newB)
+	ctx := t.Context()
+	g, err := d.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newB.SetUnreachable(true)
+	if _, err := d.ForceRelease(ctx, "k"); err == nil {
+		t.Fatal("ForceRelease with the new side unreachable = nil; want its error")
+	}
+	newB.SetUnreachable(false)
+	if info, err := oldStore.Backend().Inspect(ctx, "k"); err != nil || info.Owner != "holder" || info.Token != g.Token {
+		t.Errorf("old side after a force-release the new side failed = %+v, %v; want the holder's record", info, err)
+	}
+	if info, err := d.ForceRelease(ctx, "k"); err != nil || info.Owner != "holder" {
+		t.Errorf("ForceRelease retried = %+v, %v; want the holder's record removed", info, err)
+	}
+	if info, err := d.Inspect(ctx, "k"); err != nil || info.Locked() {
+		t.Errorf("after the retried force-release, Inspect = %+v, %v; want the key free", info, err)
+	}
+}
+
+// Defect (found by the generative mode on Dual, election programs with a
+// crashed campaigner): a crashed holder's old-side record expired a
+// moment before its new-side one; a waiting dual Acquire took the old
+// side, was refused by the new side and rolled back. Meanwhile Inspect,
+// which let the old side's holder win, reported that Acquire as the
+// holder, and Observe delivered a leader that never led, then "no
+// leader". While the sides disagree, the new side's holder is reported.
+func TestInspectNeverReportsAnAcquireTheNewSideRefuses(t *testing.T) {
+	oldStore, newStore := memory.NewStore(), memory.NewStore()
+	holderD := mustDual(t, oldStore.Backend(), newStore.Backend())
+	watcher := mustDual(t, oldStore.Backend(), newStore.Backend())
+	var seen []driver.Info
+	probe := &probeAcquire{Backend: newStore.Backend(), before: func(ctx context.Context, key string) {
+		info, _ := watcher.Inspect(ctx, key)
+		seen = append(seen, info)
+	}}
+	other := mustDual(t, oldStore.Backend(), probe)
+	ctx := t.Context()
+	g, err := holderD.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder's old-side record is gone first (expired there).
+	if _, err := oldStore.Backend().ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("Acquire while the new side still holds the crashed holder's record = %v; want ErrNotAcquired", err)
+	}
+	if len(seen) == 0 {
+		t.Fatal("the probe on the new side never ran")
+	}
+	for _, info := range seen {
+		if info.Owner != "holder" || info.Token != g.Token {
+			t.Errorf("while other held only the old side (the new side refusing it), Inspect = %+v; want the new side's holder, token %d", info, g.Token)
+		}
+	}
+	if info, err := watcher.Inspect(ctx, "k"); err != nil || info.Owner != "holder" {
+		t.Errorf("after other's rollback, Inspect = %+v, %v; want the new side's holder", info, err)
 	}
 }
