@@ -22,6 +22,7 @@ import (
 const runUsage = `
 Usage: fencelock run [flags] KEY -- COMMAND [ARG...]
        fencelock run --permits N [flags] KEY -- COMMAND [ARG...]
+       fencelock run --shared [flags] KEY -- COMMAND [ARG...]
 
 Acquire the lock KEY (waiting while someone else holds it, unless --no-wait),
 run COMMAND while holding it, release it when COMMAND exits, and exit with
@@ -55,6 +56,15 @@ store. Each permit is a lock on the slot key KEY/.permit/I (0 <= I < N),
 with its own token: FENCELOCK_KEY is that slot key, and a fenced resource
 checks FENCELOCK_TOKEN against it. A run whose N differs from the one a
 holder recorded is refused (exit 64).
+
+With --shared, KEY is a read-write lock and the run holds a read (shared)
+grant: many --shared runs of KEY at once (at most 16), none while a writer
+(a program using fencelock's RWLock.Lock) holds KEY or waits for it. A
+plain run KEY is not a writer: it locks the key KEY itself, and the
+read-write lock uses other keys (KEY/.rw/gate, KEY/.rw/r/I), so the two do
+not exclude each other. FENCELOCK_KEY is KEY and FENCELOCK_TOKEN the
+gate token the grant entered under: a fenced resource accepts a read whose
+token is at least the highest writer's token it has seen.
 
 With --min-hold D, a COMMAND that finishes before D has passed since KEY was
 granted leaves KEY held until then (ShedLock's lockAtLeastFor), so a
@@ -109,7 +119,10 @@ type runFlags struct {
 	graceSet bool // --grace was given; otherwise it is the most the danger zone allows
 	summary  bool
 	minHold  time.Duration
-	permits  int // 0: a plain lock; else a semaphore of this many permits
+	permits  int  // 0: a plain lock; else a semaphore of this many permits
+	shared   bool // a read grant of the read-write lock KEY
+
+	grant *fencelock.RWGrant // with shared: the read grant, once acquired
 }
 
 func cmdRun(e *env, args []string) int {
@@ -132,6 +145,7 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
 	fset.DurationVar(&rf.minHold, "min-hold", 0, "keep KEY held for at least `D` from the grant, even if COMMAND exits sooner\n(ShedLock's lockAtLeastFor: a fast cron job still keeps the other hosts out)")
 	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(fencelock.MaxPermits)+")")
+	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(fencelock.MaxReaders)+"), none beside a writer (fencelock.RWLock.Lock); not exclusive against a plain run KEY")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
@@ -156,6 +170,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--min-hold %v is longer than the longest lease (%v)", rf.minHold, fencelock.MaxTTL), true
 	case explicit["permits"] && (rf.permits < 1 || rf.permits > fencelock.MaxPermits):
 		return rf, e.usageError("run", "--permits must be between 1 and %d", fencelock.MaxPermits), true
+	case rf.shared && explicit["permits"]:
+		return rf, e.usageError("run", "--shared and --permits are exclusive"), true
 	case explicit["ttl"] && rf.ttl == 0:
 		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
@@ -166,6 +182,10 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	if slot := rf.key + fencelock.PermitSeparator + strconv.Itoa(rf.permits-1); rf.permits > 0 && len(slot) > driver.MaxKeyLen {
 		return rf, e.usageError("run", "with --permits %d, KEY may be at most %d bytes: its slot keys (KEY%sI) must fit in %d",
 			rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), fencelock.PermitSeparator, driver.MaxKeyLen), true
+	}
+	if last := rf.key + fencelock.RWSeparator + "r/" + strconv.Itoa(fencelock.MaxReaders-1); rf.shared && len(last) > driver.MaxKeyLen {
+		return rf, e.usageError("run", "with --shared, KEY may be at most %d bytes: its read-write lock's keys (KEY%s…) must fit in %d",
+			driver.MaxKeyLen-len(last)+len(rf.key), fencelock.RWSeparator, driver.MaxKeyLen), true
 	}
 	return rf, 0, false
 }
@@ -242,7 +262,13 @@ func (e *env) run(rf runFlags) int {
 		}
 		return code
 	}
-	code, silent := e.runChild(l, rf.argv, sigs, danger, rf.grace, killAllowance(o), o.ReleaseTimeout)
+	vars := childVars{key: l.Key(), token: l.Token(), owner: l.Owner()}
+	if rf.grant != nil {
+		// The read grant's fence is the read-write lock's key and the
+		// gate token it entered under, not its slot lease's.
+		vars.key, vars.token = rf.key, rf.grant.Token()
+	}
+	code, silent := e.runChild(l, vars, rf.argv, sigs, danger, rf.grace, killAllowance(o), o.ReleaseTimeout)
 	if silent {
 		closeWait = 0
 	}
@@ -340,6 +366,9 @@ func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFla
 	if rf.permits > 0 {
 		return e.acquirePermit(ctx, c, rf, u, interrupted)
 	}
+	if rf.shared {
+		return e.acquireShared(ctx, c, rf, u, interrupted)
+	}
 	var err error
 	if rf.noWait {
 		l, err = c.TryAcquire(ctx, rf.key)
@@ -406,6 +435,43 @@ func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFla
 		fmt.Fprintf(e.stderr, "fencelock run: %s\n", scrub(err.Error(), u))
 		return nil, exitUsage, false
 	case errors.Is(err, fencelock.ErrNotAcquired):
+		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
+		return nil, exitNotAcquired, false
+	}
+	return nil, e.fail("run", err, u), false
+}
+
+// acquireShared is acquireForRun with --shared: a read grant of the
+// read-write lock KEY. Its only lease is its reader slot's, which run
+// supervises as it would a lock's; rf.grant keeps the grant for its token.
+func (e *env) acquireShared(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
+	rw, err := c.RWLock(rf.key)
+	if err != nil {
+		return nil, e.fail("run", err, u), false
+	}
+	var g *fencelock.RWGrant
+	if rf.noWait {
+		g, err = rw.TryRLock(ctx)
+	} else {
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if rf.timeout > 0 {
+			actx, acancel = context.WithTimeout(ctx, rf.timeout)
+		}
+		g, err = rw.RLock(actx)
+		acancel()
+		if err != nil && ctx.Err() == nil && actx.Err() != nil {
+			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for a shared hold of %s after %v (--timeout)\n", strconv.Quote(rf.key), rf.timeout)
+			return nil, exitNotAcquired, false
+		}
+	}
+	if err == nil {
+		rf.grant = g
+		return g.Lease(), 0, true
+	}
+	if code, ok := interrupted(); ok {
+		return nil, code, false
+	}
+	if errors.Is(err, fencelock.ErrNotAcquired) {
 		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait)\n", scrub(err.Error(), u))
 		return nil, exitNotAcquired, false
 	}
@@ -489,8 +555,8 @@ type runningCmd struct {
 // runChild runs argv while l is held and returns fencelock's exit status,
 // and whether the store failed to answer the release (silent). danger
 // receives the lease's entry into its danger zone.
-func (e *env) runChild(l *fencelock.Lease, argv []string, sigs <-chan os.Signal, danger <-chan struct{}, grace, allowance, releaseTimeout time.Duration) (code int, silent bool) {
-	ch, err := e.startChild(l, argv, grace, allowance)
+func (e *env) runChild(l *fencelock.Lease, vars childVars, argv []string, sigs <-chan os.Signal, danger <-chan struct{}, grace, allowance, releaseTimeout time.Duration) (code int, silent bool) {
+	ch, err := e.startChild(l, vars, argv, grace, allowance)
 	if err != nil {
 		rerr := releaseWithin(l, releaseTimeout)
 		fmt.Fprintf(e.stderr, "fencelock run: %v\n", err)
@@ -503,15 +569,23 @@ func (e *env) runChild(l *fencelock.Lease, argv []string, sigs <-chan os.Signal,
 	return ch.finish(releaseTimeout)
 }
 
-// startChild starts argv with the lease's key, token and owner in its
-// environment.
-func (e *env) startChild(l *fencelock.Lease, argv []string, grace, allowance time.Duration) (*runningCmd, error) {
+// childVars are what COMMAND gets as FENCELOCK_KEY, FENCELOCK_TOKEN and
+// FENCELOCK_OWNER.
+type childVars struct {
+	key   string
+	token fencelock.Token
+	owner string
+}
+
+// startChild starts argv with vars in its environment; l is the lease it
+// runs under.
+func (e *env) startChild(l *fencelock.Lease, vars childVars, argv []string, grace, allowance time.Duration) (*runningCmd, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(),
-		"FENCELOCK_KEY="+l.Key(),
-		"FENCELOCK_TOKEN="+strconv.FormatUint(uint64(l.Token()), 10),
-		"FENCELOCK_OWNER="+l.Owner())
+		"FENCELOCK_KEY="+vars.key,
+		"FENCELOCK_TOKEN="+strconv.FormatUint(uint64(vars.token), 10),
+		"FENCELOCK_OWNER="+vars.owner)
 	ch := &runningCmd{e: e, cmd: cmd, l: l, group: !stdinIsTerminal(), grace: grace, allowance: allowance, done: make(chan struct{})}
 	setProcAttr(cmd, ch.group)
 	if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,6 +424,60 @@ func TestRunPermits(t *testing.T) {
 		if len(bad) == 2 {
 			args = append(append([]string{"run"}, bad...), "k", "--", "true")
 		}
+		if _, stderr, code := f.run(args...); code != exitUsage {
+			t.Errorf("run %v: exit %d; want %d\n%s", bad, code, exitUsage, stderr)
+		}
+	}
+}
+
+// TestRunShared: --shared runs of KEY hold read grants at once (nested
+// runs), none while a writer holds the read-write lock KEY; COMMAND gets
+// KEY and the grant's gate token, above the writer's before it; a plain
+// run KEY is not exclusive against it; bad combinations are usage errors.
+func TestRunShared(t *testing.T) {
+	f := newFixture(t)
+	inner := `echo "$FENCELOCK_KEY $FENCELOCK_TOKEN"; exec "$0" run --shared --no-wait catalog -- sh -c 'echo "$FENCELOCK_KEY $FENCELOCK_TOKEN"'`
+	stdout, stderr, code := f.run("run", "--shared", "catalog", "--", "sh", "-c", inner, fencelockBin)
+	if code != 0 {
+		t.Fatalf("a --shared run inside another: exit %d; want 0 (readers share)\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "catalog ") || !strings.HasPrefix(lines[1], "catalog ") {
+		t.Fatalf("FENCELOCK_KEY and FENCELOCK_TOKEN of the two readers: %q; want KEY and a token each", stdout)
+	}
+	// A plain run of KEY uses KEY itself: not exclusive against readers.
+	if _, stderr, code := f.run("run", "--shared", "catalog", "--", fencelockBin, "run", "--no-wait", "catalog", "--", "true"); code != 0 {
+		t.Errorf("a plain run inside a --shared run: exit %d; want 0 (different keys)\n%s", code, stderr)
+	}
+
+	ctx := t.Context()
+	c, err := fencelock.Open(ctx, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rw, err := c.RWLock("catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rw.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := f.run("run", "--shared", "--no-wait", "catalog", "--", "true"); code != exitNotAcquired {
+		t.Errorf("--shared --no-wait while a writer holds: exit %d; want %d\n%s", code, exitNotAcquired, stderr)
+	}
+	wtok := w.Token()
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = f.run("run", "--shared", "catalog", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"`)
+	tok, perr := strconv.ParseUint(strings.TrimSpace(stdout), 10, 64)
+	if code != 0 || perr != nil || fencelock.Token(tok) <= wtok {
+		t.Errorf("--shared after the writer: exit %d, token %q; want a token above the writer's %d\n%s", code, stdout, wtok, stderr)
+	}
+	for _, bad := range [][]string{{"--shared", "--permits", "2", "k"}, {"--shared", strings.Repeat("k", 510)}} {
+		args := append(append([]string{"run"}, bad...), "--", "true")
 		if _, stderr, code := f.run(args...); code != exitUsage {
 			t.Errorf("run %v: exit %d; want %d\n%s", bad, code, exitUsage, stderr)
 		}

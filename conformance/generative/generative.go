@@ -40,6 +40,12 @@
 //     (at once when no client crashed and no fault was injected, else
 //     within TTL plus slack).
 //
+// One program in five is a read-write program instead (rwlock.go):
+// clients taking read and write grants of one fencelock.RWLock through
+// the same faults and crashes, with a fencelock.RWFence in the loop;
+// checked for NoReaderBesideWriter, NoTwoWriters, GrantTokensIncrease,
+// LiveAccessAccepted, NoStaleAccessAccepted and NothingLeftBehind.
+//
 // One program in five is an election instead (election.go): campaigners
 // running Client.Elect through the same faults, resigning, proclaiming
 // and crashing, watched with Client.Observe; checked for NoTwoHolders
@@ -194,8 +200,12 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		if !failed.Load() && time.Since(begin) > o.Budget {
 			return
 		}
-		if rapid.IntRange(0, 4).Draw(rt, "election") == 0 {
+		switch rapid.IntRange(0, 4).Draw(rt, "election") {
+		case 0:
 			electionCheck(rt, h, &o, &stats, &failed) // election.go
+			return
+		case 1:
+			rwCheck(rt, h, &o, &stats, &failed) // rwlock.go
 			return
 		}
 		p := genProgram(rt, &o)

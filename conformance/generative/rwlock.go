@@ -1,0 +1,500 @@
+package generative
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
+	"pgregory.net/rapid"
+)
+
+// Read-write programs: two or three clients (each through the
+// fault-injecting driver, some rotating tokens) with one or two workers
+// each, taking read and write grants of one fencelock.RWLock — waiting,
+// trying once, or waiting with a context cut short — holding them for a
+// while with reads or writes to a fenced resource (fencelock.RWFence) at
+// the start and end of the hold, some also after the grant ended, as a
+// paused holder would. Clients end by Close, early or late, or crash.
+// Their histories are checked for:
+//
+//   - NoReaderBesideWriter, NoTwoWriters: no write grant's window (from
+//     its return to the instant its holder stopped believing: release,
+//     the engine's loss event for one of its leases, the grant's context
+//     ending, or its client beginning to close or crashing — or its
+//     grant, if the loss or the close came first) overlaps another
+//     grant's;
+//   - GrantTokensIncrease: a grant that began after another was granted
+//     carries a greater token (so a writer's is above every grant's
+//     before it, and a reader's above every writer's before it);
+//   - LiveAccessAccepted: a read or write by a grant that still holds,
+//     before and after the fence's check, is accepted;
+//   - NoStaleAccessAccepted: a late read is refused once a writer with a
+//     greater token has written; a late write once any grant with a
+//     greater token has read or written;
+//   - NothingLeftBehind: after every client ended, nothing is stored (at
+//     once without crashes or faults, else within TTL plus slack).
+
+type rwStepKind int
+
+const (
+	rwRead rwStepKind = iota
+	rwWrite
+	rwTryRead
+	rwTryWrite
+	rwReadCancelled
+	rwWriteCancelled
+)
+
+var rwStepNames = [...]string{"rlock", "lock", "try-rlock", "try-lock", "rlock-cancelled", "lock-cancelled"}
+
+func (k rwStepKind) write() bool { return k == rwWrite || k == rwTryWrite || k == rwWriteCancelled }
+
+type rwStep struct {
+	kind rwStepKind
+	hold int // tenths of TTL
+	late bool
+	ttl  int // WithTTL in tenths of TTL; 0: the Client's
+}
+
+type rwClientProg struct {
+	rotate  bool
+	faults  faults
+	workers [][]rwStep
+	end     endKind
+	endAt   int
+}
+
+type rwProg struct{ clients []rwClientProg }
+
+func (p rwProg) String() string {
+	var b strings.Builder
+	for i, c := range p.clients {
+		fmt.Fprintf(&b, "  client %d: rotate %v, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.faults, c.end, c.endAt)
+		for j, w := range c.workers {
+			fmt.Fprintf(&b, "    worker %d:", j)
+			for _, s := range w {
+				fmt.Fprintf(&b, " %s(hold %d/10 late %v ttl %d/10)", rwStepNames[s.kind], s.hold, s.late, s.ttl)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+func genRW(t *rapid.T, o *Options) rwProg {
+	var p rwProg
+	for range rapid.IntRange(2, o.Clients).Draw(t, "rwClients") {
+		c := rwClientProg{
+			rotate: rapid.Bool().Draw(t, "rotate"),
+			end:    endKind(rapid.IntRange(0, 4).Draw(t, "end") % 3),
+			endAt:  rapid.IntRange(0, 30).Draw(t, "endAt"),
+		}
+		if c.end == endCrash && rapid.Bool().Draw(t, "crashLate") {
+			c.end = endClose
+		}
+		if !o.NoFaults {
+			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
+			case 1:
+				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
+			case 2:
+				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
+			}
+			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5}).Draw(t, "maxDelay")
+			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+		}
+		for range rapid.IntRange(1, 2).Draw(t, "workers") {
+			var w []rwStep
+			for range rapid.IntRange(1, 4).Draw(t, "steps") {
+				w = append(w, rwStep{
+					kind: rwStepKind(rapid.IntRange(0, len(rwStepNames)-1).Draw(t, "rwKind")),
+					hold: rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
+					late: rapid.Bool().Draw(t, "late"),
+					ttl:  rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "ttl"),
+				})
+			}
+			c.workers = append(c.workers, w)
+		}
+		p.clients = append(p.clients, c)
+	}
+	return p
+}
+
+// rwGrantRec is one grant as its worker saw it.
+type rwGrantRec struct {
+	id       int
+	client   int
+	write    bool
+	owner    string
+	owners   []string // of every lease of the grant
+	token    fencelock.Token
+	inv, got int64
+	end      atomic.Int64 // seq when its holder stopped believing; 0 while held
+}
+
+type rwAccess struct {
+	grant         *rwGrantRec
+	write, late   bool
+	token         fencelock.Token
+	inv, ret      int64
+	accepted      bool
+	heldAfter     bool // the grant still held after the check returned
+	refusedReason error
+}
+
+type rwRun struct {
+	rec    *recorder
+	fence  fencelock.RWFence
+	mu     sync.Mutex
+	grants []*rwGrantRec
+	access []rwAccess
+	lost   map[string]int64 // lease owner → seq when the engine reported its loss
+}
+
+// observer records the engine's loss events as they happen: a grant ends
+// with its lease, before the store can give the key to anyone else.
+func (run *rwRun) observer() fencelock.Observer {
+	return fencelock.ObserverFunc(func(e fencelock.Event) {
+		if e.Kind != fencelock.EventLost {
+			return
+		}
+		s := run.rec.tick()
+		run.mu.Lock()
+		if _, ok := run.lost[e.Owner]; !ok {
+			run.lost[e.Owner] = s
+		}
+		run.mu.Unlock()
+	})
+}
+
+// rwCheck runs one generated read-write program as Run's property does
+// for lock programs.
+func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *atomic.Bool) {
+	p := genRW(rt, o)
+	body := func(rt *rapid.T) {
+		if o.Fresh != nil {
+			o.Fresh()
+		}
+		run, err := runRW(rt.Context(), h, p)
+		if err != nil {
+			rt.Fatalf("generative: read-write: %v", err)
+		}
+		atomic.AddInt64(&stats.Programs, 1)
+		run.mu.Lock()
+		atomic.AddInt64(&stats.Leases, int64(len(run.grants)))
+		atomic.AddInt64(&stats.Writes, int64(len(run.access)))
+		run.mu.Unlock()
+		var fail []string
+		for _, v := range run.check() {
+			if why, ok := o.Known[v.property]; ok {
+				atomic.AddInt64(&stats.Known, 1)
+				rt.Logf("known violation (%s): %s", why, v)
+				continue
+			}
+			fail = append(fail, v.String())
+		}
+		if len(fail) > 0 {
+			failed.Store(true)
+			rt.Fatalf("read-write invariants violated:\n  %s\nread-write program:\n%s\nhistory:\n%s", strings.Join(fail, "\n  "), p, run.rec.trace())
+		}
+	}
+	if o.SyncTest {
+		rapid.SyncTest(rt, body)
+	} else {
+		body(rt)
+	}
+}
+
+func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error) {
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	prefix := "generative-" + hex.EncodeToString(rnd[:]) + "/"
+	key := prefix + "rw"
+	tenth := h.TTL / 10
+	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}}
+	raw, err := h.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("Harness.Open: %w", err)
+	}
+	defer raw.Close()
+
+	type client struct {
+		c    *fencelock.Client
+		rw   *fencelock.RWLock
+		w    *faulty
+		once sync.Once
+	}
+	clients := make([]*client, len(p.clients))
+	crashed, faulted := false, false
+	for i, cp := range p.clients {
+		inner, err := h.Open(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("Harness.Open: %w", err)
+		}
+		f := cp.faults
+		f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
+		faulted = faulted || f.any()
+		crashed = crashed || cp.end == endCrash
+		w := &faulty{b: inner, f: f, rec: run.rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
+		o := &fencelock.Options{
+			TTL:            h.TTL,
+			MinBackoff:     2 * time.Millisecond,
+			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
+			ReleaseTimeout: max(h.TTL, 2*time.Second),
+			Owner:          fmt.Sprintf("generative-rw-%d", i),
+			Observer:       run.observer(),
+		}
+		if cp.rotate {
+			o.RotateEvery = h.TTL / 3
+		}
+		c, err := fencelock.New(wrap(w), o)
+		if err != nil {
+			inner.Close()
+			return nil, fmt.Errorf("fencelock.New: %w", err)
+		}
+		rw, err := c.RWLock(key)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		clients[i] = &client{c: c, rw: rw, w: w}
+	}
+	end := func(i int) {
+		cl := clients[i]
+		cl.once.Do(func() {
+			if p.clients[i].end == endCrash {
+				run.rec.closing(i, "client %d crashes", i)
+				cl.w.crash()
+				if h.Crash != nil {
+					h.Crash(cl.w.b)
+				}
+			} else {
+				run.rec.closing(i, "client %d closes", i)
+			}
+			_ = cl.c.Close()
+		})
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, cp := range p.clients {
+		for j, steps := range cp.workers {
+			wg.Go(func() {
+				for _, s := range steps {
+					run.step(ctx, i, j, clients[i].rw, s, tenth, h.TTL)
+				}
+			})
+		}
+		if cp.end != endClose {
+			wg.Go(func() {
+				sleepCtx(ctx, time.Duration(cp.endAt)*tenth-time.Since(start))
+				end(i)
+			})
+		}
+	}
+	wg.Wait()
+	for i := range p.clients {
+		end(i)
+	}
+	// NothingLeftBehind: at once, or within the longest TTL plus slack
+	// when a crash or a fault may have left a record to expire.
+	maxTTL, slack := h.TTL, h.Slack
+	for _, cp := range p.clients {
+		for _, w := range cp.workers {
+			for _, s := range w {
+				if t := time.Duration(s.ttl) * tenth; t > maxTTL {
+					maxTTL, slack = t, time.Duration(float64(h.Slack)*float64(t)/float64(h.TTL))
+				}
+			}
+		}
+	}
+	deadline := time.Now()
+	if crashed || faulted {
+		deadline = deadline.Add(maxTTL + slack)
+	}
+	for {
+		infos, err := raw.List(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("List: %w", err)
+		}
+		if len(infos) == 0 {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			run.rec.leftBehind("NothingLeftBehind", "after every client ended", infos)
+			break
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	return run, nil
+}
+
+// step runs one step of worker j of client i.
+func (run *rwRun) step(ctx context.Context, i, j int, rw *fencelock.RWLock, s rwStep, tenth, ttl time.Duration) {
+	var opts []fencelock.AcquireOption
+	if s.ttl > 0 {
+		opts = append(opts, fencelock.WithTTL(time.Duration(s.ttl)*tenth))
+	}
+	inv := run.rec.tick()
+	var (
+		g   *fencelock.RWGrant
+		err error
+	)
+	switch s.kind {
+	case rwRead, rwWrite, rwReadCancelled, rwWriteCancelled:
+		wait := 3 * ttl
+		if s.kind == rwReadCancelled || s.kind == rwWriteCancelled {
+			wait = ttl / 4
+		}
+		actx, cancel := context.WithTimeout(ctx, wait)
+		if s.kind.write() {
+			g, err = rw.Lock(actx, opts...)
+		} else {
+			g, err = rw.RLock(actx, opts...)
+		}
+		cancel()
+	case rwTryRead:
+		g, err = rw.TryRLock(ctx, opts...)
+	case rwTryWrite:
+		g, err = rw.TryLock(ctx, opts...)
+	}
+	if err != nil {
+		run.rec.note("client %d worker %d %s: %v", i, j, rwStepNames[s.kind], err)
+		return
+	}
+	got := run.rec.tick()
+	gr := &rwGrantRec{client: i, write: s.kind.write(), owner: g.Owner(), token: g.Token(), inv: inv, got: got}
+	for _, l := range g.Leases() {
+		gr.owners = append(gr.owners, l.Owner())
+	}
+	if g.Shared() == gr.write {
+		run.rec.violate("GrantKind", "%s returned a grant with Shared() = %v", rwStepNames[s.kind], g.Shared())
+	}
+	// The holder stops believing when the grant's context ends.
+	stop := context.AfterFunc(g.Context(), func() { gr.end.CompareAndSwap(0, run.rec.tick()) })
+	defer stop()
+	run.mu.Lock()
+	gr.id = len(run.grants) + 1
+	run.grants = append(run.grants, gr)
+	run.mu.Unlock()
+	run.rec.note("client %d worker %d grant %d: %s token %d (%s)", i, j, gr.id, rwStepNames[s.kind], gr.token, gr.owner)
+
+	run.accessWith(g, gr, false)
+	if s.hold > 0 {
+		t := time.NewTimer(time.Duration(s.hold) * tenth)
+		select {
+		case <-t.C:
+		case <-g.Done():
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	run.accessWith(g, gr, false)
+	gr.end.CompareAndSwap(0, run.rec.tick())
+	rerr := g.Release(ctx)
+	run.rec.note("grant %d released: %v (err %v)", gr.id, rerr, g.Err())
+	if s.late {
+		sleepCtx(ctx, tenth)
+		run.accessWith(g, gr, true)
+	}
+}
+
+// accessWith reads (a read grant) or writes (a write grant) the fenced
+// resource with g's token at its grant.
+func (run *rwRun) accessWith(g *fencelock.RWGrant, gr *rwGrantRec, late bool) {
+	a := rwAccess{grant: gr, write: gr.write, late: late, token: gr.token}
+	a.inv = run.rec.tick()
+	var err error
+	if gr.write {
+		err = run.fence.CheckWrite("resource", gr.token, gr.owner)
+	} else {
+		err = run.fence.CheckRead("resource", gr.token)
+	}
+	a.ret = run.rec.tick()
+	a.accepted, a.refusedReason = err == nil, err
+	a.heldAfter = !late && g.Context().Err() == nil
+	run.mu.Lock()
+	run.access = append(run.access, a)
+	run.mu.Unlock()
+	verdict := "accepted"
+	if err != nil {
+		verdict = "refused: " + err.Error()
+	}
+	run.rec.note("grant %d %s token %d (late %v): %s", gr.id, map[bool]string{false: "reads", true: "writes"}[gr.write], gr.token, late, verdict)
+}
+
+func (run *rwRun) check() []violation {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.rec.mu.Lock()
+	vs := append([]violation(nil), run.rec.direct...)
+	run.rec.mu.Unlock()
+	run.rec.mu.Lock()
+	closed := make(map[int]int64, len(run.rec.closed))
+	for c, s := range run.rec.closed {
+		closed[c] = s
+	}
+	run.rec.mu.Unlock()
+	// A grant's window ends when its holder stopped believing, at the
+	// latest when its client began to close or crashed.
+	endOf := func(g *rwGrantRec) int64 {
+		e := g.end.Load()
+		if e == 0 {
+			e = 1 << 62
+		}
+		for _, o := range g.owners {
+			if s, ok := run.lost[o]; ok {
+				e = min(e, max(s, g.got))
+			}
+		}
+		if c, ok := closed[g.client]; ok {
+			// A grant that came while its client was closing ends as
+			// Close releases it: at once, as far as the window goes.
+			e = min(e, max(c, g.got))
+		}
+		return e
+	}
+	for _, a := range run.grants {
+		for _, b := range run.grants {
+			if a == b {
+				continue
+			}
+			// A grant that had ended before its call returned (lost, or
+			// released by a Close) was never believed held: no window.
+			if a.write && a.got < endOf(b) && b.got < endOf(a) && endOf(a) > a.got && endOf(b) > b.got && (a.id < b.id || !b.write) {
+				prop := "NoReaderBesideWriter"
+				if b.write {
+					prop = "NoTwoWriters"
+				}
+				vs = append(vs, violation{prop, fmt.Sprintf("write grant %d (token %d, held %d–%d) and %s grant %d (token %d, held %d–%d) overlap",
+					a.id, a.token, a.got, endOf(a), map[bool]string{false: "read", true: "write"}[b.write], b.id, b.token, b.got, endOf(b))})
+			}
+			if a.got < b.inv && b.token <= a.token {
+				vs = append(vs, violation{"GrantTokensIncrease", fmt.Sprintf("grant %d (write %v) began at %d after grant %d (write %v, token %d) was granted at %d, but carries token %d",
+					b.id, b.write, b.inv, a.id, a.write, a.token, a.got, b.token)})
+			}
+		}
+	}
+	for _, a := range run.access {
+		if !a.accepted && a.heldAfter {
+			vs = append(vs, violation{"LiveAccessAccepted", fmt.Sprintf("grant %d (write %v, token %d) was refused while it held: %v", a.grant.id, a.write, a.token, a.refusedReason)})
+		}
+		if !a.accepted || !a.late {
+			continue
+		}
+		for _, b := range run.access {
+			if b.accepted && b.ret < a.inv && b.token > a.token && (a.write || b.write) {
+				vs = append(vs, violation{"NoStaleAccessAccepted", fmt.Sprintf("late access by grant %d (write %v, token %d) accepted after grant %d (write %v, token %d) had been accepted",
+					a.grant.id, a.write, a.token, b.grant.id, b.write, b.token)})
+				break
+			}
+		}
+	}
+	return vs
+}

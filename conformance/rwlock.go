@@ -1,0 +1,383 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// testReadWrite checks fencelock.RWLock, which is generic (a gate lease
+// and MaxReaders reader slot leases), through the store: its subtests
+// each carry their own rule.
+func testReadWrite(t *testing.T, s *suite) {
+	for _, c := range rwCases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", c.rule)
+				}
+			}()
+			c.run(t, s)
+		})
+	}
+}
+
+const readWriteRule = "fencelock.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL (subtests, each with its own rule)."
+
+var rwCases = []testCase{
+	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
+	{"WriterNeedsEverySlot", "a writer holds every reader slot: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
+	{"WriterNotStarved", "a writer waiting for readers holds the gate, so a stream of overlapping readers cannot keep it out: it gets the lock before any reader has done a bounded number of rounds.", testRWStarve},
+	{"CancelledWaitLeavesNothing", "a Lock that waits for a reader, or an RLock that waits for a writer, whose context ends returns the context's error and leaves no record or queue entry: the holder is the only holder, and once it releases the lock is free at once.", testRWCancelled},
+	{"HoldersListEveryHolder", "RWLock.Holders reports every reader (slot, owner, grant token, its own metadata) and a writer as one holder (its gate, every slot, its metadata).", testRWHolders},
+	{"CrashedHolderFreedWithinTTL", "a writer that died without releasing frees the lock within the TTL the store granted plus slack: a waiting reader gets a grant, with a token above the dead writer's.", testRWCrash},
+}
+
+func (s *suite) rwlock(t *testing.T, c *fencelock.Client, key string) *fencelock.RWLock {
+	t.Helper()
+	rw, err := c.RWLock(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rw
+}
+
+func testRWMutex(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	const clients, readers, rounds = 3, 3, 4
+	var (
+		mu              sync.Mutex
+		inside, most    int
+		writing         bool
+		top, lastWriter fencelock.Token
+		fence           fencelock.RWFence
+		wg              sync.WaitGroup
+	)
+	enter := func(g *fencelock.RWGrant) {
+		mu.Lock()
+		defer mu.Unlock()
+		tok := g.Token()
+		if g.Shared() {
+			if writing {
+				t.Errorf("read grant (token %d) while a writer holds the lock", tok)
+			}
+			if tok <= lastWriter {
+				t.Errorf("read grant token %d, not above the last writer's %d", tok, lastWriter)
+			}
+			inside++
+			most = max(most, inside)
+		} else {
+			if writing || inside > 0 {
+				t.Errorf("write grant (token %d) while a writer (%v) or %d readers hold the lock", tok, writing, inside)
+			}
+			if tok <= top {
+				t.Errorf("write grant token %d, not above every earlier grant's (highest %d)", tok, top)
+			}
+			writing, lastWriter = true, tok
+		}
+		top = max(top, tok)
+	}
+	leave := func(g *fencelock.RWGrant) {
+		mu.Lock()
+		defer mu.Unlock()
+		if g.Shared() {
+			inside--
+		} else {
+			writing = false
+		}
+	}
+	work := func(rw *fencelock.RWLock, write bool) {
+		defer wg.Done()
+		for range rounds {
+			lock := rw.RLock
+			if write {
+				lock = rw.Lock
+			}
+			g, err := lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			enter(g)
+			if err := fence.Admit(key, g); err != nil {
+				t.Errorf("a live grant (shared %v, token %d) refused by the fence: %v", g.Shared(), g.Token(), err)
+			}
+			time.Sleep(20 * time.Millisecond) // the work, long enough for readers to overlap
+			leave(g)
+			if err := g.Release(ctx); err != nil {
+				t.Errorf("Release: %v", err)
+				return
+			}
+		}
+	}
+	rws := make([]*fencelock.RWLock, clients)
+	var shared []*fencelock.RWGrant
+	for i := range rws {
+		rws[i] = s.rwlock(t, s.client(t), key)
+		g, err := rws[i].TryRLock(ctx) // many readers at once
+		if err != nil {
+			t.Fatalf("TryRLock of client %d while %d other readers hold the lock: %v; want readers to share it", i, len(shared), err)
+		}
+		shared = append(shared, g)
+	}
+	for _, g := range shared {
+		if err := g.Err(); err != nil {
+			t.Errorf("a read grant ended while others were taken: %v", err)
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rw := range rws {
+		for range readers {
+			wg.Add(1)
+			go work(rw, false)
+		}
+		wg.Add(1)
+		go work(rw, true)
+	}
+	wg.Wait()
+	t.Logf("%d clients × (%d readers + 1 writer) × %d rounds: up to %d readers at once", clients, readers, rounds, most)
+	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+}
+
+func testRWEverySlot(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	c := s.client(t)
+	w := s.rwlock(t, s.client(t), key)
+	for i := range fencelock.MaxReaders {
+		l, err := c.TryAcquire(ctx, w.SlotKey(i)) // a reader's slot, as the writer sees it
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+			t.Fatalf("TryLock while slot %s is held: %v; want ErrNotAcquired", l.Key(), err)
+		}
+		infos, err := c.List(ctx, key+fencelock.RWSeparator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 1 || infos[0].Owner != l.Owner() {
+			t.Fatalf("List after a refused TryLock = %v; want only the slot's holder", infos)
+		}
+		mustRelease(t, l)
+	}
+	g, err := w.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with every slot free: %v", err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkEmpty(t, ctx, c, key+fencelock.RWSeparator)
+}
+
+func testRWStarve(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	const readers, bound = 4, 30
+	var (
+		granted atomic.Bool
+		rounds  atomic.Int64
+		wg      sync.WaitGroup
+		started = make(chan struct{})
+		once    sync.Once
+	)
+	for i := range readers {
+		rw := s.rwlock(t, s.client(t), key)
+		wg.Go(func() {
+			for n := 0; !granted.Load(); n++ {
+				if n == bound {
+					t.Errorf("reader %d did %d rounds and the writer still had no grant: starved", i, bound)
+					once.Do(func() { close(started) })
+					return
+				}
+				g, err := rw.RLock(ctx)
+				if err != nil {
+					t.Error(err)
+					once.Do(func() { close(started) })
+					return
+				}
+				rounds.Add(1)
+				if n == 1 {
+					once.Do(func() { close(started) })
+				}
+				time.Sleep(time.Duration(20+5*i) * time.Millisecond) // overlapping reads
+				if err := g.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	<-started
+	g, err := s.rwlock(t, s.client(t), key).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted.Store(true)
+	t.Logf("the writer got the lock after %d read grants", rounds.Load())
+	if err := g.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
+	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+}
+
+func testRWCancelled(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	a, b := s.rwlock(t, s.client(t), key), s.rwlock(t, s.client(t), key)
+	r, err := a.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = b.Lock(wctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with an expiring context while a reader holds = %v; want context.DeadlineExceeded", err)
+	}
+	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || hs[0].Owner != r.Owner() {
+		t.Fatalf("Holders after the cancelled Lock = %+v, %v; want only the reader", hs, err)
+	}
+	r2, err := b.TryRLock(ctx) // the gate is free
+	if err != nil {
+		t.Fatalf("TryRLock after the cancelled Lock: %v (it left the gate behind)", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock once the readers left: %v (a cancelled wait left a slot or queue entry behind)", err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = a.RLock(wctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("RLock with an expiring context while a writer holds = %v; want context.DeadlineExceeded", err)
+	}
+	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != fencelock.MaxReaders {
+		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer, with every slot", hs, err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("TryRLock once the writer left: %v (a cancelled wait left the gate or a queue entry behind)", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+}
+
+func testRWHolders(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	var readers []*fencelock.RWGrant
+	for i := range 3 {
+		g, err := s.rwlock(t, s.client(t), key).TryRLock(ctx, fencelock.WithMetadata(fmt.Appendf(nil, "reader-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, g)
+	}
+	rw := s.rwlock(t, s.client(t), key)
+	hs, err := rw.Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != len(readers) {
+		t.Fatalf("Holders = %+v; want %d readers", hs, len(readers))
+	}
+	for i, g := range readers {
+		found := false
+		for _, h := range hs {
+			if h.Owner != g.Owner() {
+				continue
+			}
+			found = true
+			if h.Write || h.Grant != g.Token() || h.Slots != 1 || h.Key != g.Lease().Key() || h.Token != g.Lease().Token() || string(h.Metadata) != fmt.Sprintf("reader-%d", i) {
+				t.Errorf("holder %+v; want a reader on %s, grant token %d, slot token %d, metadata reader-%d", h, g.Lease().Key(), g.Token(), g.Lease().Token(), i)
+			}
+		}
+		if !found {
+			t.Errorf("Holders = %+v; missing reader %s", hs, g.Owner())
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := rw.TryLock(ctx, fencelock.WithMetadata([]byte("writer")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err = s.rwlock(t, s.client(t), key).Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rw.GateKey() || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
+		hs[0].Slots != fencelock.MaxReaders || string(hs[0].Metadata) != "writer" {
+		t.Errorf("Holders = %+v; want the writer %s (grant token %d) with every slot and metadata %q", hs, w.Owner(), w.Token(), "writer")
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := rw.Holders(ctx); err != nil || len(hs) != 0 {
+		t.Errorf("Holders after release = %+v, %v; want none", hs, err)
+	}
+}
+
+func testRWCrash(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	b, cb := s.crashable(t)
+	dead, err := fencelock.New(b, s.options())
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dead.Close() })
+	dw := s.rwlock(t, dead, key)
+	w, err := dw.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := s.rwlock(t, s.client(t), key)
+	if _, err := live.TryRLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryRLock while a writer holds = %v; want ErrNotAcquired", err)
+	}
+	cb.crash()
+	crashed := time.Now()
+	bound := s.expiryBound(cb.last(dw.GateKey()), s.h.TTL)
+	for i := range fencelock.MaxReaders {
+		bound = max(bound, s.expiryBound(cb.last(dw.SlotKey(i)), s.h.TTL))
+	}
+	actx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	g, err := live.RLock(actx)
+	if err != nil {
+		t.Fatalf("no read grant within %v of the writer's crash (the granted TTL plus slack): %v", bound, err)
+	}
+	t.Logf("crashed writer's lock returned after %v (bound %v)", time.Since(crashed), bound)
+	if g.Token() <= w.Token() {
+		t.Errorf("read grant after the crashed writer carries token %d, not above the writer's %d", g.Token(), w.Token())
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,608 @@
+package fencelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// RWSeparator is what an RWLock puts between its key and the keys of its
+// records: the gate key + RWSeparator + "gate", and the reader slot keys
+// key + RWSeparator + "r/0" … key + RWSeparator + "r/" +
+// strconv.Itoa(MaxReaders-1). Keys that contain it are reserved for
+// read-write locks: a plain lock on such a key occupies the gate or a
+// reader slot.
+const RWSeparator = "/.rw/"
+
+// MaxReaders is the number of reader slots of every RWLock: at most
+// MaxReaders read grants of one key are held at once, and an RLock beyond
+// them waits for a reader to leave. A writer takes every slot, so this is
+// also the number of slot leases a write grant holds besides the gate.
+// It is part of the keys' layout: every client of a key must use the
+// same number, so it is a constant.
+const MaxReaders = 16
+
+// rwHeader starts the metadata of every record of a read-write lock; the
+// holder's own WithMetadata payload follows the first newline.
+const rwHeader = "fencelock-rwlock "
+
+// RWLock is a read-write lock on one key, for every client of the store:
+// many readers at once, or one writer. Every grant is fenced. Create one
+// with Client.RWLock; its methods are safe for concurrent use.
+//
+// # Design
+//
+// Two kinds of record, each an ordinary Lease: a gate (GateKey) that
+// serialises entry, and MaxReaders reader slots (SlotKey). A reader takes
+// the gate, then one free slot, checks that its gate lease is still valid
+// by its own clock, and releases the gate; its grant is the slot's lease.
+// A writer takes the gate, then every slot, waiting for the readers
+// inside to leave, and keeps them all; its grant is the gate and every
+// slot. So no reader holds a grant while a writer does, no two writers do,
+// and a writer waiting for readers to drain holds the gate: readers that
+// come after it queue behind it, and a stream of readers cannot starve it.
+//
+// # Fencing
+//
+// A grant's token (RWGrant.Token) is the gate's token under which it
+// entered: for a reader, the gate token it held when it took its slot;
+// for a writer, its gate lease's current token (which only rotation moves,
+// upwards). Gate tokens strictly increase, and a writer keeps the gate
+// for its whole grant, so a writer's token is strictly greater than every
+// grant's that entered before it, and every grant that enters after it
+// carries a greater token still. A fenced resource therefore accepts a
+// read whose token is at least the highest writer's token it has seen,
+// and a write whose token is greater than every token it has seen (or
+// equal to the highest, from the same writer): RWFence implements that
+// rule, and docs/semaphores.md states it for a database.
+//
+// # Implementation
+//
+// Generic: an RWLock only uses the Client's Acquire, TryAcquire and List,
+// so it works on every backend; no backend has a native one yet. Its costs:
+// a read takes two leases and releases one (two round trips more than a
+// lock); a write takes and renews 1 + MaxReaders leases.
+type RWLock struct {
+	c       *Client
+	key     string
+	gate    string
+	readers *Semaphore // the slots, for readers: tryAll, race and poll
+}
+
+// RWLock returns the read-write lock on key. It stores nothing. It returns
+// an *InvalidKeyError (matching ErrInvalidKey) for a key that
+// driver.ValidateKey refuses or whose longest record key would be longer
+// than driver.MaxKeyLen. A backend with stricter key rules refuses a
+// record's key when it is first used.
+func (c *Client) RWLock(key string) (*RWLock, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	rw := &RWLock{c: c, key: key, gate: key + RWSeparator + "gate"}
+	slots := make([]string, MaxReaders)
+	for i := range slots {
+		slots[i] = key + RWSeparator + "r/" + strconv.Itoa(i)
+	}
+	longest := max(len(rw.gate), len(slots[MaxReaders-1]))
+	if longest > driver.MaxKeyLen {
+		return nil, &InvalidKeyError{Key: key, Reason: fmt.Sprintf("its read-write lock's record keys are up to %d bytes, longer than %d (a read-write lock's key may be at most %d bytes)",
+			longest, driver.MaxKeyLen, driver.MaxKeyLen-longest+len(key))}
+	}
+	rw.readers = &Semaphore{c: c, key: key, n: MaxReaders, slots: slots}
+	return rw, nil
+}
+
+// Key returns the read-write lock's key.
+func (rw *RWLock) Key() string { return rw.key }
+
+// GateKey returns the key of the lock's gate.
+func (rw *RWLock) GateKey() string { return rw.gate }
+
+// SlotKey returns the key of reader slot i (0 ≤ i < MaxReaders).
+func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
+
+// rwTestHookEntered, if set, runs after a reader got the gate and before
+// it takes a slot (tests pause a reader there).
+var rwTestHookEntered func(gate *Lease)
+
+// RLock takes a read grant, waiting while a writer holds or waits for the
+// lock (or while MaxReaders readers hold it), until it has one or ctx
+// ends (or WithWait's bound passes: an error matching ErrNotAcquired). A
+// wait that ends without a grant leaves nothing behind in the store. opts
+// apply to the slot's lease as to Client.Acquire (WithMetadata's payload
+// after the lock's header, see Holders), and WithTTL and WithLabel to the
+// gate's lease too.
+func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+	return rw.lock(ctx, false, true, opts)
+}
+
+// TryRLock makes one attempt at a read grant: it returns an error
+// matching ErrNotAcquired at once when a writer holds the gate (or waits
+// for readers to drain) or every slot is held. It leaves nothing behind
+// when it fails.
+func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+	return rw.lock(ctx, false, false, opts)
+}
+
+// Lock takes the write grant, waiting for the gate and then for every
+// reader inside to leave, until it has it or ctx ends (or WithWait's
+// bound passes: an error matching ErrNotAcquired). While it waits for
+// readers it holds the gate, so no new reader enters. A wait that ends
+// without the grant leaves nothing behind in the store. opts apply to
+// every lease of the grant as to Client.Acquire (WithMetadata's payload
+// to the gate's only).
+func (rw *RWLock) Lock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+	return rw.lock(ctx, true, true, opts)
+}
+
+// TryLock makes one attempt at the write grant: it returns an error
+// matching ErrNotAcquired at once when the gate or any reader slot is
+// held. It leaves nothing behind when it fails.
+func (rw *RWLock) TryLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+	return rw.lock(ctx, true, false, opts)
+}
+
+func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []AcquireOption) (*RWGrant, error) {
+	cfg, err := rw.c.resolveCall(opts)
+	if err != nil {
+		return nil, err
+	}
+	parent := ctx
+	if wait && cfg.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
+		defer cancel()
+	}
+	bound, done, err := rw.c.begin(ctx) // Close ends the wait, and waits for its clean-up
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var g *RWGrant
+	for {
+		if write {
+			g, err = rw.write(bound, parent, wait, opts)
+		} else {
+			g, err = rw.read(bound, parent, wait, opts)
+		}
+		if !errors.Is(err, errGateLost) || !wait || bound.Err() != nil {
+			break
+		}
+		// The gate was lost before the grant was complete: enter again.
+	}
+	if errors.Is(err, errGateLost) && bound.Err() != nil {
+		err = rw.c.ended(bound, nil)
+	}
+	if err != nil && bound.Err() != nil && !definite(err) {
+		err = rw.c.ended(bound, err)
+	}
+	if wait {
+		err = waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, bound, err))
+	} else {
+		err = closedErr(parent, bound, err)
+	}
+	return g, err
+}
+
+// errGateLost reports that a grant's gate lease (or a reader's slot
+// lease) ended, by its holder's clock, before the grant was complete; the
+// grant's leases were released, and a waiting call enters again.
+var errGateLost = fmt.Errorf("%w: a lease of the read-write lock ended before the grant was complete", ErrNotAcquired)
+
+// rwOpts returns opts followed by the lock's own: meta replaces the
+// metadata with the header line (and the caller's payload, with
+// payload), and the wait bound and, without keepHold, the minimum hold
+// are dropped.
+func rwOpts(opts []AcquireOption, header string, payload, keepHold bool) []AcquireOption {
+	own := func(c *callConfig) {
+		if payload {
+			c.meta = append([]byte(rwHeader+header+"\n"), c.meta...)
+		} else {
+			c.meta = []byte(rwHeader + header + "\n")
+		}
+		c.wait, c.setWait = 0, false
+		if !keepHold {
+			c.minHold, c.setMinHold = 0, false
+		}
+	}
+	return append(append([]AcquireOption(nil), opts...), own)
+}
+
+// enter takes the gate, waiting for it with wait.
+func (rw *RWLock) enter(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
+	if wait {
+		return rw.c.Acquire(ctx, rw.gate, opts...)
+	}
+	return rw.c.TryAcquire(ctx, rw.gate, opts...)
+}
+
+// valid reports whether l is held by its holder's clock: after its local
+// validity has ended, the store may have given its key to another.
+func valid(l *Lease) bool { return l.Remaining() > 0 }
+
+func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
+	gate, err := rw.enter(ctx, wait, rwOpts(opts, "read gate", false, false))
+	if err != nil {
+		return nil, err
+	}
+	if h := rwTestHookEntered; h != nil {
+		h(gate)
+	}
+	token := gate.Token()
+	// Waiting for a slot ends when the gate is lost.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(gate.Context(), func() { cancel(errGateLost) })
+	defer stop()
+	slotOpts := rwOpts(opts, "read token="+strconv.FormatUint(uint64(token), 10), true, true)
+	s := rw.readers
+	l, err := s.tryAll(rctx, slotOpts)
+	if err != nil && wait && (!definite(err) || errors.Is(err, ErrNotAcquired)) && rctx.Err() == nil {
+		if rw.c.waiter == nil && rw.c.watcher == nil {
+			l, err = s.poll(rctx, slotOpts, err)
+		} else {
+			l, err = s.race(rctx, slotOpts)
+		}
+	}
+	if err != nil {
+		rw.c.releaseAll(ctx, gate)
+		if errors.Is(context.Cause(rctx), errGateLost) && ctx.Err() == nil {
+			return nil, errGateLost
+		}
+		return nil, err
+	}
+	// A reader that paused between the gate and its slot may have lost
+	// the gate to a writer that came and went meanwhile: its grant would
+	// carry a token below that writer's. Only a gate lease still valid
+	// when the slot is held proves that no writer entered since.
+	if !valid(gate) {
+		rw.c.releaseAll(ctx, l, gate)
+		return nil, errGateLost
+	}
+	rw.c.releaseAll(ctx, gate)
+	// The slot may have been lost while the gate was released (its
+	// renewal told "not held"): never hand out a grant already lost.
+	if !valid(l) {
+		rw.c.releaseAll(ctx, l)
+		return nil, errGateLost
+	}
+	return newRWGrant(rw, parent, false, token, []*Lease{l}), nil
+}
+
+func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
+	gate, err := rw.enter(ctx, wait, rwOpts(opts, "write", true, true))
+	if err != nil {
+		return nil, err
+	}
+	token := gate.Token()
+	// Waiting for the slots ends when the gate is lost.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(gate.Context(), func() { cancel(errGateLost) })
+	defer stop()
+	slotOpts := rwOpts(opts, "write token="+strconv.FormatUint(uint64(token), 10)+" gate="+gate.Owner(), false, true)
+	n := len(rw.readers.slots)
+	leases := make([]*Lease, n)
+	errs := make([]error, n)
+	take := func(i int, key string) {
+		if wait {
+			leases[i], errs[i] = rw.c.Acquire(wctx, key, slotOpts...)
+		} else {
+			leases[i], errs[i] = rw.c.TryAcquire(wctx, key, slotOpts...)
+		}
+		if errs[i] != nil && definite(errs[i]) && !errors.Is(errs[i], ErrNotAcquired) {
+			cancel(errs[i]) // a bad key, a closed client: no other wait can succeed
+		}
+	}
+	if rw.c.waiter != nil || rw.c.watcher != nil {
+		// Every slot at once, each with the engine's own waiting.
+		var wg sync.WaitGroup
+		for i, key := range rw.readers.slots {
+			wg.Go(func() { take(i, key) })
+		}
+		wg.Wait()
+	} else {
+		// One slot after another where every wait polls: many polling
+		// requests in flight at once, cut short when one fails, are
+		// what a store that applies a request after its caller gave up
+		// (FerretDB) turns into records left until their TTL.
+		for i, key := range rw.readers.slots {
+			if take(i, key); errs[i] != nil {
+				break
+			}
+		}
+	}
+	all := append([]*Lease{gate}, leases...)
+	var first error
+	for _, err := range errs {
+		if err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			first = err
+		}
+	}
+	if first == nil {
+		for _, l := range all {
+			if !valid(l) {
+				first = errGateLost
+			}
+		}
+	}
+	if first != nil {
+		rw.c.releaseAll(ctx, all...)
+		if errors.Is(context.Cause(wctx), errGateLost) && ctx.Err() == nil {
+			return nil, errGateLost
+		}
+		return nil, first
+	}
+	return newRWGrant(rw, parent, true, token, all), nil
+}
+
+// releaseAll releases every non-nil lease of ls at once, with a fresh
+// context bounded by Options.ReleaseTimeout; a failure is retried in the
+// background by the engine, and the record expires with its TTL anyway.
+func (c *Client) releaseAll(ctx context.Context, ls ...*Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		if l != nil {
+			wg.Go(func() { _ = l.Release(rctx) })
+		}
+	}
+	wg.Wait()
+}
+
+// RWGrant is a read or write grant of an RWLock: one lease (a reader's
+// slot) or several (a writer's gate and every slot), held together. The
+// grant is lost when any of them is lost; its leases are then released at
+// once. Its methods are safe for concurrent use.
+type RWGrant struct {
+	rw     *RWLock
+	write  bool
+	token  Token
+	leases []*Lease // a reader's slot; a writer's gate, then its slots
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu    sync.Mutex
+	state leaseState
+	err   error
+}
+
+func newRWGrant(rw *RWLock, parent context.Context, write bool, token Token, ls []*Lease) *RWGrant {
+	g := &RWGrant{rw: rw, write: write, token: token, leases: ls, state: held}
+	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	for _, l := range ls {
+		l.setOnEnd(g.partEnded)
+	}
+	return g
+}
+
+// partEnded ends the grant when one of its leases ended while it was held
+// (lost, or released by Client.Close), and releases the others. It runs
+// under that lease's lock, as the lease ends: the grant's Done is closed
+// before the lease's own.
+func (g *RWGrant) partEnded(cause error) {
+	g.mu.Lock()
+	if g.state != held {
+		g.mu.Unlock()
+		return
+	}
+	var lostErr *LostError
+	if errors.As(cause, &lostErr) {
+		g.state, g.err = lost, lostErr
+	} else {
+		g.state = released
+	}
+	g.mu.Unlock()
+	g.cancel(cause)
+	c := g.rw.c
+	go c.goBackground(func() { c.releaseAll(context.Background(), g.leases...) }) // not under the lease's lock
+}
+
+// Key returns the read-write lock's key.
+func (g *RWGrant) Key() string { return g.rw.key }
+
+// Shared reports whether the grant is a read grant.
+func (g *RWGrant) Shared() bool { return !g.write }
+
+// Token returns the grant's fencing token: the gate's token under which
+// it entered (for a writer, its gate lease's current token, which only
+// rotation moves, upwards). A fenced resource checks it by the rule of
+// RWFence.
+func (g *RWGrant) Token() Token {
+	if g.write {
+		return g.leases[0].Token()
+	}
+	return g.token
+}
+
+// Lease returns the grant's principal lease: a reader's slot, a writer's
+// gate. Its Owner identifies the grant.
+func (g *RWGrant) Lease() *Lease { return g.leases[0] }
+
+// Leases returns every lease the grant holds: a reader's slot; a writer's
+// gate, then its MaxReaders slots.
+func (g *RWGrant) Leases() []*Lease { return append([]*Lease(nil), g.leases...) }
+
+// Owner returns the owner string of the grant's principal lease.
+func (g *RWGrant) Owner() string { return g.leases[0].Owner() }
+
+// Done returns a channel that is closed when the grant ends: released, or
+// lost (Err then says why).
+func (g *RWGrant) Done() <-chan struct{} { return g.ctx.Done() }
+
+// Context returns a context that is cancelled when the grant ends; its
+// context.Cause is the *LostError of the lease that was lost, ErrReleased
+// or ErrClosed. It carries the values of the context given to the call
+// that took the grant, but not its cancellation.
+func (g *RWGrant) Context() context.Context { return g.ctx }
+
+// Err returns nil while the grant is held and after Release, and a
+// *LostError (matching ErrLeaseLost) once one of its leases was lost.
+func (g *RWGrant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Remaining returns how long the grant stays valid by the holder's own
+// clock if no further renewal succeeds: the least of its leases'. Zero
+// once it has ended.
+func (g *RWGrant) Remaining() time.Duration {
+	r := time.Duration(-1)
+	for _, l := range g.leases {
+		if lr := l.Remaining(); r < 0 || lr < r {
+			r = lr
+		}
+	}
+	return max(r, 0)
+}
+
+// Release ends the grant and releases every lease it holds (a writer's
+// slots before its gate). It returns an error matching ErrNotHeld if the
+// grant was already released or lost (ErrClosed if Client.Close released
+// it), or if the store no longer had one of its records; the errors of
+// its leases' releases otherwise, joined. If ctx has already ended,
+// Release still asks the store, as Lease.Release does.
+func (g *RWGrant) Release(ctx context.Context) error {
+	g.mu.Lock()
+	switch g.state {
+	case lost:
+		err := g.err
+		g.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	case released:
+		g.mu.Unlock()
+		if errors.Is(context.Cause(g.ctx), ErrClosed) {
+			return ErrClosed
+		}
+		return ErrNotHeld
+	}
+	g.state = released
+	g.mu.Unlock()
+	g.cancel(ErrReleased)
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	release := func(ls []*Lease) {
+		for _, l := range ls {
+			wg.Go(func() {
+				if err := l.Release(ctx); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if g.write {
+		release(g.leases[1:])
+		release(g.leases[:1])
+	} else {
+		release(g.leases)
+	}
+	return errors.Join(errs...)
+}
+
+// RWHolder is one holder of a read-write lock, as the store sees it.
+type RWHolder struct {
+	// Info is the holder's principal record: a reader's slot, a writer's
+	// gate (or, once a writer lost its gate, the first slot it still
+	// holds). Info.Key and Info.Token are that record's key and store
+	// token; Metadata is the holder's own WithMetadata payload (nil if
+	// none), without the lock's header.
+	Info
+	// Write reports a writer.
+	Write bool
+	// Grant is the grant's fencing token (RWGrant.Token): the gate token
+	// it entered under.
+	Grant Token
+	// Slots is the number of reader slots the holder has: 1 for a reader,
+	// MaxReaders for a writer that holds the lock (fewer while it waits
+	// for readers to drain), 0 for a reader passing the gate.
+	Slots int
+}
+
+// Holders lists every holder of the lock, across every client of the
+// store, in the order of their grant tokens: readers, a writer (with its
+// gate and slots as one holder), and a reader passing the gate. It is one
+// List of the store (key + RWSeparator as prefix). Records whose metadata
+// a holder replaced with Lease.SetMetadata are reported as readers with
+// no grant token.
+func (rw *RWLock) Holders(ctx context.Context) ([]RWHolder, error) {
+	prefix := rw.key + RWSeparator
+	infos, err := rw.c.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var hs []RWHolder
+	writers := map[string]int{} // gate owner → index in hs
+	writer := func(gateOwner string, info Info, token Token) *RWHolder {
+		if i, ok := writers[gateOwner]; ok {
+			return &hs[i]
+		}
+		writers[gateOwner] = len(hs)
+		hs = append(hs, RWHolder{Info: info, Write: true, Grant: token})
+		return &hs[len(hs)-1]
+	}
+	// The gate first, so that a writer's holder is its gate's record.
+	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Key == rw.gate && infos[j].Key != rw.gate })
+	for _, info := range infos {
+		rest, ok := strings.CutPrefix(info.Key, prefix)
+		if !ok {
+			continue
+		}
+		header, payload := parseRWMeta(info.Metadata)
+		info.Metadata = payload
+		fields := strings.Fields(header)
+		attr := func(name string) string {
+			for _, f := range fields {
+				if v, ok := strings.CutPrefix(f, name+"="); ok {
+					return v
+				}
+			}
+			return ""
+		}
+		tok, _ := strconv.ParseUint(attr("token"), 10, 64)
+		switch {
+		case rest == "gate" && len(fields) > 0 && fields[0] == "write":
+			writer(info.Owner, info, info.Token)
+		case rest == "gate":
+			hs = append(hs, RWHolder{Info: info, Grant: info.Token})
+		case !strings.HasPrefix(rest, "r/"):
+			// Not a record of this lock (a lock below its key).
+		case len(fields) > 0 && fields[0] == "write":
+			_, gateOwner, _ := strings.Cut(header, " gate=") // last: an owner may contain spaces
+			w := writer(gateOwner, info, Token(tok))
+			w.Slots++
+		default:
+			hs = append(hs, RWHolder{Info: info, Grant: Token(tok), Slots: 1})
+		}
+	}
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Grant < hs[j].Grant })
+	return hs, nil
+}
+
+// parseRWMeta splits a record's metadata into the lock's header (without
+// its prefix; empty if none) and the holder's own payload.
+func parseRWMeta(md []byte) (string, []byte) {
+	rest, ok := strings.CutPrefix(string(md), rwHeader)
+	if !ok {
+		return "", md
+	}
+	header, payload, _ := strings.Cut(rest, "\n")
+	if payload == "" {
+		return header, nil
+	}
+	return header, []byte(payload)
+}
