@@ -102,7 +102,7 @@ func clusterControl(ct *cluster.Testenv, name string) *suite.Control {
 	if name == cluster.RedisHA {
 		fault, setup = fFailover, "primary + replica + Sentinel; the primary killed (kill -9), the replica promoted, the old primary started again as a replica"
 	}
-	return &suite.Control{
+	ctl := &suite.Control{
 		FailoverName: fault,
 		Setup:        map[string]string{suite.FaultFailover: setup},
 		Failover: func(ctx context.Context) (string, error) {
@@ -123,4 +123,25 @@ func clusterControl(ct *cluster.Testenv, name string) *suite.Control {
 			return "(member " + leader + ")", errors.Join(werr, serr)
 		},
 	}
+	if name != cluster.RedisHA {
+		addMembers(ct, name, ctl)
+	}
+	return ctl
+}
+
+// addMembers gives a cluster's control its members, for the member
+// faults (suite.FaultMemberPause, FaultMemberIsolated): each contender
+// connects to one member, which the suite pauses with SIGSTOP.
+func addMembers(ct *cluster.Testenv, name string, ctl *suite.Control) {
+	ms, err := ct.Members(context.Background(), name)
+	if err != nil || len(ms) < 3 {
+		return // the member faults are then listed as not run
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+		ctl.Members = append(ctl.Members, m.Addr)
+	}
+	ctl.PauseMember = func(ctx context.Context, i int) error { return ct.PauseMember(ctx, name, ids[i]) }
+	ctl.ResumeMember = func(ctx context.Context, i int) error { return ct.ResumeMember(ctx, name, ids[i]) }
 }

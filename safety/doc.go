@@ -16,15 +16,25 @@
 // store cut, slowed, reset or losing one reply (safety/faultproxy), a
 // stale release and renew of an old grant, the store killed and restarted
 // or paused (servers started by scripts/testenv only), and for Redis a
-// FLUSHALL and an early expiry of a lock key. One more cell per backend,
+// FLUSHALL, an early expiry of a lock key and eviction under four
+// maxmemory-policy settings (on a Redis each cell starts). A PostgreSQL
+// of the test's own, under libfaketime (row postgres-faketime), has its
+// clock jump forward by 2×TTL while a lock is held. One more cell per backend,
 // rotation-batch-wait, rotates tokens (the fence must accept each rotated
 // token and then refuse the token before it), has every client hold
 // several leases (batch renewal) and waits through the backend's Waiter
-// or Watcher, with a rotating holder paused. The dual backend of a
-// migration (dual://, Redis and PostgreSQL) runs that cell and a holder
-// kill. Then the loopback clusters
+// or Watcher, with a rotating holder paused. Six more run the primitives
+// beyond the lock with the fenced resource in the loop: a semaphore of
+// two permits (sem-baseline, sem-holder-pause, sem-holder-kill; writes
+// fenced per permit slot, checked for S1 and S2 besides P1..P8) and a
+// read-write lock (rw-baseline, rw-holder-pause, rw-holder-kill; reads
+// and writes fenced by the grants' tokens, checked for W1..W3). The dual
+// backend of a migration (dual://, Redis and PostgreSQL) runs the
+// rotation cell, a holder kill and sem-holder-kill. Then the loopback clusters
 // (FENCELOCK_TEST_ETCD3, _ZOOKEEPER3, _REDISHA; started by the suite with
-// scripts/testenv when unset) lose their leader or primary. Each cell's
+// scripts/testenv when unset) lose their leader or primary, and (etcd3,
+// zookeeper3) have the member a holder is connected to paused, or
+// isolated from its paused peers. Each cell's
 // merged history is checked for P1..P8 (safety/check) and classified
 // (safety/report). Negative controls (fencing off, four mutant backends
 // over Redis or PostgreSQL) must be caught, and the test fails on any
@@ -36,10 +46,12 @@
 //	cd safety && go test -race -run TestSafety -v
 //
 // The quick profile (the default, run by CI) takes about 8 minutes on two
-// cores with -race. Flags (after -args): -safety.seed=N reruns a run (every
+// cores with -race, plus about 3 minutes for the semaphore and read-write
+// cells (measured on a busy machine). Flags (after -args): -safety.seed=N reruns a run (every
 // run logs its seed), -safety.soak runs the long profile (ten rounds of
 // every fault, a minute of baseline; give go test a -timeout of an hour or
-// two), -safety.report=../docs/safety.md and -safety.json=../docs/safety.json
+// two; -safety.rounds=N sets the rounds per fault, see
+// docs/safety-soak.md), -safety.report=../docs/safety.md and -safety.json=../docs/safety.json
 // write the report there (by default it goes to a temporary directory,
 // whose path the test logs). A failed cell's history is kept in a
 // temporary file named in the failure.

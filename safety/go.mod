@@ -9,6 +9,7 @@ require (
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
+	github.com/redis/go-redis/v9 v9.22.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.49.0
 )
@@ -26,7 +27,6 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect

@@ -47,12 +47,15 @@ var backendDefs = []backendDef{
 var dualDef = backendDef{"dual", "FENCELOCK_TEST_REDIS+FENCELOCK_TEST_POSTGRES", time.Second, 300 * time.Millisecond}
 
 // dualFaults are the cells of the dual backend: the engine's optional
-// paths (rotation, batch renewal, waiting) and a holder killed. The
-// store and network faults are the two backends' own cells.
-var dualFaults = []string{suite.FaultHolderKill, suite.FaultRotation}
+// paths (rotation, batch renewal, waiting), a holder killed, and a
+// semaphore's holder killed (a Semaphore lists its holders, which the
+// dual backend merges from both stores). The store and network faults
+// are the two backends' own cells.
+var dualFaults = []string{suite.FaultHolderKill, suite.FaultRotation, suite.FaultSemHolderKill}
 
 // backendFaults are the faults of a single server: every fault but the
-// failover (the clusters have it), and the Redis FLUSHALL too.
+// failover (the clusters have it), and the Redis FLUSHALL and eviction
+// faults too (the latter on a Redis of each cell's own).
 func backendFaults(mutants bool) []string {
 	var fs []string
 	for _, f := range suite.DefaultFaults {
@@ -60,7 +63,7 @@ func backendFaults(mutants bool) []string {
 			fs = append(fs, f)
 		}
 	}
-	fs = append(fs, suite.FaultRedisFlushall)
+	fs = append(fs, suite.FaultRedisFlushall, suite.GroupEviction)
 	if mutants {
 		fs = append(fs, suite.GroupMutants)
 	}
@@ -94,6 +97,10 @@ func TestSafety(t *testing.T) {
 	prof := quick
 	if *flagSoak {
 		prof = soak
+	}
+	if *flagRounds > 0 {
+		prof.Rounds = *flagRounds
+		prof.Profile += fmt.Sprintf(" (%d rounds)", *flagRounds)
 	}
 	prof.Seed = seed
 	prof.Logf = t.Logf
@@ -136,8 +143,19 @@ func TestSafety(t *testing.T) {
 		url := migrate.DualURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"), testenv.URL(t, "FENCELOCK_TEST_POSTGRES"))
 		// Two stores behind one URL: no proxy.
 		b := suite.Backend{Name: dualDef.name, URL: url, TTL: dualDef.ttl, Slack: dualDef.slack, NoProxy: true}
-		rep.Env["left out: "+dualDef.name] = "every fault but " + suite.FaultHolderKill + " and " + suite.FaultRotation + ": they are measured on redis and postgres alone"
+		rep.Env["left out: "+dualDef.name] = "every fault but " + strings.Join(dualFaults, ", ") + ": they are measured on redis and postgres alone"
 		runBackend(t, &rep, prof, b, dualFaults, false)
+	})
+	t.Run("postgres-faketime", func(t *testing.T) {
+		srv, err := startFaketimePostgres(t)
+		if err != nil {
+			if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
+				t.Fatal(err)
+			}
+			t.Skip(err)
+		}
+		b := suite.Backend{Name: "postgres-faketime", URL: srv.url, TTL: time.Second, Slack: 300 * time.Millisecond, Control: srv.control()}
+		runBackend(t, &rep, prof, b, []string{suite.FaultClockJump}, false)
 	})
 	clusters := &clusterSet{}
 	defer clusters.down(t)
@@ -146,7 +164,11 @@ func TestSafety(t *testing.T) {
 			url, ct := clusters.get(t, def)
 			// Several hosts, or a Sentinel that names the primary: no proxy.
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
-			runBackend(t, &rep, prof, b, []string{suite.FaultFailover}, false)
+			faults := []string{suite.FaultFailover}
+			if def.name != cluster.RedisHA {
+				faults = append(faults, suite.GroupMembers) // one member paused or isolated under its holder
+			}
+			runBackend(t, &rep, prof, b, faults, false)
 		})
 	}
 

@@ -123,7 +123,7 @@ func cmdSafety(e *env, args []string) int {
 		bf.set("server-resume", func(c *suite.Commands) *string { return &c.Resume }))
 	fs.Func("server-failover", "shell `command` that moves leadership to another member",
 		bf.set("server-failover", func(c *suite.Commands) *string { return &c.Failover }))
-	faults := fs.String("faults", "", "comma-separated `faults` and groups (default, mutants); without it, the group default: every fault\nbut redis-flushall and the mutants. Faults: "+strings.Join(suite.AllFaults(), ", "))
+	faults := fs.String("faults", "", "comma-separated `faults` and groups (default, mutants, redis-eviction, members); without it, the group default: every fault\nbut redis-flushall, the mutants, the redis-evict-… and the member-… cells. Faults: "+strings.Join(suite.AllFaults(), ", "))
 	rounds := fs.Int("rounds", 1, "fault rounds per cell (holder-pause: twice this)")
 	seed := fs.Int64("seed", 0, "seed of the run; 0 picks one (printed first)")
 	out := fs.String("out", "", "report `dir` (default ./fencelock-safety-TIME)")

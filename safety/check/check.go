@@ -33,7 +33,20 @@
 //     uniqueness.
 //   - A contender is waiting for K at t if an Acquire of K (AcquireStart to
 //     its Acquired or AcquireFailed, or to the Crash of its process) was in
-//     progress at t.
+//     progress at t. An Acquire of a semaphore names the semaphore's key
+//     and is waiting for each of its slot keys (below).
+//   - Read-write locks: a key that contains fencelock.RWSeparator is the
+//     gate (suffix "gate": a writer's grant, named by its gate lease) or
+//     a reader slot (a reader's grant) of the lock whose key precedes it.
+//     A writer's Acquire names the gate, a reader's the lock's key. Each
+//     is a key of its own for P1..P8 (so P3 on the gate is "no two
+//     writers"); accesses to the lock's resource (history.Event.Access)
+//     are W3's, not P1's.
+//   - Semaphores: a key that contains fencelock.PermitSeparator is a
+//     permit slot of the semaphore whose key precedes it; each slot is a
+//     key of its own for P1..P8 (a permit is a lease on its slot key,
+//     fenced by it). With Config.Permits set, S1 and S2 judge each
+//     semaphore as a whole.
 //
 // The properties (see the Rule of each Property for the exact statement):
 //
@@ -53,6 +66,17 @@
 //	P8 after an ambiguous acquire or release, the key is acquired again
 //	   within TTL + Poll + Slack once its holder (if any) is gone (orphan
 //	   time reported)
+//	S1 (Config.Permits > 0) never more than Permits slots of one
+//	   semaphore believed held at once (two believers of one slot: P3)
+//	S2 (Config.Permits > 0) the permit of a holder killed or paused past
+//	   its TTL is taken by a waiting contender within TTL + Poll + Slack
+//	W1 (Config.RW) a writer's belief overlaps no other grant's of its
+//	   read-write lock (reader or writer) by more than Slack
+//	W2 (Config.RW) a writer's token is above every earlier grant's, a
+//	   reader's at least every earlier writer's
+//	W3 (Config.RW) the resource refuses a read once a writer that came
+//	   after the reader has written, and a write once any grant that came
+//	   after the writer has read or written
 //
 // P1 differs from "no stale write accepted" in one case: a stale write
 // that reaches the fence before any write of the newer lease is accepted
@@ -91,11 +115,21 @@ type Config struct {
 	// MaxViolations caps the violations kept per property (Property.Count
 	// still counts them all). Zero means 20.
 	MaxViolations int
+	// Permits, if positive, is the number of permits of the semaphores
+	// in the history (their slot keys contain fencelock.PermitSeparator):
+	// Check then adds S1 and S2 (see the package doc). Zero: no
+	// semaphore properties.
+	Permits int `json:"Permits,omitempty"`
+	// RW adds W1..W3 (see the package doc) for the read-write locks in
+	// the history: keys that contain fencelock.RWSeparator are their
+	// gate (a writer's grant) and reader slots, grouped by the lock's key.
+	RW bool `json:"RW,omitempty"`
 }
 
 // Property is the outcome of one property.
 type Property struct {
-	// ID is "P1" … "P8".
+	// ID is "P1" … "P8", "S1", "S2" for semaphores, "W1" … "W3" for
+	// read-write locks.
 	ID string `json:"id"`
 	// Name is the property's short name, e.g. "no stale write accepted".
 	Name string `json:"name"`
@@ -199,11 +233,16 @@ type Stats struct {
 	OrphanTime Dist `json:"orphan_time"`
 	// Recovery: for each FaultEnd, the time until the next Acquired (P6).
 	Recovery Dist `json:"recovery"`
+	// MaxHolders is the largest number of slots of one semaphore
+	// believed held at once (S1; only with Config.Permits), or of
+	// readers of one read-write lock believing at once (W1; Config.RW).
+	MaxHolders int `json:"max_holders,omitempty"`
 }
 
 // Result is the outcome of Check.
 type Result struct {
-	// Properties holds P1..P8, in order.
+	// Properties holds P1..P8, in order, then S1 and S2 if
+	// Config.Permits is set, then W1..W3 if Config.RW is.
 	Properties []Property `json:"properties"`
 	Stats      Stats      `json:"stats"`
 }

@@ -91,15 +91,27 @@ func newModel(in history.History, cfg Config) *model {
 			pending[pk] = append(pending[pk], len(m.tries[e.Key])-1)
 		case history.Acquired, history.AcquireFailed:
 			pk := [2]string{e.Proc, e.Key}
+			if len(pending[pk]) == 0 && e.Lease != "" {
+				// The call named another key than its grant: a
+				// semaphore's (the grant is a slot key's permit) or a
+				// read-write lock's (a reader's slot). Find it by lease.
+				for opk, open := range pending {
+					if opk[0] == e.Proc && slices.ContainsFunc(open, func(j int) bool { return m.tries[opk[1]][j].lease == e.Lease }) {
+						pk = opk
+						break
+					}
+				}
+			}
+			tk := pk[1]
 			st := int64(-1)
 			if open := pending[pk]; len(open) > 0 {
-				i := slices.IndexFunc(open, func(j int) bool { return e.Lease != "" && m.tries[e.Key][j].lease == e.Lease })
+				i := slices.IndexFunc(open, func(j int) bool { return e.Lease != "" && m.tries[tk][j].lease == e.Lease })
 				if i < 0 {
 					i = 0
 				}
 				j := open[i]
-				m.tries[e.Key][j].end = e.T
-				st = m.tries[e.Key][j].start
+				m.tries[tk][j].end = e.T
+				st = m.tries[tk][j].start
 				if open = slices.Delete(open, i, i+1); len(open) == 0 {
 					delete(pending, pk)
 				} else {
@@ -278,8 +290,15 @@ func target(proc string) string {
 // waiting reports whether some Acquire of key was in progress at t by a
 // process that was neither paused nor the target of a fault between t
 // and until (a contender cut off from the store cannot take a free key).
+//
+// An Acquire of a semaphore (named by the semaphore's key) waits for
+// every one of its slot keys.
 func (m *model) waiting(key string, t, until int64) bool {
-	for _, a := range m.tries[key] {
+	tries := m.tries[key]
+	if g := groupOf(key); g != "" {
+		tries = append(slices.Clip(tries), m.tries[g]...)
+	}
+	for _, a := range tries {
 		if a.start <= t && a.end > t && !m.pausedDuring(a.proc, t, until) && !m.targetedDuring(a.proc, t, until) {
 			return true
 		}

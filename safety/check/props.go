@@ -6,7 +6,8 @@ import (
 	"github.com/fencelock/fencelock/safety/history"
 )
 
-// Check evaluates P1..P8 on h (in any order; Check sorts a copy) with
+// Check evaluates P1..P8 (and S1, S2 with cfg.Permits; W1..W3 with
+// cfg.RW) on h (in any order; Check sorts a copy) with
 // the bounds in cfg.
 func Check(h history.History, cfg Config) Result {
 	cfg = cfg.withDefaults()
@@ -21,6 +22,12 @@ func Check(h history.History, cfg Config) Result {
 		m.progressAfterFaults(&st),
 		m.staleOpsHarmless(&st),
 		m.ambiguousNotStranded(&st),
+	}
+	if cfg.Permits > 0 {
+		props = append(props, m.atMostNHolders(&st), m.permitsComeBack(&st))
+	}
+	if cfg.RW {
+		props = append(props, m.writerExcludes(&st), m.rwTokens(&st), m.rwFenced(&st))
 	}
 	m.count(&st)
 	st.OrphanTime = dist(append(m.orphanCrash, m.orphanAmbiguous...))
@@ -129,6 +136,9 @@ func (m *model) noStaleWriteAccepted(st *Stats) Property {
 				state(e.Key).acquired = l.rank + 1
 			}
 		case history.Write:
+			if e.Access != "" {
+				continue // a read-write lock's resource: W3
+			}
 			c.check()
 			if h, ok := high[e.Lease]; ok && e.Token < h.token {
 				st.OldTokenWrites++

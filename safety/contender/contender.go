@@ -12,7 +12,9 @@
 //
 // # What a contender does
 //
-// In a loop: pick a key, Acquire it (blocking, bounded by
+// In a loop: pick a key, Acquire it (or, with Config.Permits, a permit
+// of the semaphore on it; with Config.RW, a read or write grant of the
+// read-write lock on it: see prims.go) (blocking, bounded by
 // Config.AcquireTimeout), then for a while (Config.Hold) write to the
 // fenced resource every Config.WriteEvery with the lease's token, each
 // write preceded by a check that lease.Remaining() > 0 and a Belief event;
@@ -119,6 +121,18 @@ type Config struct {
 	// client, so that the engine renews several leases together (a
 	// driver.BatchRenewer batch). Default 1.
 	Workers int `json:"workers,omitempty"`
+	// Permits, if positive, makes each key the key of a semaphore of that
+	// many permits (fencelock.Client.Semaphore): the contender takes a
+	// permit instead of the lock, and writes with the permit's slot key
+	// and token (see prims.go).
+	Permits int `json:"permits,omitempty"`
+	// RW makes each key a read-write lock (fencelock.Client.RWLock): a
+	// round takes the write grant one time in three (the second, fifth,
+	// … round of each worker, so that even a slow store sees writers
+	// early), else a read grant,
+	// and reads or writes the fenced resource named by the lock's key
+	// with the grant's token (see prims.go).
+	RW bool `json:"rw,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -135,6 +149,10 @@ func (c *Config) resolve() error {
 		return errors.New("contender: Config.Fence is empty")
 	case !c.Mutant.valid():
 		return fmt.Errorf("contender: unknown mutant %q", c.Mutant)
+	case c.Permits < 0 || c.Permits > fencelock.MaxPermits:
+		return fmt.Errorf("contender: Config.Permits %d out of range", c.Permits)
+	case c.RW && c.Permits > 0:
+		return errors.New("contender: Config.RW and Config.Permits both set")
 	}
 	if c.Hold <= 0 {
 		c.Hold = c.TTL / 4
@@ -457,6 +475,7 @@ type worker struct {
 	k   *contender
 	rng *rand.Rand
 	fc  *fence.Client // nil until dialled
+	n   int           // rounds begun
 }
 
 // run is the worker's loop: acquire, write while holding, release.
@@ -486,27 +505,25 @@ func (w *worker) round(ctx context.Context) {
 	id := cfg.Proc + "-" + strconv.Itoa(k.seq)
 	k.mu.Unlock()
 
-	k.out.emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: id})
+	w.n++
+	write := cfg.RW && w.n%3 == 2 // a read-write lock's writer: rounds 2, 5, 8, …
+	start := w.startKey(key, write)
+	k.out.emit(history.Event{Kind: history.AcquireStart, Key: start, Lease: id})
 	cs := &callState{drop: k.isSet(&k.dropAcquire)}
 	actx, cancel := context.WithTimeout(withCall(ctx, cs), cfg.AcquireTimeout)
-	var l *fencelock.Lease
-	var err error
-	if cs.drop {
-		// One attempt, so that a dropped reply ends the call (the
-		// engine's clean-up of an unknown outcome included) instead of
-		// being retried away.
-		l, err = k.cli.TryAcquire(actx, key)
-	} else {
-		l, err = k.cli.Acquire(actx, key)
-	}
+	// With cs.drop, one attempt, so that a dropped reply ends the call
+	// (the engine's clean-up of an unknown outcome included) instead of
+	// being retried away.
+	l, err := w.acquire(actx, key, cs.drop, write)
 	cancel()
 	if cs.hit {
 		k.clear(&k.dropAcquire)
 	}
 	if err != nil {
-		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: id, Ambiguous: cs.hit, Err: err.Error()})
+		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: start, Lease: id, Ambiguous: cs.hit, Err: err.Error()})
 		return
 	}
+	key = l.key // a permit's slot key, a read-write grant's lease's key (prims.go)
 	now := mono.Now()
 	k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: id, Token: uint64(l.Token()),
 		Until: now + int64(l.Remaining()), Ambiguous: cs.hit, Note: l.Owner()})
@@ -550,7 +567,7 @@ func (w *worker) round(ctx context.Context) {
 
 // hold writes to the fenced resource while the lease is believed held,
 // for the round's hold time. It reports whether the lease was lost.
-func (w *worker) hold(ctx context.Context, l *fencelock.Lease, key, id string) (lost bool) {
+func (w *worker) hold(ctx context.Context, l held, key, id string) (lost bool) {
 	k := w.k
 	cfg := k.cfg
 	hold := cfg.Hold/2 + time.Duration(w.rng.Int64N(int64(cfg.Hold/2)+1))
@@ -579,10 +596,10 @@ loop:
 			k.out.emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lease check and write"})
 			stopSelf()
 		}
-		w.write(ctx, key, id, tok)
+		w.write(ctx, l.resource, id, tok, l.access)
 		if prev != 0 && tok > prev {
 			// Rotated: the token we had before must now be refused.
-			w.write(ctx, key, id, prev)
+			w.write(ctx, l.resource, id, prev, l.access)
 		}
 		prev = tok
 		select {
@@ -604,8 +621,9 @@ func stopSelf() {
 	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGSTOP)
 }
 
-// write sends one write to the fenced resource; the fence logs it.
-func (w *worker) write(ctx context.Context, key, id string, tok uint64) {
+// write sends one write to the fenced resource (for a read-write lock's
+// resource, a read or a write: access); the fence logs it.
+func (w *worker) write(ctx context.Context, key, id string, tok uint64, access string) {
 	if w.fc == nil {
 		ctx2, cancel := context.WithTimeout(ctx, 2*time.Second)
 		fc, err := fence.Dial(ctx2, w.k.cfg.Fence)
@@ -617,7 +635,7 @@ func (w *worker) write(ctx context.Context, key, id string, tok uint64) {
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := w.fc.Write(wctx, key, id, w.k.cfg.Proc, tok); err != nil {
+	if _, err := w.fc.Access(wctx, key, id, w.k.cfg.Proc, tok, access); err != nil {
 		w.fc.Close()
 		w.fc = nil
 	}

@@ -269,12 +269,13 @@ func TestStaleRelease(t *testing.T) {
 func TestResolveRejects(t *testing.T) {
 	good := Config{Proc: "c", URL: "mem://x", Keys: []string{"k"}, TTL: time.Second, Fence: "/nowhere"}
 	for name, mut := range map[string]func(*Config){
-		"proc":   func(c *Config) { c.Proc = "" },
-		"url":    func(c *Config) { c.URL = "" },
-		"keys":   func(c *Config) { c.Keys = nil },
-		"ttl":    func(c *Config) { c.TTL = 0 },
-		"fence":  func(c *Config) { c.Fence = "" },
-		"mutant": func(c *Config) { c.Mutant = "nope" },
+		"proc":    func(c *Config) { c.Proc = "" },
+		"url":     func(c *Config) { c.URL = "" },
+		"keys":    func(c *Config) { c.Keys = nil },
+		"ttl":     func(c *Config) { c.TTL = 0 },
+		"fence":   func(c *Config) { c.Fence = "" },
+		"mutant":  func(c *Config) { c.Mutant = "nope" },
+		"permits": func(c *Config) { c.Permits = -1 },
 	} {
 		c := good
 		mut(&c)

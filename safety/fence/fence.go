@@ -17,6 +17,15 @@
 // the reason fencing would have given, so the checker can still see which
 // writes were stale.
 //
+// A read-write lock's resource (a request with Access "read" or "write",
+// Client.Access) is judged by fencelock.RWFence's rule instead, kept per
+// key apart from the lock rule's state: a read is accepted iff its token
+// is at least the highest token a write presented (no writer has written
+// since the reader's grant entered); a write iff its token is greater
+// than every token any read or write presented, or equal to the highest
+// from the same lease when that lease wrote it. The logged event carries
+// the request's Access.
+//
 // # Protocol
 //
 // One JSON object per line in each direction. The client sends
@@ -64,6 +73,16 @@ const (
 	ReasonEqualOtherLease = "equal-token-other-lease"
 	// ReasonZeroToken: token 0 is never a valid fencing token.
 	ReasonZeroToken = "zero-token"
+	// ReasonReadCurrent: a read whose token is at least the highest
+	// token a write presented (read-write lock resources only; a read
+	// below it is ReasonStale).
+	ReasonReadCurrent = "read-current"
+)
+
+// Access modes of a read-write lock's resource (Client.Access).
+const (
+	AccessRead  = "read"
+	AccessWrite = "write"
 )
 
 // ErrClosed is returned by a Client or Server used after Close, and by a
@@ -89,6 +108,9 @@ type request struct {
 	Lease string `json:"lease"`
 	Proc  string `json:"proc"`
 	Token uint64 `json:"token"`
+	// Access is "" for a lock's write, AccessRead or AccessWrite for a
+	// read-write lock's resource.
+	Access string `json:"access,omitempty"`
 }
 
 // reply is the server's answer on the wire.
@@ -102,6 +124,14 @@ type reply struct {
 type keyState struct {
 	token uint64
 	lease string
+}
+
+// rwState is what the server remembers per key of a read-write lock's
+// resource (fencelock.RWFence's marks): the highest token any access
+// presented, the highest a write presented and the lease that wrote it.
+type rwState struct {
+	top, write uint64
+	writer     string
 }
 
 // maxSocketPath is the longest unix socket path Linux takes
@@ -118,6 +148,7 @@ type Server struct {
 	mu      sync.Mutex // guards the fields below
 	fencing bool
 	keys    map[string]keyState
+	rw      map[string]rwState
 	log     history.History
 	conns   map[net.Conn]struct{}
 	closed  bool
@@ -235,6 +266,8 @@ func (s *Server) serve(c net.Conn) {
 			rep.Err = "malformed request: " + err.Error()
 		} else if req.Key == "" || req.Lease == "" {
 			rep.Err = "malformed request: key and lease are required"
+		} else if req.Access != "" && req.Access != AccessRead && req.Access != AccessWrite {
+			rep.Err = "malformed request: unknown access"
 		} else {
 			rep.Decision = s.decide(req)
 		}
@@ -249,6 +282,9 @@ func (s *Server) decide(req request) Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := mono.Now() // under mu, so the log is in T order
+	if req.Access != "" {
+		return s.decideRW(t, req)
+	}
 	st := s.keys[req.Key]
 	var reason string
 	ok := false
@@ -282,6 +318,54 @@ func (s *Server) decide(req request) Decision {
 	return Decision{T: t, Accepted: accepted, Reason: reason}
 }
 
+// decideRW judges and logs an access to a read-write lock's resource
+// (see the package doc); s.mu is held.
+func (s *Server) decideRW(t int64, req request) Decision {
+	st := s.rw[req.Key]
+	var reason string
+	ok := false
+	switch {
+	case req.Token == 0:
+		reason = ReasonZeroToken
+	case req.Access == AccessRead && req.Token >= st.write:
+		reason, ok = ReasonReadCurrent, true
+	case req.Access == AccessRead:
+		reason = ReasonStale
+	case req.Token > st.top:
+		reason, ok = ReasonNewer, true
+	case req.Token == st.top && req.Token == st.write && req.Lease == st.writer:
+		reason, ok = ReasonSameLease, true
+	case req.Token == st.top:
+		reason = ReasonEqualOtherLease
+	default:
+		reason = ReasonStale
+	}
+	accepted := ok || !s.fencing
+	if accepted {
+		if req.Access == AccessWrite && req.Token >= st.top {
+			st.write, st.writer = req.Token, req.Lease
+		}
+		st.top = max(st.top, req.Token)
+		if s.rw == nil {
+			s.rw = make(map[string]rwState)
+		}
+		s.rw[req.Key] = st
+	}
+	s.log = append(s.log, history.Event{
+		T:        t,
+		Proc:     req.Proc,
+		Kind:     history.Write,
+		Key:      req.Key,
+		Lease:    req.Lease,
+		Token:    req.Token,
+		Accepted: accepted,
+		Reason:   reason,
+		Fencing:  s.fencing,
+		Access:   req.Access,
+	})
+	return Decision{T: t, Accepted: accepted, Reason: reason}
+}
+
 // Client is one connection to a Server. It is safe for concurrent use;
 // concurrent writes are sent one at a time.
 type Client struct {
@@ -308,6 +392,16 @@ func Dial(ctx context.Context, addr string) (*Client, error) {
 // (further calls return ErrClosed): the server may or may not have
 // received the write, as with any real resource.
 func (c *Client) Write(ctx context.Context, key, lease, proc string, token uint64) (Decision, error) {
+	return c.Access(ctx, key, lease, proc, token, "")
+}
+
+// Access is Write for a read-write lock's resource: access is AccessRead
+// or AccessWrite, and the server judges it by the read-write rule (see
+// the package doc). With access "" it is Write.
+func (c *Client) Access(ctx context.Context, key, lease, proc string, token uint64, access string) (Decision, error) {
+	if access != "" && access != AccessRead && access != AccessWrite {
+		return Decision{}, fmt.Errorf("fence: unknown access %q", access)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken != nil {
@@ -316,7 +410,7 @@ func (c *Client) Write(ctx context.Context, key, lease, proc string, token uint6
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	line, err := json.Marshal(request{Key: key, Lease: lease, Proc: proc, Token: token})
+	line, err := json.Marshal(request{Key: key, Lease: lease, Proc: proc, Token: token, Access: access})
 	if err != nil {
 		return Decision{}, fmt.Errorf("fence: write: %w", err)
 	}

@@ -85,6 +85,9 @@ type Event struct {
 	Accepted bool   `json:"accepted,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Fencing  bool   `json:"fencing,omitempty"`
+	// Access is set on a Write to a read-write lock's resource: "read"
+	// or "write" (safety/fence, Client.Access).
+	Access string `json:"access,omitempty"`
 	// Ambiguous marks an acquire or release whose reply was dropped.
 	Ambiguous bool `json:"ambiguous,omitempty"`
 	// N is a count (BatchRenew: the grants in the batch).

@@ -269,3 +269,25 @@ func TestMarkdownNotRun(t *testing.T) {
 		t.Error("ReproHint did not replace the testenv sentence")
 	}
 }
+
+// TestMarkdownPropertiesOfEveryCell: the Properties section lists every
+// property some cell was judged by, not only the first cell's: a
+// semaphore cell's S1 and S2 follow P1..P8.
+func TestMarkdownPropertiesOfEveryCell(t *testing.T) {
+	r := sample()
+	sem := result(0)
+	sem.Properties = append(sem.Properties, check.Property{ID: "S1", Name: "name of S1", Rule: "rule of S1", OK: true, Checked: 5})
+	r.Cells = append(r.Cells, NewCell("redis", "sem-baseline", sem, Expectation{}))
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	p8, s1 := strings.Index(md, "- **P8 name of P8.**"), strings.Index(md, "- **S1 name of S1.** rule of S1")
+	if p8 < 0 || s1 < p8 {
+		t.Errorf("Properties section: P8 at %d, S1 at %d; want both, S1 after P8", p8, s1)
+	}
+	if n := strings.Count(md, "- **P1 name of P1.**"); n != 1 {
+		t.Errorf("P1 listed %d times", n)
+	}
+}

@@ -245,6 +245,13 @@ type cellSpec struct {
 	// Config.Workers (token rotation; several leases per client).
 	rotate  time.Duration
 	workers int
+	// permits, if positive, makes every key a semaphore of that many
+	// permits: contenders take permits (contender.Config.Permits), the
+	// checker adds S1 and S2 (check.Config.Permits). rw makes every key
+	// a read-write lock (contender.Config.RW, check.Config.RW: W1..W3).
+	// See prims.go.
+	permits int
+	rw      bool
 	// cooldown is how long the workload runs after the scenario; default
 	// TTL + 2×slack (so that P5 and P8 deadlines fall within the run).
 	cooldown time.Duration
@@ -253,6 +260,15 @@ type cellSpec struct {
 	// after, if set, checks the cell's result beyond the report's
 	// verdict (the negative controls' per-round detection).
 	after func(c *cell, res check.Result) error
+	// server, if set, starts a store of the cell's own (the Redis
+	// eviction cells: a server whose memory limit the cell may change):
+	// the cell's contenders use its URL instead of the backend's, and
+	// stop is called when the cell ends.
+	server func(ctx context.Context) (url string, stop func(), err error)
+	// urlFor, if set, gives contender n (c1 is 1) a URL of its own
+	// instead of the backend's (the member cells: each contender on one
+	// member of a cluster).
+	urlFor func(n int) string
 }
 
 // cell is one run of a cellSpec.
@@ -307,6 +323,16 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 	if spec.cooldown == 0 {
 		spec.cooldown = be.ttl + 2*be.slack
 	}
+	if spec.server != nil {
+		u, stop, err := spec.server(ctx)
+		if err != nil {
+			return report.Cell{}, nil, fmt.Errorf("starting the cell's own server: %w", err)
+		}
+		defer stop()
+		own := *be
+		own.url = u
+		be = &own
+	}
 	s := deriveSeed(seed, be.name, spec.fault)
 	c := &cell{
 		spec:    spec,
@@ -315,7 +341,7 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		rng:     rand.New(rand.NewPCG(s, s>>1)),
 		log:     newEventLog(),
 		procs:   make(map[string]*proc.Proc),
-		checkCf: check.Config{TTL: be.ttl, Slack: be.slack, MaxViolations: 1000},
+		checkCf: check.Config{TTL: be.ttl, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw},
 		logf:    logf,
 	}
 	// Fresh keys per cell: nothing left over from an earlier cell.
@@ -376,7 +402,7 @@ func (c *cell) scenario(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+10*c.be.ttl)
 	defer cancel()
 	for _, k := range c.keys {
-		if _, err := c.log.await(wctx, 0, func(ev history.Event) bool { return ev.Kind == history.Acquired && ev.Key == k }); err != nil {
+		if _, err := c.log.await(wctx, 0, func(ev history.Event) bool { return ev.Kind == history.Acquired && lockKey(ev.Key) == k }); err != nil {
 			return fmt.Errorf("warm-up: key %s never acquired: %w%s", k, err, c.stderrTails())
 		}
 	}
@@ -416,11 +442,16 @@ func pace(ctx context.Context, d time.Duration) error {
 func (c *cell) startProc() (*proc.Proc, error) {
 	c.mu.Lock()
 	c.nextID++
-	name := "c" + strconv.Itoa(c.nextID)
+	n := c.nextID
+	name := "c" + strconv.Itoa(n)
 	c.mu.Unlock()
+	u := c.be.url
+	if c.spec.urlFor != nil {
+		u = c.spec.urlFor(n)
+	}
 	cfg := contender.Config{
 		Proc:   name,
-		URL:    c.be.url,
+		URL:    u,
 		Keys:   c.keys,
 		TTL:    c.be.ttl,
 		Fence:  c.fence.Addr(),
@@ -431,6 +462,8 @@ func (c *cell) startProc() (*proc.Proc, error) {
 
 		RotateEvery: c.spec.rotate,
 		Workers:     c.spec.workers,
+		Permits:     c.spec.permits,
+		RW:          c.spec.rw,
 	}
 	env, err := cfg.Env()
 	if err != nil {

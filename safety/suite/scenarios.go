@@ -201,6 +201,7 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		specs = kept
 	}
 	specs = append(specs, rotationCell(be))
+	specs = append(specs, primCells(be, prof)...)
 	ctl := be.control
 	if ctl == nil {
 		ctl = &Control{}
@@ -247,6 +248,18 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 			}})
 	} else {
 		left = append(left, notRun{fStorePause, "no commands to pause and resume the server (--server-pause, --server-resume; Control.Pause, Control.Resume)"})
+	}
+	if ctl.PauseMember != nil && ctl.ResumeMember != nil && len(ctl.Members) >= 3 {
+		specs = append(specs, memberCells(be, ctl, prof)...)
+	} else {
+		for _, f := range MemberFaults {
+			left = append(left, notRun{f, "no cluster members to pause (Control.Members, PauseMember, ResumeMember)"})
+		}
+	}
+	if ctl.ClockJump != nil {
+		specs = append(specs, clockJumpCell(be, ctl, prof))
+	} else {
+		left = append(left, notRun{FaultClockJump, "no way to move the server's clock (Control.ClockJump)"})
 	}
 	if ctl.Failover != nil {
 		specs = append(specs, failoverCell(be, ctl, prof))
@@ -295,6 +308,7 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 					return prof.rounds, nil
 				}},
 		)
+		specs = append(specs, evictionCells(be, prof)...)
 	}
 	specs = append(specs, cellSpec{fault: fFencingOff, fencing: false, setup: "fenced resource with fencing off",
 		run: func(ctx context.Context, c *cell) (int, error) {

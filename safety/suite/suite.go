@@ -99,6 +99,8 @@ var DefaultFaults = []string{
 	FaultBaseline, FaultHolderPause, FaultHolderKill, FaultBlackhole, FaultLatency, FaultConnReset,
 	FaultAmbAcquire, FaultAmbRelease, FaultStaleOps, FaultRotation, FaultServerKill, FaultServerPause,
 	FaultFailover, FaultRedisExpiry, ControlFencingOff,
+	FaultSemBaseline, FaultSemHolderPause, FaultSemHolderKill,
+	FaultRWBaseline, FaultRWHolderPause, FaultRWHolderKill,
 }
 
 // mutantFaults are the names of the mutant controls.
@@ -111,6 +113,9 @@ var mutantFaults = []string{
 // (besides the groups).
 func AllFaults() []string {
 	all := append(slices.Clone(DefaultFaults), FaultRedisFlushall)
+	all = append(all, EvictionFaults...)
+	all = append(all, MemberFaults...)
+	all = append(all, FaultClockJump)
 	return append(all, mutantFaults...)
 }
 
@@ -120,7 +125,7 @@ func AllFaults() []string {
 // with the properties they must fail. Run consults Config.Expect first,
 // then this table, then rules a backend announces in its
 // driver.Description's warnings.
-func Expectations() report.Table { return slices.Clone(expectations) }
+func Expectations() report.Table { return slices.Concat(expectations, primExpectations) }
 
 // Errors of Run; test for them with errors.Is.
 var (
@@ -176,6 +181,18 @@ type Control struct {
 	// FailoverName is the name of the failover cell in the report
 	// (default FaultFailover).
 	FailoverName string
+	// Members are the client addresses (host:port) of the members of a
+	// cluster, for FaultMemberPause and FaultMemberIsolated: contender n
+	// connects to member (n-1) mod len(Members) alone (the backend's URL
+	// with only that host). PauseMember stops member i (an index into
+	// Members) with SIGSTOP and ResumeMember continues it; all three are
+	// needed for those faults.
+	Members                   []string
+	PauseMember, ResumeMember func(ctx context.Context, i int) error
+	// ClockJump moves the server's wall clock forward by d from where it
+	// is (libfaketime, a VM's clock, …) and returns once the server reads
+	// the new time: FaultClockJump.
+	ClockJump func(ctx context.Context, d time.Duration) error
 	// Setup describes, per fault name (FaultServerKill, …), what the
 	// control does, for the report's setup column; a fault without one
 	// gets a generic description.
@@ -508,10 +525,18 @@ func (cfg *Config) validate() (plan, error) {
 			for _, m := range mutantFaults {
 				p.faults[m] = true
 			}
+		case f == GroupEviction:
+			for _, m := range EvictionFaults {
+				p.faults[m] = true
+			}
+		case f == GroupMembers:
+			for _, m := range MemberFaults {
+				p.faults[m] = true
+			}
 		case slices.Contains(all, f):
 			p.faults[f] = true
 		default:
-			return p, fmt.Errorf("%w: unknown fault %q (known: %s, %s, %s)", ErrConfig, f, GroupDefault, GroupMutants, strings.Join(all, ", "))
+			return p, fmt.Errorf("%w: unknown fault %q (known: %s, %s, %s, %s, %s)", ErrConfig, f, GroupDefault, GroupMutants, GroupEviction, GroupMembers, strings.Join(all, ", "))
 		}
 	}
 	seen := map[string]int{}
@@ -618,7 +643,7 @@ func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect rep
 		return nil, errors.New("open: " + driver.RedactText(err.Error(), b.URL))
 	}
 	defer bk.Close()
-	be.rules = append(append(report.Table(nil), expect...), expectations...)
+	be.rules = slices.Concat(expect, expectations, primExpectations)
 	_, waiter := bk.(driver.Waiter)
 	_, watcher := bk.(driver.Watcher)
 	be.waits = waiter || watcher
