@@ -14,9 +14,10 @@ import (
 )
 
 // RWSeparator is what an RWLock puts between its key and the keys of its
-// records: the gate key + RWSeparator + "gate", and the reader slot keys
+// records: the gate key + RWSeparator + "gate", the reader slot keys
 // key + RWSeparator + "r/0" … key + RWSeparator + "r/" +
-// strconv.Itoa(MaxReaders-1). Keys that contain it are reserved for
+// strconv.Itoa(MaxReaders-1), and a waiting writer's intent
+// key + RWSeparator + "w". Keys that contain it are reserved for
 // read-write locks: a plain lock on such a key occupies the gate or a
 // reader slot.
 const RWSeparator = "/.rw/"
@@ -49,6 +50,18 @@ const rwHeader = "fencelock-rwlock "
 // and a writer waiting for readers to drain holds the gate: readers that
 // come after it queue behind it, and a stream of readers cannot starve it.
 //
+// Readers pass the gate too, briefly. Where the store queues waiters or
+// notifies them, a writer waiting for the gate is woken as it falls free.
+// Where every wait polls (a backend with neither driver.Waiter nor
+// driver.Watcher), readers passing the gate one after another could keep
+// it busy at every poll of a waiting writer: so there a writer that finds
+// the gate held first takes a third kind of record, the intent
+// (IntentKey), and keeps it until it has the gate; a reader looks at the
+// intent before it enters (one Inspect) and waits while a writer holds
+// it. Only the readers that looked before the intent was taken can still
+// pass the gate, so it falls free and the writer's next poll takes it.
+// Writers are preferred: a stream of writers can keep readers waiting.
+//
 // # Fencing
 //
 // A grant's token (RWGrant.Token) is the gate's token under which it
@@ -68,11 +81,13 @@ const rwHeader = "fencelock-rwlock "
 // Generic: an RWLock only uses the Client's Acquire, TryAcquire and List,
 // so it works on every backend; no backend has a native one yet. Its costs:
 // a read takes two leases and releases one (two round trips more than a
-// lock); a write takes and renews 1 + MaxReaders leases.
+// lock, three where waits poll); a write takes and renews 1 + MaxReaders
+// leases.
 type RWLock struct {
 	c       *Client
 	key     string
 	gate    string
+	intent  string     // a waiting writer's intent, where waits poll
 	readers *Semaphore // the slots, for readers: tryAll, race and poll
 }
 
@@ -85,7 +100,7 @@ func (c *Client) RWLock(key string) (*RWLock, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	rw := &RWLock{c: c, key: key, gate: key + RWSeparator + "gate"}
+	rw := &RWLock{c: c, key: key, gate: key + RWSeparator + "gate", intent: key + RWSeparator + "w"}
 	slots := make([]string, MaxReaders)
 	for i := range slots {
 		slots[i] = key + RWSeparator + "r/" + strconv.Itoa(i)
@@ -104,6 +119,10 @@ func (rw *RWLock) Key() string { return rw.key }
 
 // GateKey returns the key of the lock's gate.
 func (rw *RWLock) GateKey() string { return rw.gate }
+
+// IntentKey returns the key of the intent record that a writer waiting
+// for the gate holds where every wait polls (see Design).
+func (rw *RWLock) IntentKey() string { return rw.intent }
 
 // SlotKey returns the key of reader slot i (0 ≤ i < MaxReaders).
 func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
@@ -227,7 +246,66 @@ func (rw *RWLock) enter(ctx context.Context, wait bool, opts []AcquireOption) (*
 // validity has ended, the store may have given its key to another.
 func valid(l *Lease) bool { return l.Remaining() > 0 }
 
+// polled reports whether every wait on the client's backend polls.
+func (c *Client) polled() bool { return c.waiter == nil && c.watcher == nil }
+
+// enterWrite takes the gate for a writer. Where waits poll, a writer that
+// finds it held takes the intent first (waiting for other writers'),
+// then waits for the gate, and gives the intent up once it has the gate
+// or has given up.
+func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
+	gopts := rwOpts(opts, "write", true, true)
+	if !wait || !rw.c.polled() {
+		return rw.enter(ctx, wait, gopts)
+	}
+	gate, err := rw.c.TryAcquire(ctx, rw.gate, gopts...)
+	if err == nil || definite(err) && !errors.Is(err, ErrNotAcquired) {
+		return gate, err
+	}
+	intent, err := rw.c.Acquire(ctx, rw.intent, rwOpts(opts, "write intent", false, false)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.c.releaseAll(ctx, intent)
+	return rw.c.Acquire(ctx, rw.gate, gopts...)
+}
+
+// awaitNoWriter returns once no writer holds the intent, by one Inspect
+// of the store, polling with the client's backoff while one does. Without
+// wait it returns a *HeldError naming the intent's holder (matching
+// ErrNotAcquired) instead of waiting.
+func (rw *RWLock) awaitNoWriter(ctx context.Context, wait bool) error {
+	backoff := rw.c.o.MinBackoff
+	for {
+		info, err := rw.c.Inspect(ctx, rw.intent)
+		switch {
+		case err == nil && info.Owner == "":
+			return nil
+		case err == nil && !wait:
+			return &HeldError{Holder: info}
+		case err != nil && (!wait || definite(err)):
+			return err
+		}
+		last, d := err, jitter(backoff)
+		if err == nil {
+			last = &HeldError{Holder: info}
+			if info.Remaining > 0 && info.Remaining < d {
+				d = info.Remaining + time.Millisecond
+			}
+		}
+		if rw.c.sleep(ctx, d) != nil {
+			return rw.c.ended(ctx, last)
+		}
+		backoff = min(2*backoff, rw.c.o.MaxBackoff)
+	}
+}
+
 func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
+	if rw.c.polled() {
+		if err := rw.awaitNoWriter(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 	gate, err := rw.enter(ctx, wait, rwOpts(opts, "read gate", false, false))
 	if err != nil {
 		return nil, err
@@ -277,7 +355,7 @@ func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOpt
 }
 
 func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
-	gate, err := rw.enter(ctx, wait, rwOpts(opts, "write", true, true))
+	gate, err := rw.enterWrite(ctx, wait, opts)
 	if err != nil {
 		return nil, err
 	}
