@@ -96,9 +96,9 @@ func (b *Backend) ensureClaim(ctx context.Context, key string, st *state, now ti
 // moved while it was being renewed: the engine retries.
 var errMoved = errors.New("mongo: the record moved during a same-owner acquire; retry")
 
-// maxTokenRounds bounds the reads of a key's highest token claim in one
-// Acquire: each further one follows a claim made concurrently elsewhere.
-const maxTokenRounds = 4
+// maxEndRounds bounds how often one Acquire finishes the removal of an
+// ended record before it reports the key held.
+const maxEndRounds = 4
 
 // clone copies a metadata payload; nil and empty both become nil.
 func clone(md []byte) []byte {
@@ -142,9 +142,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return g, nil
 		case tokenUsed:
 			// Another token claim (an acquire elsewhere, a floor) came
-			// between the read of the base and the insert: read again.
-			if round >= maxTokenRounds {
-				return driver.Grant{}, errTokenRace
+			// between the read of the base and the insert: read again
+			// (see claimBackoff).
+			if err := claimBackoff(ctx, round); err != nil {
+				return driver.Grant{}, err
 			}
 			fresh = false
 			continue
@@ -168,7 +169,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			// context ended, the server died). The record can never
 			// move again (see teardown): finish the removal and try
 			// once more.
-			if round >= maxTokenRounds {
+			if round >= maxEndRounds {
 				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 			}
 			if err := b.teardown(ctx, st.rid); err != nil {
@@ -205,7 +206,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		for range maxTokenRounds {
+		for round := 0; ; round++ {
 			g, out, err = b.insertRecord(ctx, req, max(hi, st.token))
 			if err != nil {
 				return driver.Grant{}, err
@@ -216,11 +217,13 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			case keyHeld:
 				return driver.Grant{}, b.heldError(ctx, req.Key)
 			}
+			if err := claimBackoff(ctx, round); err != nil {
+				return driver.Grant{}, err
+			}
 			if hi, err = b.highestClaim(ctx, req.Key, now); err != nil {
 				return driver.Grant{}, err
 			}
 		}
-		return driver.Grant{}, errTokenRace
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -342,15 +343,35 @@ func (b *Backend) tokenClaim(key string, tok int64, rid string, now time.Time) c
 	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, TRec: rid, At: date(now)}
 }
 
-// errTokenRace is the transient error of an acquire whose token claim
-// collided twice: the engine retries.
-var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
+// claimBackoff waits before attempt round+1 of a token claim whose
+// attempt round collided with another claim: not at all for the first
+// two (a fresh read of the highest claim usually wins), then a jittered
+// wait that doubles up to 32ms. A collision means another claim was
+// inserted, so some caller always makes progress and a caller only
+// loses while others win; the wait keeps a loser from spinning the
+// store. It returns the context's error if the context ends first.
+func claimBackoff(ctx context.Context, round int) error {
+	if round < 2 {
+		return ctx.Err()
+	}
+	d := time.Millisecond << min(round-2, 5)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // claimToken claims the next token of key for its holder, the record rid
-// (a rotation).
+// (a rotation). A collision with another claim makes it read the highest
+// claim again and retry, until it wins or ctx ends (see claimBackoff).
 func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time) (int64, error) {
 	base, fresh := b.ownBase(key)
-	for round := 0; round < 2; round++ {
+	for round := 0; ; round++ {
 		if !fresh || round > 0 {
 			var err error
 			if base, err = b.highestClaim(ctx, key, now); err != nil {
@@ -365,8 +386,10 @@ func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time
 		if !mongo.IsDuplicateKeyError(err) {
 			return 0, err
 		}
+		if err := claimBackoff(ctx, round); err != nil {
+			return 0, err
+		}
 	}
-	return 0, errTokenRace
 }
 
 // Describe implements driver.Describer.
