@@ -323,7 +323,10 @@ func TestReleaseRacingRotationIsNotALoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-hold // the old side rotated; the new side's rotation waits
+		<-hold // the new side's rotation waits
+		// The sides renew concurrently: let the old side's rotation take
+		// effect (everything else in the bubble is then blocked).
+		synctest.Wait()
 		if err := l.Release(t.Context()); err != nil {
 			t.Errorf("Release racing a rotation = %v; want nil", err)
 		}
