@@ -32,20 +32,10 @@ func semScenario(k semKnobs) history.History {
 		k.c4At = 2300
 	}
 	const s0, s1, s2 = "s/.permit/0", "s/.permit/1", "s/.permit/2"
-	var h history.History
-	add := func(t int64, proc string, kind history.Kind, key, id string, tok uint64, until int64) {
-		e := history.Event{T: t * ms, Proc: proc, Kind: kind, Key: key, Lease: id, Token: tok}
-		if until != 0 {
-			e.Until = until * ms
-		}
-		h = append(h, e)
-	}
+	var b events
+	add, harness := b.lease, b.harness
 	write := func(t int64, proc, key, id string, tok uint64, accepted bool, reason string) {
-		h = append(h, history.Event{T: t * ms, Proc: "fence", Kind: history.Write, Key: key, Lease: id, Token: tok,
-			Accepted: accepted, Reason: reason, Fencing: true})
-	}
-	harness := func(t int64, kind history.Kind, proc, note string) {
-		h = append(h, history.Event{T: t * ms, Proc: proc, Kind: kind, Note: note})
+		b.fence(t, key, id, tok, accepted, reason, "")
 	}
 
 	// c1 and c2 take both permits; c3 waits.
@@ -111,7 +101,7 @@ func semScenario(k semKnobs) history.History {
 	add(3605, "c4", history.Released, s1, "c4-1", 2, 0)
 	add(3700, "c5", history.ReleaseStart, s0, "c5-1", 3, 0)
 	add(3705, "c5", history.Released, s0, "c5-1", 3, 0)
-	return h
+	return b.h
 }
 
 func TestSemaphorePassingHistory(t *testing.T) {

@@ -29,20 +29,10 @@ func rwScenario(k rwKnobs) history.History {
 		k.w2Token = 10
 	}
 	const gate, s0, s1 = "L/.rw/gate", "L/.rw/r/0", "L/.rw/r/1"
-	var h history.History
-	add := func(t int64, proc string, kind history.Kind, key, id string, tok uint64, until int64) {
-		e := history.Event{T: t * ms, Proc: proc, Kind: kind, Key: key, Lease: id, Token: tok}
-		if until != 0 {
-			e.Until = until * ms
-		}
-		h = append(h, e)
-	}
+	var b events
+	add, harness := b.lease, b.harness
 	access := func(t int64, id, what string, tok uint64, accepted bool, reason string) {
-		h = append(h, history.Event{T: t * ms, Proc: "fence", Kind: history.Write, Key: "L", Lease: id, Token: tok,
-			Accepted: accepted, Reason: reason, Fencing: true, Access: what})
-	}
-	harness := func(t int64, kind history.Kind, proc, note string) {
-		h = append(h, history.Event{T: t * ms, Proc: proc, Kind: kind, Note: note})
+		b.fence(t, "L", id, tok, accepted, reason, what)
 	}
 	// Two readers share the lock; a writer waits for the gate, then for them.
 	add(0, "c1", history.AcquireStart, "L", "r1", 0, 0)
@@ -102,7 +92,7 @@ func rwScenario(k rwKnobs) history.History {
 	access(2711, "r5", "read", 11, true, "read-current")
 	add(2800, "c1", history.ReleaseStart, s0, "r5", 11, 0)
 	add(2805, "c1", history.Released, s0, "r5", 11, 0)
-	return h
+	return b.h
 }
 
 func TestRWPassingHistory(t *testing.T) {
