@@ -78,7 +78,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 	}
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.waiter, _ = b.(driver.Waiter)
-	c.watcher, _ = b.(driver.Watcher)
+	c.watcher, _ = driver.Watches(b)
 	c.batch, _ = b.(driver.BatchRenewer)
 	c.loss, _ = b.(driver.LossNotifier)
 	c.forcer, _ = b.(driver.ForceReleaser)
@@ -496,6 +496,10 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// polled reports whether every wait on the client's backend polls: it
+// can neither queue waiters nor notify them.
+func (c *Client) polled() bool { return c.waiter == nil && c.watcher == nil }
 
 // jitter returns a duration in [d/2, d].
 func jitter(d time.Duration) time.Duration {

@@ -50,17 +50,18 @@ const rwHeader = "fencelock-rwlock "
 // and a writer waiting for readers to drain holds the gate: readers that
 // come after it queue behind it, and a stream of readers cannot starve it.
 //
-// Readers pass the gate too, briefly. Where the store queues waiters or
-// notifies them, a writer waiting for the gate is woken as it falls free.
-// Where every wait polls (a backend with neither driver.Waiter nor
-// driver.Watcher), readers passing the gate one after another could keep
-// it busy at every poll of a waiting writer: so there a writer that finds
-// the gate held first takes a third kind of record, the intent
-// (IntentKey), and keeps it until it has the gate; a reader looks at the
-// intent before it enters (one Inspect) and waits while a writer holds
-// it. Only the readers that looked before the intent was taken can still
-// pass the gate, so it falls free and the writer's next poll takes it.
-// Writers are preferred: a stream of writers can keep readers waiting.
+// Readers pass the gate too, briefly. Where every wait polls, readers
+// passing the gate one after another can keep it busy at every poll of a
+// waiting writer; where the store notifies, a woken writer still races
+// the readers woken with it. So a writer that finds the gate held takes
+// a third kind of record first, the intent (IntentKey), and keeps it
+// until it has the gate; every reader looks at the intent before it
+// enters (one Inspect) and waits while a writer holds it. Only the
+// readers that looked before the intent was taken can still pass the
+// gate, so it falls free and the writer takes it. This holds whatever
+// backend each client uses (a fleet halfway through a migration shares
+// the records). Writers are preferred: a stream of writers can keep
+// readers waiting.
 //
 // # Fencing
 //
@@ -80,14 +81,14 @@ const rwHeader = "fencelock-rwlock "
 //
 // Generic: an RWLock only uses the Client's Acquire, TryAcquire and List,
 // so it works on every backend; no backend has a native one yet. Its costs:
-// a read takes two leases and releases one (two round trips more than a
-// lock, three where waits poll); a write takes and renews 1 + MaxReaders
-// leases.
+// a read looks at the intent, takes two leases and releases one (three
+// round trips more than a lock); a write takes and renews 1 + MaxReaders
+// leases, and the intent too while it waits for the gate.
 type RWLock struct {
 	c       *Client
 	key     string
 	gate    string
-	intent  string     // a waiting writer's intent, where waits poll
+	intent  string     // a writer's intent while it waits for the gate
 	readers *Semaphore // the slots, for readers: tryAll, race and poll
 }
 
@@ -121,7 +122,7 @@ func (rw *RWLock) Key() string { return rw.key }
 func (rw *RWLock) GateKey() string { return rw.gate }
 
 // IntentKey returns the key of the intent record that a writer waiting
-// for the gate holds where every wait polls (see Design).
+// for the gate holds (see Design).
 func (rw *RWLock) IntentKey() string { return rw.intent }
 
 // SlotKey returns the key of reader slot i (0 ≤ i < MaxReaders).
@@ -132,7 +133,7 @@ func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
 var rwTestHookEntered func(gate *Lease)
 
 // RLock takes a read grant, waiting while a writer holds or waits for the
-// lock (or while MaxReaders readers hold it), until it has one or ctx
+// lock (see Design) (or while MaxReaders readers hold it), until it has one or ctx
 // ends (or WithWait's bound passes: an error matching ErrNotAcquired). A
 // wait that ends without a grant leaves nothing behind in the store. opts
 // apply to the slot's lease as to Client.Acquire (WithMetadata's payload
@@ -144,7 +145,8 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, e
 
 // TryRLock makes one attempt at a read grant: it returns an error
 // matching ErrNotAcquired at once when a writer holds the gate (or waits
-// for readers to drain) or every slot is held. It leaves nothing behind
+// for readers to drain), a writer waits for the gate (a *HeldError
+// naming its intent), or every slot is held. It leaves nothing behind
 // when it fails.
 func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, false, opts)
@@ -246,16 +248,13 @@ func (rw *RWLock) enter(ctx context.Context, wait bool, opts []AcquireOption) (*
 // validity has ended, the store may have given its key to another.
 func valid(l *Lease) bool { return l.Remaining() > 0 }
 
-// polled reports whether every wait on the client's backend polls.
-func (c *Client) polled() bool { return c.waiter == nil && c.watcher == nil }
-
-// enterWrite takes the gate for a writer. Where waits poll, a writer that
-// finds it held takes the intent first (waiting for other writers'),
-// then waits for the gate, and gives the intent up once it has the gate
-// or has given up.
+// enterWrite takes the gate for a writer. A waiting writer that finds it
+// held takes the intent first (waiting for other writers'), then waits
+// for the gate, and gives the intent up once it has the gate or has
+// given up.
 func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
 	gopts := rwOpts(opts, "write", true, true)
-	if !wait || !rw.c.polled() {
+	if !wait {
 		return rw.enter(ctx, wait, gopts)
 	}
 	gate, err := rw.c.TryAcquire(ctx, rw.gate, gopts...)
@@ -301,10 +300,8 @@ func (rw *RWLock) awaitNoWriter(ctx context.Context, wait bool) error {
 }
 
 func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
-	if rw.c.polled() {
-		if err := rw.awaitNoWriter(ctx, wait); err != nil {
-			return nil, err
-		}
+	if err := rw.awaitNoWriter(ctx, wait); err != nil {
+		return nil, err
 	}
 	gate, err := rw.enter(ctx, wait, rwOpts(opts, "read gate", false, false))
 	if err != nil {
@@ -323,7 +320,7 @@ func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOpt
 	s := rw.readers
 	l, err := s.tryAll(rctx, slotOpts)
 	if err != nil && wait && (!definite(err) || errors.Is(err, ErrNotAcquired)) && rctx.Err() == nil {
-		if rw.c.waiter == nil && rw.c.watcher == nil {
+		if rw.c.polled() {
 			l, err = s.poll(rctx, slotOpts, err)
 		} else {
 			l, err = s.race(rctx, slotOpts)
@@ -379,7 +376,7 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 			cancel(errs[i]) // a bad key, a closed client: no other wait can succeed
 		}
 	}
-	if rw.c.waiter != nil || rw.c.watcher != nil {
+	if !rw.c.polled() {
 		// Every slot at once, each with the engine's own waiting.
 		var wg sync.WaitGroup
 		for i, key := range rw.readers.slots {

@@ -140,31 +140,47 @@ func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 	}
 }
 
-// A writer waiting for readers to drain holds the gate, and where waits
-// poll a writer waiting for the gate holds the intent: a stream of
-// readers that keep the lock shared does not keep it out. Once the
-// writer has asked, each reader gets at most two more read grants (one
-// that had passed the intent or the gate before, one racing the
-// writer's first attempt); a reader gives up after 50 rounds.
+// A writer waiting for readers to drain holds the gate, and a writer
+// waiting for the gate holds the intent: a stream of readers that keep
+// the lock shared does not keep it out. Once the writer has asked, each
+// reader gets at most two more read grants (one that had passed the
+// intent or the gate before, one racing the writer's first attempt); a
+// reader gives up after 50 rounds. Where store calls take 10ms, readers
+// passing the gate keep it busy at the writer's attempts: on a polled
+// backend, on one that notifies, on one whose Watch fails at run time,
+// and with the writer polling while the readers' client is notified (a
+// fleet halfway through a migration).
 func TestRWLockWriterNotStarved(t *testing.T) {
-	backends := append(semBackends[:len(semBackends):len(semBackends)], struct {
-		name string
-		wrap func(*memory.Backend) driver.Backend
-	}{"poll-slow", func(b *memory.Backend) driver.Backend { return slowPlain{plain{b}} }})
-	for _, sb := range backends {
-		t.Run(sb.name, func(t *testing.T) {
+	slow := func(b *memory.Backend) driver.Backend { return slowPlain{plain{b}} }
+	cases := []struct {
+		name            string
+		readers, writer func(*memory.Backend) driver.Backend
+	}{
+		{"poll-slow", slow, slow},
+		{"notify-slow", func(b *memory.Backend) driver.Backend { return slowNotify{b} }, func(b *memory.Backend) driver.Backend { return slowNotify{b} }},
+		{"watch-fails-slow", func(b *memory.Backend) driver.Backend { return watchFails{slowPlain{plain{b}}} }, func(b *memory.Backend) driver.Backend { return watchFails{slowPlain{plain{b}}} }},
+		{"mixed-slow", func(b *memory.Backend) driver.Backend { return slowNotify{b} }, slow},
+	}
+	for _, sb := range semBackends {
+		cases = append(cases, struct {
+			name            string
+			readers, writer func(*memory.Backend) driver.Backend
+		}{sb.name, sb.wrap, sb.wrap})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			// Ten bubbles: the interleavings differ by the schedule
 			// and the backoff's jitter.
 			for range 10 {
-				testRWWriterNotStarved(t, sb.wrap)
+				testRWWriterNotStarved(t, tc.readers, tc.writer)
 			}
 		})
 	}
 }
 
-func testRWWriterNotStarved(t *testing.T, wrap func(*memory.Backend) driver.Backend) {
+func testRWWriterNotStarved(t *testing.T, readers, writer func(*memory.Backend) driver.Backend) {
 	synctest.Test(t, func(t *testing.T) {
-		const readers, bound, afterBound = 6, 50, 2
+		const nreaders, bound, afterBound = 6, 50, 2
 		store := memory.NewStore()
 		var (
 			asked, wrote atomic.Bool
@@ -173,8 +189,8 @@ func testRWWriterNotStarved(t *testing.T, wrap func(*memory.Backend) driver.Back
 			started      = make(chan struct{})
 			once         sync.Once
 		)
-		for i := range readers {
-			c := newClient(t, wrap(store.Backend()), &fencelock.Options{TTL: time.Second, Owner: fmt.Sprint("r", i)})
+		for i := range nreaders {
+			c := newClient(t, readers(store.Backend()), &fencelock.Options{TTL: time.Second, Owner: fmt.Sprint("r", i)})
 			rw := rwlock(t, c, "catalog")
 			wg.Go(func() {
 				after := 0
@@ -204,7 +220,7 @@ func testRWWriterNotStarved(t *testing.T, wrap func(*memory.Backend) driver.Back
 			})
 		}
 		<-started // the readers overlap
-		w := newClient(t, wrap(store.Backend()), &fencelock.Options{TTL: time.Second, Owner: "w"})
+		w := newClient(t, writer(store.Backend()), &fencelock.Options{TTL: time.Second, Owner: "w"})
 		asked.Store(true)
 		g, err := rwlock(t, w, "catalog").Lock(t.Context())
 		if err != nil {
@@ -235,6 +251,105 @@ func (b slowPlain) Release(ctx context.Context, g driver.Grant) error {
 func (b slowPlain) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	time.Sleep(10 * time.Millisecond)
 	return b.plain.Inspect(ctx, key)
+}
+
+// slowNotify is the memory backend, notifications and all, with store
+// calls that take 10ms each.
+type slowNotify struct{ *memory.Backend }
+
+func (b slowNotify) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	time.Sleep(10 * time.Millisecond)
+	return b.Backend.Acquire(ctx, req)
+}
+
+func (b slowNotify) Release(ctx context.Context, g driver.Grant) error {
+	time.Sleep(10 * time.Millisecond)
+	return b.Backend.Release(ctx, g)
+}
+
+func (b slowNotify) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	time.Sleep(10 * time.Millisecond)
+	return b.Backend.Inspect(ctx, key)
+}
+
+// watchFails is a Watcher in type whose Watch fails at every call (a
+// file backend past the inotify limit), so the engine polls.
+type watchFails struct{ slowPlain }
+
+func (watchFails) Watch(context.Context, string) (<-chan struct{}, error) {
+	return nil, driver.ErrUnsupported
+}
+
+// A writer that gives up waiting for the gate (its context ends, its
+// WithWait bound passes, its Client closes) leaves no intent behind; a
+// writer waiting for the gate holds one.
+func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		inspectIntent := func() driver.Info {
+			t.Helper()
+			info, err := store.Backend().Inspect(context.Background(), "k"+fencelock.RWSeparator+"w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return info
+		}
+		opts := func(owner string) *fencelock.Options { return &fencelock.Options{TTL: time.Second, Owner: owner} }
+		w1, err := rwlock(t, newClient(t, plain{store.Backend()}, opts("w1")), "k").Lock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2 := rwlock(t, newClient(t, plain{store.Backend()}, opts("w2")), "k")
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		_, err = w2.Lock(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock until the context's deadline = %v; want DeadlineExceeded", err)
+		}
+		if info := inspectIntent(); info.Locked() {
+			t.Fatalf("after a cancelled Lock the intent is held: %+v", info)
+		}
+		if _, err := w2.Lock(t.Context(), fencelock.WithWait(time.Second)); !errors.Is(err, fencelock.ErrNotAcquired) {
+			t.Fatalf("Lock with WithWait(1s) while w1 writes = %v; want ErrNotAcquired", err)
+		}
+		if info := inspectIntent(); info.Locked() {
+			t.Fatalf("after a bounded Lock the intent is held: %+v", info)
+		}
+		c3, err := fencelock.New(plain{store.Backend()}, opts("w3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := rwlock(t, c3, "k").Lock(context.Background())
+			done <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // w3 polls the gate
+		synctest.Wait()
+		if info := inspectIntent(); !strings.HasPrefix(info.Owner, "w3") {
+			t.Fatalf("w3 waits for the gate, the intent is %+v; want held by w3", info)
+		}
+		if _, err := rwlock(t, newClient(t, plain{store.Backend()}, opts("r")), "k").TryRLock(t.Context()); !errors.Is(err, fencelock.ErrNotAcquired) {
+			t.Fatalf("TryRLock while a writer waits for the gate = %v; want ErrNotAcquired", err)
+		}
+		c3.Close()
+		if err := <-done; !errors.Is(err, fencelock.ErrClosed) {
+			t.Errorf("Lock ended by Close = %v; want ErrClosed", err)
+		}
+		if info := inspectIntent(); info.Locked() {
+			t.Fatalf("after Close the intent is held: %+v", info)
+		}
+		infos, err := store.Backend().List(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 1+fencelock.MaxReaders {
+			t.Errorf("the store holds %d records; want w1's %d: %v", len(infos), 1+fencelock.MaxReaders, infos)
+		}
+		if err := w1.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // A reader that paused (its process stopped: no renewal) after it got the

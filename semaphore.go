@@ -204,7 +204,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, 
 		if ctx.Err() != nil {
 			return nil, s.c.ended(ctx, err)
 		}
-		if s.c.waiter == nil && s.c.watcher == nil {
+		if s.c.polled() {
 			l, err = s.poll(ctx, opts, err)
 		} else {
 			l, err = s.race(ctx, opts)

@@ -239,7 +239,7 @@ type Capability struct {
 // Capabilities reports which optional driver interfaces b implements.
 func Capabilities(b driver.Backend) []Capability {
 	_, waiter := b.(driver.Waiter)
-	_, watcher := b.(driver.Watcher)
+	_, watcher := driver.Watches(b)
 	_, batch := b.(driver.BatchRenewer)
 	_, loss := b.(driver.LossNotifier)
 	_, force := b.(driver.ForceReleaser)

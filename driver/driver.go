@@ -254,6 +254,29 @@ type Watcher interface {
 	Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }
 
+// WatchProber is implemented by a Watcher whose Watch may be unsupported
+// for good: a backend that wraps others (migrate.Dual) is a Watcher in
+// type whether or not what it wraps can watch. CanWatch reports whether
+// Watch can succeed at all; callers treat a Watcher whose CanWatch is
+// false as no Watcher, and wait by polling from the start.
+type WatchProber interface {
+	CanWatch() bool
+}
+
+// Watches returns b as a Watcher if it is one that can watch: it
+// implements Watcher and, if it implements WatchProber too, CanWatch
+// reports true.
+func Watches(b Backend) (Watcher, bool) {
+	w, ok := b.(Watcher)
+	if !ok {
+		return nil, false
+	}
+	if p, ok := b.(WatchProber); ok && !p.CanWatch() {
+		return nil, false
+	}
+	return w, true
+}
+
 // RenewResult is the outcome of renewing one grant in a batch.
 type RenewResult struct {
 	// Grant is the renewed grant when Err is nil.

@@ -46,6 +46,7 @@ var (
 	_ driver.ForceReleaser = (*Dual)(nil)
 	_ driver.LossNotifier  = (*Dual)(nil)
 	_ driver.Watcher       = (*Dual)(nil)
+	_ driver.WatchProber   = (*Dual)(nil)
 	_ driver.Describer     = (*Dual)(nil)
 	_ driver.BatchRenewer  = (*Dual)(nil)
 )
@@ -771,6 +772,15 @@ func (d *Dual) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) 
 	}
 }
 
+// CanWatch implements driver.WatchProber: whether either side can watch.
+// With neither, the engine polls from the start, and Semaphore and
+// RWLock wait as they do on a backend that can only be polled.
+func (d *Dual) CanWatch() bool {
+	_, o := driver.Watches(d.old)
+	_, n := driver.Watches(d.new)
+	return o || n
+}
+
 // Watch implements driver.Watcher: a wake-up from either side's Watcher.
 // It returns driver.ErrUnsupported if neither side has one (the engine
 // then polls). The channel closes when ctx ends or either side's
@@ -779,7 +789,7 @@ func (d *Dual) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	var ins []<-chan struct{}
 	ctx, cancel := context.WithCancel(ctx)
 	for _, b := range []driver.Backend{d.old, d.new} {
-		if w, ok := b.(driver.Watcher); ok {
+		if w, ok := driver.Watches(b); ok {
 			ch, err := w.Watch(ctx, key)
 			if err != nil {
 				cancel()

@@ -234,3 +234,39 @@ func TestDualURL(t *testing.T) {
 		}
 	}
 }
+
+// A Dual is a driver.Watcher in type; it reports, through
+// driver.WatchProber, whether either side can watch, so that the engine
+// (and Semaphore and RWLock) know a Dual of two polled sides polls.
+func TestDualCanWatchOnlyWithAWatchingSide(t *testing.T) {
+	// polled hides every optional interface of a memory backend but
+	// token floors, which a Dual needs.
+	polled := func() driver.Backend {
+		b := memory.New()
+		return struct {
+			driver.Backend
+			driver.TokenFloorer
+		}{b, b}
+	}
+	for _, c := range []struct {
+		name     string
+		old, new driver.Backend
+		want     bool
+	}{
+		{"both sides watch", memory.New(), memory.New(), true},
+		{"old side watches", memory.New(), polled(), true},
+		{"new side watches", polled(), memory.New(), true},
+		{"neither side watches", polled(), polled(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := mustDual(t, c.old, c.new)
+			defer d.Close()
+			if _, ok := driver.Watches(d); ok != c.want {
+				t.Errorf("driver.Watches(Dual) = %v; want %v", ok, c.want)
+			}
+			if _, err := d.Watch(t.Context(), "k"); (err == nil) != c.want {
+				t.Errorf("Dual.Watch = %v; want an error exactly when neither side watches", err)
+			}
+		})
+	}
+}

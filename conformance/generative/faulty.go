@@ -240,7 +240,7 @@ type (
 // wrap returns w with exactly the optional capabilities of w.b.
 func wrap(w *faulty) driver.Backend {
 	_, a := w.b.(driver.Waiter)
-	_, t := w.b.(driver.Watcher)
+	_, t := driver.Watches(w.b)
 	_, r := w.b.(driver.BatchRenewer)
 	_, l := w.b.(driver.LossNotifier)
 	mask := 0

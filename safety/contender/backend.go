@@ -109,7 +109,7 @@ func newRecorder(inner driver.Backend, proxy *faultproxy.Proxy, mutant Mutant, t
 	r.batch, _ = inner.(driver.BatchRenewer)
 	r.forcer, _ = inner.(driver.ForceReleaser)
 	r.waiter, _ = inner.(driver.Waiter)
-	r.watch, _ = inner.(driver.Watcher)
+	r.watch, _ = driver.Watches(inner)
 	r.loss, _ = inner.(driver.LossNotifier)
 	r.life, r.end = context.WithCancel(context.Background())
 	return r

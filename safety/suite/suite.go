@@ -645,7 +645,7 @@ func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect rep
 	defer bk.Close()
 	be.rules = slices.Concat(expect, expectations, primExpectations)
 	_, waiter := bk.(driver.Waiter)
-	_, watcher := bk.(driver.Watcher)
+	_, watcher := driver.Watches(bk)
 	be.waits = waiter || watcher
 	if d, ok := bk.(driver.Describer); ok {
 		desc := d.Describe()
