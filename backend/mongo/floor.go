@@ -65,8 +65,7 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 // of token h+1 carrying the floor: no token at or below h+1 can be
 // claimed any more (every one is, or its claim collides), and the next
 // claim is based on max(h+1, floor). A concurrent claim of h+1 makes it
-// read again and retry until it wins or ctx ends (see claimBackoff): the
-// floor is never left unraised by a race. There is no global
+// read again and retry (see claimBackoff). There is no global
 // floor (key "" returns driver.ErrUnsupported).
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
 	if err := b.check(ctx); err != nil {
@@ -107,5 +106,6 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		if err := claimBackoff(ctx, round); err != nil {
 			return err
 		}
+		now = b.clock.now(ctx)
 	}
 }

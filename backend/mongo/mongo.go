@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/fencelock/fencelock/driver"
@@ -28,6 +29,9 @@ type Backend struct {
 	o      Options
 	locks  *mongo.Collection // lock records and epoch claims
 	tokens *mongo.Collection // token claims: locks, or Collection+TokensSuffix on FerretDB
+	// highs is tokens read with read concern "local", for the highest
+	// claim of a key (see highestClaim).
+	highs *mongo.Collection
 	clock  *serverClock
 	closed atomic.Bool
 
@@ -127,8 +131,10 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	// Elsewhere the _id index serves those, and one ordered insert of
 	// record and claim saves a round trip.
 	b.tokens = b.locks
+	tokensName := o.Collection
 	if b.ferret && !oneCollection {
-		b.tokens = db.Collection(o.Collection+TokensSuffix, copts)
+		tokensName = o.Collection + TokensSuffix
+		b.tokens = db.Collection(tokensName, copts)
 		// Token claims used to live in the records' collection on every
 		// server; a Backend that ignored them would issue tokens from 1
 		// again.
@@ -140,6 +146,9 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 			return nil, fmt.Errorf("mongo: reading %s.%s: %w", o.Database, o.Collection, err)
 		}
 	}
+	b.highs = db.Collection(tokensName, options.Collection().
+		SetReadConcern(readconcern.Local()).
+		SetReadPreference(readpref.Primary()))
 	type index struct {
 		c *mongo.Collection
 		m mongo.IndexModel
@@ -292,16 +301,24 @@ func (b *Backend) remember(key string, tok int64) {
 // it), and that claim is never deleted, so a key without it has no claims
 // at all: one find by _id (cheap on every server; FerretDB scans the
 // whole collection for any other filter) answers a fresh key.
+//
+// Both finds read with read concern "local": a claim that just refused
+// ours (the unique index is the primary's) may not be majority-committed
+// yet, and a majority read would return the same base again, so the
+// retry would collide again until the commit point moved. A local read
+// can only return a higher base, from a claim that a failover may later
+// roll back: that skips tokens, never reuses one (tokens are issued by
+// unique inserts, not by this read).
 func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (int64, error) {
 	var c claimDoc
-	err := b.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
+	err := b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	err = b.tokens.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
+	err = b.highs.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
 		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
@@ -343,14 +360,27 @@ func (b *Backend) tokenClaim(key string, tok int64, rid string, now time.Time) c
 	return claimDoc{ID: id, Key: id, Kind: kindToken, TNS: b.o.Namespace, TKey: key, Token: tok, TRec: rid, At: date(now)}
 }
 
+// maxClaimRounds bounds the collisions of one token claim: past it the
+// caller gets errTokenRace, a transient error (the engine retries an
+// Acquire, and a rotation at the next renewal).
+const maxClaimRounds = 32
+
+// errTokenRace is the transient error of a claim that collided
+// maxClaimRounds times.
+var errTokenRace = errors.New("mongo: token claimed concurrently; retry")
+
 // claimBackoff waits before attempt round+1 of a token claim whose
 // attempt round collided with another claim: not at all for the first
 // two (a fresh read of the highest claim usually wins), then a jittered
 // wait that doubles up to 32ms. A collision means another claim was
 // inserted, so some caller always makes progress and a caller only
 // loses while others win; the wait keeps a loser from spinning the
-// store. It returns the context's error if the context ends first.
+// store. It returns errTokenRace after maxClaimRounds collisions, and
+// the context's error if the context ends first.
 func claimBackoff(ctx context.Context, round int) error {
+	if round+1 >= maxClaimRounds {
+		return errTokenRace
+	}
 	if round < 2 {
 		return ctx.Err()
 	}
@@ -368,7 +398,7 @@ func claimBackoff(ctx context.Context, round int) error {
 
 // claimToken claims the next token of key for its holder, the record rid
 // (a rotation). A collision with another claim makes it read the highest
-// claim again and retry, until it wins or ctx ends (see claimBackoff).
+// claim again and retry (see claimBackoff).
 func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time) (int64, error) {
 	base, fresh := b.ownBase(key)
 	for round := 0; ; round++ {
@@ -389,6 +419,7 @@ func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time
 		if err := claimBackoff(ctx, round); err != nil {
 			return 0, err
 		}
+		now = b.clock.now(ctx) // the claim's date, for collect
 	}
 }
 
