@@ -93,17 +93,7 @@ func Run(t *testing.T, h Harness) {
 	_, _ = crand.Read(rnd[:])
 	s := &suite{h: h, prefix: "conformance-" + hex.EncodeToString(rnd[:]) + "/"}
 	s.reportCapabilities(t)
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Helper()
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", c.rule)
-				}
-			}()
-			c.run(t, s)
-		})
-	}
+	runCases(t, s, cases)
 }
 
 type testCase struct {
@@ -197,6 +187,22 @@ func (s *suite) clientWith(t *testing.T, o *fencelock.Options) *fencelock.Client
 		}
 	})
 	return c
+}
+
+// runCases runs each case as a subtest and, if it fails, logs its rule.
+func runCases(t *testing.T, s *suite, cases []testCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Helper()
+			defer func() {
+				if t.Failed() {
+					t.Logf("rule: %s", c.rule)
+				}
+			}()
+			c.run(t, s)
+		})
+	}
 }
 
 func (s *suite) reportCapabilities(t *testing.T) {

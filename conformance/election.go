@@ -27,16 +27,7 @@ func testElection(t *testing.T, s *suite) {
 		{"ResignObservedWithinPollBound", "a leader whose Elect context ends releases at once: another campaigner leads, and an observer sees the change within its polling bound (MaxBackoff) plus slack, at once where the backend notifies.", testElectResign},
 		{"ObserveSeesEveryLeaderInOrder", "with several campaigners and forced losses (resignations, and force-releases where the backend has them), Observe delivers every leader, in token order, one at a time (each replacing the one before, never a stale one after a newer), and each leader's callback started after the previous one's context was cancelled (except after a force-release, an administrator's override the holder learns of at its next renewal).", testElectEveryLeader},
 	}
-	for _, p := range parts {
-		t.Run(p.name, func(t *testing.T) {
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", p.rule)
-				}
-			}()
-			p.run(t, s)
-		})
-	}
+	runCases(t, s, parts)
 }
 
 // terms records, for one election, when each campaigner's callback

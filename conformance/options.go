@@ -22,16 +22,7 @@ import (
 // testOptions runs optionCases, each as a subtest (the whole group is one
 // entry of cases).
 func testOptions(t *testing.T, s *suite) {
-	for _, c := range optionCases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", c.rule)
-				}
-			}()
-			c.run(t, s)
-		})
-	}
+	runCases(t, s, optionCases)
 }
 
 var optionCases = []testCase{

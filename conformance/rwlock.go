@@ -16,16 +16,7 @@ import (
 // and MaxReaders reader slot leases), through the store: its subtests
 // each carry their own rule.
 func testReadWrite(t *testing.T, s *suite) {
-	for _, c := range rwCases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", c.rule)
-				}
-			}()
-			c.run(t, s)
-		})
-	}
+	runCases(t, s, rwCases)
 }
 
 const readWriteRule = "fencelock.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL (subtests, each with its own rule)."
@@ -33,7 +24,7 @@ const readWriteRule = "fencelock.RWLock, generic over every backend (a gate leas
 var rwCases = []testCase{
 	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
 	{"WriterNeedsEverySlot", "a writer holds every reader slot: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
-	{"WriterNotStarved", "a writer waiting for readers holds the gate, so a stream of overlapping readers cannot keep it out: it gets the lock before any reader has done a bounded number of rounds.", testRWStarve},
+	{"WriterNotStarved", "a writer waiting for readers holds the gate, and one waiting for the gate holds the intent that every reader looks at first, so a stream of overlapping readers cannot keep it out: it gets the lock before any reader has done a bounded number of rounds.", testRWStarve},
 	{"CancelledWaitLeavesNothing", "a Lock that waits for a reader, or an RLock that waits for a writer, whose context ends returns the context's error and leaves no record or queue entry: the holder is the only holder, and once it releases the lock is free at once.", testRWCancelled},
 	{"HoldersListEveryHolder", "RWLock.Holders reports every reader (slot, owner, grant token, its own metadata) and a writer as one holder (its gate, every slot, its metadata).", testRWHolders},
 	{"CrashedHolderFreedWithinTTL", "a writer that died without releasing frees the lock within the TTL the store granted plus slack: a waiting reader gets a grant, with a token above the dead writer's.", testRWCrash},

@@ -16,16 +16,7 @@ import (
 // a lease on a slot key), through the store: its subtests each carry
 // their own rule.
 func testSemaphore(t *testing.T, s *suite) {
-	for _, c := range semaphoreCases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				if t.Failed() {
-					t.Logf("rule: %s", c.rule)
-				}
-			}()
-			c.run(t, s)
-		})
-	}
+	runCases(t, s, semaphoreCases)
 }
 
 var semaphoreCases = []testCase{
