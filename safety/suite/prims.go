@@ -62,10 +62,24 @@ var primExpectations = func() report.Table {
 			"The same cells pass on FerretDB's PostgreSQL handler (mongo-pg).",
 		Fix: "Use FerretDB's PostgreSQL handler (or MongoDB itself) for read-write locks until the cause is found (issue 22).",
 	}
+	// FerretDB's PostgreSQL handler: only the kill cell, and only a tail.
+	pg := report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P5"},
+		Why: "A liveness tail, measured on FerretDB's PostgreSQL handler in the 91-round soak (docs/safety-soak.md): run " +
+			"alone, 3 of 91 kills of a read-write lock's holder were followed by the next grant of its key more than TTL + " +
+			"poll + slack (2.3 s) later (p50 1.56 s, max 2.61 s; with five other soaks on the machine, 39 of 91, max 16.8 s). " +
+			"A killed writer leaves 17 records (the gate and 16 reader slots); the next writer takes each over after it " +
+			"expires, polling (the backend can neither queue nor notify), one after another, at tens of milliseconds a " +
+			"take-over. Trying every slot at once first measured no better (1 violation in 91, p50 1.43 s, max 2.92 s) and " +
+			"was not kept. Exclusion and fencing hold (no stale write accepted).",
+		Fix: "Where a crashed writer must be replaced within about TTL + 1 s, use a backend that queues or notifies waiters.",
+	}
 	return report.Table{
 		{Backend: "mongo", Fault: FaultRWBaseline, Expectation: e},
 		{Backend: "mongo", Fault: FaultRWHolderPause, Expectation: e},
 		{Backend: "mongo", Fault: FaultRWHolderKill, Expectation: e},
+		{Backend: "mongo-pg", Fault: FaultRWHolderKill, Expectation: pg},
 	}
 }()
 
