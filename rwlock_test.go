@@ -233,9 +233,11 @@ func testRWWriterNotStarved(t *testing.T, readers, writer func(*memory.Backend) 
 	})
 }
 
-// slowPlain is a polled backend whose store calls take 10ms each (FerretDB under load), as a
-// real store's round trips do: readers passing the gate keep it busy for
-// a while at each entry, which a polling writer must not lose to.
+// slowPlain is a polled backend whose store calls take 10ms each, as a
+// loaded store's round trips do (FerretDB): readers passing the gate keep
+// it busy for a while at each entry, which a polling writer must not
+// lose to. slowNotify is the same with the memory backend's
+// notifications kept; the two differ in the capabilities they embed.
 type slowPlain struct{ plain }
 
 func (b slowPlain) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -253,8 +255,7 @@ func (b slowPlain) Inspect(ctx context.Context, key string) (driver.Info, error)
 	return b.plain.Inspect(ctx, key)
 }
 
-// slowNotify is the memory backend, notifications and all, with store
-// calls that take 10ms each.
+// slowNotify: see slowPlain.
 type slowNotify struct{ *memory.Backend }
 
 func (b slowNotify) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
