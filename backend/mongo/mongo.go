@@ -31,7 +31,7 @@ type Backend struct {
 	tokens *mongo.Collection // token claims: locks, or Collection+TokensSuffix on FerretDB
 	// highs is tokens read with read concern "local", for the highest
 	// claim of a key (see highestClaim).
-	highs *mongo.Collection
+	highs  *mongo.Collection
 	clock  *serverClock
 	closed atomic.Bool
 
