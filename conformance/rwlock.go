@@ -157,7 +157,7 @@ func testRWEverySlot(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 		if len(infos) != 1 || infos[0].Owner != l.Owner() {
-			t.Fatalf("List after a refused TryLock = %v; want only the slot's holder", infos)
+			t.Fatalf("List after a refused TryLock = %v; want only the slot's holder (its lease's Err: %v)", infos, l.Err())
 		}
 		mustRelease(t, l)
 	}
