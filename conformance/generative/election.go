@@ -106,7 +106,7 @@ func genElection(t *rapid.T, o *Options) electionProg {
 // electionCheck runs one generated election program as Run's property
 // does for lock programs: counted in stats, violations of properties
 // in o.Known logged, others failing with the program and its history.
-func electionCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *atomic.Bool) {
+func electionCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *failures) {
 	p := genElection(rt, o)
 	body := func(rt *rapid.T) {
 		if o.Fresh != nil {
@@ -128,7 +128,7 @@ func electionCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats,
 			fail = append(fail, v.String())
 		}
 		if len(fail) > 0 {
-			failed.Store(true)
+			failed.add(fail)
 			rt.Fatalf("election invariants violated:\n  %s\nelection program:\n%s\nhistory:\n%s", strings.Join(fail, "\n  "), p, rec.trace())
 		}
 	}

@@ -190,22 +190,31 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		h.Slack = h.TTL/2 + 250*time.Millisecond
 	}
 	var (
-		stats  Stats
-		failed atomic.Bool
-		begin  = time.Now()
+		stats Stats
+		first failures // the first failing stream's violations
+		begin = time.Now()
 	)
-	prop := func(rt *rapid.T) {
-		// The budget only stops new programs before any failure:
-		// rapid's shrinking reruns failing programs whatever the time.
-		if !failed.Load() && time.Since(begin) > o.Budget {
+	t.Cleanup(func() {
+		// Last, even after rapid.Check's Fatal, so that it is in the
+		// tail a CI log keeps of a long failure (the program, its
+		// history and rapid's replay instructions are above).
+		if vs := first.list(); len(vs) > 0 {
+			t.Logf("generative: the first failing program violated:\n  %s", strings.Join(vs, "\n  "))
+		}
+	})
+	prop := func(rt *rapid.T, failed *failures) {
+		// The budget, or another stream's failure, stops new programs;
+		// rapid's shrinking reruns this stream's failing program
+		// whatever the time.
+		if !failed.any() && (first.any() || time.Since(begin) > o.Budget) {
 			return
 		}
 		switch rapid.IntRange(0, 4).Draw(rt, "election") {
 		case 0:
-			electionCheck(rt, h, &o, &stats, &failed) // election.go
+			electionCheck(rt, h, &o, &stats, failed) // election.go
 			return
 		case 1:
-			rwCheck(rt, h, &o, &stats, &failed) // rwlock.go
+			rwCheck(rt, h, &o, &stats, failed) // rwlock.go
 			return
 		}
 		p := genProgram(rt, &o)
@@ -234,11 +243,11 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 			atomic.AddInt64(&stats.Forced, int64(len(rec.forces)))
 			rec.mu.Unlock()
 			if len(vs) > 0 {
-				failed.Store(true)
 				msg := make([]string, len(vs))
 				for i, v := range vs {
 					msg[i] = v.String()
 				}
+				failed.add(msg)
 				rt.Fatalf("invariants violated:\n  %s\nprogram:\n%s\nhistory:\n%s", strings.Join(msg, "\n  "), p, rec.trace())
 			}
 		}
@@ -253,8 +262,9 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	// fresh seed — unless a seed or fail file was given to replay one.
 	replay := flagSet("rapid.seed") || flagSet("rapid.failfile")
 	stream := func(t *testing.T) {
-		for round := 0; round == 0 || !replay && !failed.Load() && time.Since(begin) < o.Budget; round++ {
-			rapid.Check(t, prop)
+		failed := &failures{first: &first}
+		for round := 0; round == 0 || !replay && !first.any() && time.Since(begin) < o.Budget; round++ {
+			rapid.Check(t, func(rt *rapid.T) { prop(rt, failed) })
 		}
 	}
 	if replay || o.Parallel == 1 {
@@ -275,10 +285,40 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	if stats.Known > 0 {
 		t.Logf("generative: %d violations of known-violated properties (Options.Known)", stats.Known)
 	}
+
 	if stats.Programs == 0 {
 		t.Errorf("generative: no program ran within the budget %v", o.Budget)
 	}
 	return stats
+}
+
+// failures records the violations of a stream's first failing program,
+// and passes the first stream's to first (nil in first itself): a
+// failure stops the other streams starting programs while rapid shrinks
+// the failing one.
+type failures struct {
+	mu    sync.Mutex
+	vs    []string
+	first *failures
+}
+
+func (f *failures) add(vs []string) {
+	f.mu.Lock()
+	if f.vs == nil {
+		f.vs = vs
+	}
+	f.mu.Unlock()
+	if f.first != nil {
+		f.first.add(vs)
+	}
+}
+
+func (f *failures) any() bool { return len(f.list()) > 0 }
+
+func (f *failures) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.vs
 }
 
 type stepKind int

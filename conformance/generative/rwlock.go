@@ -176,7 +176,7 @@ func (run *rwRun) observer() fencelock.Observer {
 
 // rwCheck runs one generated read-write program as Run's property does
 // for lock programs.
-func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *atomic.Bool) {
+func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, failed *failures) {
 	p := genRW(rt, o)
 	body := func(rt *rapid.T) {
 		if o.Fresh != nil {
@@ -201,7 +201,7 @@ func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, faile
 			fail = append(fail, v.String())
 		}
 		if len(fail) > 0 {
-			failed.Store(true)
+			failed.add(fail)
 			rt.Fatalf("read-write invariants violated:\n  %s\nread-write program:\n%s\nhistory:\n%s", strings.Join(fail, "\n  "), p, run.rec.trace())
 		}
 	}
