@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/safety/check"
-	"github.com/fencelock/fencelock/safety/contender"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/report"
 )
@@ -283,50 +282,11 @@ func (c *cell) rwPause(ctx context.Context, writer bool) error {
 	if writer {
 		what = "writer paused between grant check and write"
 	}
-	var pausedLease string
-	err = c.round(h.proc, what, func() error {
-		mark := c.log.mark()
-		if err := c.send(h.proc, contender.Command{Op: contender.OpPauseBeforeWrite}); err != nil {
-			return err
-		}
-		// The contender may have let this grant go before its next
-		// access; it then pauses at the first access of its next one.
-		ev, err := c.awaitEvent(ctx, 20*ttl, mark, "the contender's self-pause", func(ev history.Event) bool {
-			return ev.Kind == history.Pause && ev.Proc == h.proc
-		})
-		if err != nil {
-			return err
-		}
-		pausedLease = ev.Lease
-		p := c.proc(h.proc)
-		if err := p.WaitStopped(ctx); err != nil {
-			return err
-		}
-		began := time.Now()
-		// A newer grant that makes the paused access stale acquires and
-		// accesses (its second Belief follows its first answered access).
-		var next string
-		beliefs := 0
-		pausedWriter := isWriter(ev.Key)
-		if _, err := c.awaitEvent(ctx, 3*ttl+c.be.slack, mark, "a newer grant's second access", func(e history.Event) bool {
-			if next == "" && e.Kind == history.Acquired && lockKey(e.Key) == lockKey(ev.Key) && e.Lease != ev.Lease && (pausedWriter || isWriter(e.Key)) {
-				next = e.Lease
-			}
-			if e.Kind == history.Belief && e.Lease == next && next != "" {
-				beliefs++
-			}
-			return beliefs >= 2
-		}); err != nil {
-			c.logf("%s: %v (resuming anyway)", what, err)
-		}
-		if err := pace(ctx, 2*ttl-time.Since(began)); err != nil {
-			return err
-		}
-		return p.Resume()
+	// A newer grant that makes the paused access stale: a writer for a
+	// reader, any grant for a writer.
+	_, err = c.pauseUntilSuperseded(ctx, h.proc, what, "a newer grant's second access", func(paused, e history.Event) bool {
+		return lockKey(e.Key) == lockKey(paused.Key) && (isWriter(paused.Key) || isWriter(e.Key))
 	})
-	c.mu.Lock()
-	c.rounds[len(c.rounds)-1].lease = pausedLease
-	c.mu.Unlock()
 	return err
 }
 

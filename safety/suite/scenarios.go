@@ -475,37 +475,49 @@ func proxyFault(prof profile, what string, d time.Duration, on, off contender.Co
 // then resumes it: its write then arrives stale. It returns the paused
 // lease.
 func (c *cell) pauseHolder(ctx context.Context, what string) (holding, error) {
-	ttl := c.be.ttl
-	h, err := c.awaitHolder(ctx, 10*ttl)
+	h, err := c.awaitHolder(ctx, 10*c.be.ttl)
 	if err != nil {
 		return h, err
 	}
+	paused, err := c.pauseUntilSuperseded(ctx, h.proc, what, "a new holder's second write", func(paused, e history.Event) bool {
+		return e.Key == paused.Key
+	})
+	return holding{key: paused.Key, lease: paused.Lease, proc: h.proc, token: paused.Token}, err
+}
+
+// pauseUntilSuperseded is one round in which proc stops itself (SIGSTOP)
+// between its grant check and its next access: it stays stopped until a
+// newer grant (an Acquired event of another lease for which newer, given
+// the paused access's event, reports true) has accessed the resource
+// twice (its second Belief follows its first answered access), or 3×TTL,
+// for at least 2×TTL, and is then resumed, so that its access arrives
+// stale. The contender may let its grant go before its next access; it
+// then pauses at the first access of its next one. It returns the pause
+// event, and records its lease as the round's.
+func (c *cell) pauseUntilSuperseded(ctx context.Context, proc, what, superseded string, newer func(paused, e history.Event) bool) (history.Event, error) {
+	ttl := c.be.ttl
 	var paused history.Event
-	err = c.round(h.proc, what, func() error {
+	err := c.round(proc, what, func() error {
 		mark := c.log.mark()
-		if err := c.send(h.proc, contender.Command{Op: contender.OpPauseBeforeWrite}); err != nil {
+		if err := c.send(proc, contender.Command{Op: contender.OpPauseBeforeWrite}); err != nil {
 			return err
 		}
-		// The contender may have let this lease go before its next write;
-		// it then pauses at the first write of its next lease.
 		ev, err := c.awaitEvent(ctx, 20*ttl, mark, "the contender's self-pause", func(ev history.Event) bool {
-			return ev.Kind == history.Pause && ev.Proc == h.proc
+			return ev.Kind == history.Pause && ev.Proc == proc
 		})
 		if err != nil {
 			return err
 		}
 		paused = ev
-		p := c.proc(h.proc)
+		p := c.proc(proc)
 		if err := p.WaitStopped(ctx); err != nil {
 			return err
 		}
 		began := time.Now()
-		// The lock moves on: another lease acquires the key and writes
-		// (its second Belief follows its first answered write).
 		var next string
 		beliefs := 0
-		if _, err := c.awaitEvent(ctx, 3*ttl+c.be.slack, mark, "a new holder's second write", func(e history.Event) bool {
-			if next == "" && e.Kind == history.Acquired && e.Key == ev.Key && e.Lease != ev.Lease {
+		if _, err := c.awaitEvent(ctx, 3*ttl+c.be.slack, mark, superseded, func(e history.Event) bool {
+			if next == "" && e.Kind == history.Acquired && e.Lease != ev.Lease && newer(ev, e) {
 				next = e.Lease
 			}
 			if e.Kind == history.Belief && e.Lease == next && next != "" {
@@ -523,7 +535,7 @@ func (c *cell) pauseHolder(ctx context.Context, what string) (holding, error) {
 	c.mu.Lock()
 	c.rounds[len(c.rounds)-1].lease = paused.Lease
 	c.mu.Unlock()
-	return holding{key: paused.Key, lease: paused.Lease, proc: h.proc, token: paused.Token}, err
+	return paused, err
 }
 
 // stopHolder stops a holder from outside (SIGSTOP at whatever it was
