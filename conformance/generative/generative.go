@@ -285,7 +285,6 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	if stats.Known > 0 {
 		t.Logf("generative: %d violations of known-violated properties (Options.Known)", stats.Known)
 	}
-
 	if stats.Programs == 0 {
 		t.Errorf("generative: no program ran within the budget %v", o.Budget)
 	}
