@@ -141,7 +141,8 @@ func testFloorBetweenHolders(t *testing.T, s *suite) {
 		owner := fmt.Sprintf("floor-contender-%d-%s", c, randHex())
 		wg.Go(func() {
 			for r := range rounds {
-				g, err := grantWaiting(ctx, b, c%2 == 0, driver.AcquireRequest{Key: key, Owner: owner, TTL: 3 * s.h.TTL})
+				md := []byte(fmt.Sprintf("contender %d round %d", c, r))
+				g, err := grantWaiting(ctx, b, c%2 == 0, driver.AcquireRequest{Key: key, Owner: owner, TTL: 3 * s.h.TTL, Metadata: md})
 				if err != nil {
 					fail("contender %d round %d: acquire: %v", c, r, err)
 					return
@@ -161,8 +162,8 @@ func testFloorBetweenHolders(t *testing.T, s *suite) {
 				if err := f.RaiseFloor(ctx, key, floor); err != nil {
 					fail("contender %d round %d: RaiseFloor(%d) while holding: %v", c, r, floor, err)
 				}
-				if info, err := b.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != owner {
-					fail("contender %d round %d: Inspect after the raise = %+v, %v; want token %d of %q", c, r, info, err, g.Token, owner)
+				if info, err := b.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != owner || string(info.Metadata) != string(md) {
+					fail("contender %d round %d: Inspect after the raise = %+v, %v; want token %d of %q with metadata %q (a grant re-issued above a floor keeps its metadata)", c, r, info, err, g.Token, owner, md)
 				}
 				mu.Lock()
 				floorBelow = max(floorBelow, floor)

@@ -306,7 +306,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	resp, _, err := b.readFloor(ctx)
 	if err == nil && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > int64(g.Token) {
 		var tok driver.Token
-		if tok, err = b.bump(ctx, req.Key, b.entryKey(req.Key, req.Owner), req.Owner, int64(g.Token)); err == nil {
+		if tok, err = b.bump(ctx, req.Key, b.entryKey(req.Key, req.Owner), entryValue(req.Owner, req.Metadata), int64(g.Token)); err == nil {
 			g.Token = tok
 		}
 	}

@@ -14,14 +14,17 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 	"pgregory.net/rapid"
 )
 
 // Election programs: two or three campaigners run Client.Elect on one key
 // (each through the fault-injecting driver, some rotating tokens), and at
 // generated instants one resigns and campaigns again, the leader publishes
-// a new value (Lease.SetMetadata), or a campaigner crashes; a client of
-// its own observes the key with Client.Observe. Their histories are
+// a new value (Lease.SetMetadata), or a campaigner crashes; on a
+// driver.TokenFloorer, one program in three raises the key's floor while
+// they campaign; a client of its own observes the key with
+// Client.Observe. Their histories are
 // checked for:
 //
 //   - NoTwoHolders: no campaigner's callback started while another's
@@ -57,7 +60,10 @@ type campaignProg struct {
 	actions []electAction
 }
 
-type electionProg struct{ campaigners []campaignProg }
+type electionProg struct {
+	campaigners []campaignProg
+	raiseAt     int // tenths of the TTL: RaiseFloor on the key then (TokenFloorer backends); 0: none
+}
 
 func (p electionProg) String() string {
 	var b strings.Builder
@@ -67,6 +73,9 @@ func (p electionProg) String() string {
 			fmt.Fprintf(&b, " %s@%d", electActionNames[a.kind], a.at)
 		}
 		b.WriteString("\n")
+	}
+	if p.raiseAt > 0 {
+		fmt.Fprintf(&b, "  raise-floor at %d/10 TTL\n", p.raiseAt)
 	}
 	return b.String()
 }
@@ -99,6 +108,9 @@ func genElection(t *rapid.T, o *Options) electionProg {
 			}
 		}
 		p.campaigners = append(p.campaigners, c)
+	}
+	if rapid.IntRange(0, 2).Draw(t, "raise") == 0 {
+		p.raiseAt = rapid.IntRange(1, 30).Draw(t, "raiseAt")
 	}
 	return p
 }
@@ -252,6 +264,14 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 			defer wg.Done()
 			e.campaign(ctx, rec, c, w, h, key, id, i, cp, start, tenth)
 		}()
+	}
+	if f, ok := raw.(driver.TokenFloorer); ok && p.raiseAt > 0 {
+		// A migration raising the floor while campaigners wait and lead:
+		// the next leader keeps its value and its token is above the floor.
+		wg.Go(func() {
+			sleepCtx(ctx, time.Duration(p.raiseAt)*tenth-time.Since(start))
+			raiseMidway(ctx, rec, f, key)
+		})
 	}
 	wg.Wait() // every campaign has ended (resigned, or crashed and stopped)
 	for i, c := range clients {

@@ -18,7 +18,9 @@
 // driver delays replies, loses replies after the call took effect
 // (ambiguous operations) and fails calls before they reach the store.
 // Where the backend is a driver.TokenFloorer, some programs start with
-// floors just below 2^53, where a token kept in a float loses precision.
+// floors just below 2^53, where a token kept in a float loses precision,
+// and some raise a key's floor while the program runs, as a migration's
+// dual backend does, between holders, waiters and rotations.
 //
 // Every program's history is checked for:
 //
@@ -28,6 +30,8 @@
 //   - TokensIncreaseAcrossHolders, TokensNeverRegress: tokens strictly
 //     increase per key in grant order, rotations included, and never
 //     repeat; no renewal returns a lower token;
+//   - TokenAboveFloor: an acquire called after a RaiseFloor returned gets
+//     a token above that floor;
 //   - NoStaleWriteAccepted: once a later holder's write was accepted by
 //     the fence, no earlier holder's write is;
 //   - LiveHolderWritesAccepted: a holder's write while it holds the key
@@ -370,6 +374,8 @@ type clientProg struct {
 	endAt   int // tenths of TTL after the start, for early ends
 }
 
+// forceOp is an administrator's operation on a key at a time: a forced
+// release (program.forces) or a floor raise (program.raises).
 type forceOp struct {
 	at  int // tenths of TTL
 	key int
@@ -380,6 +386,7 @@ type program struct {
 	highFloor bool
 	clients   []clientProg
 	forces    []forceOp
+	raises    []forceOp // RaiseFloor while the program runs (TokenFloorer backends)
 }
 
 func (p program) String() string {
@@ -397,6 +404,9 @@ func (p program) String() string {
 	}
 	for _, f := range p.forces {
 		fmt.Fprintf(&b, "  force-release k%d at %d/10 TTL\n", f.key, f.at)
+	}
+	for _, f := range p.raises {
+		fmt.Fprintf(&b, "  raise-floor k%d at %d/10 TTL\n", f.key, f.at)
 	}
 	return b.String()
 }
@@ -457,6 +467,12 @@ func genProgram(t *rapid.T, o *Options) program {
 			key: rapid.IntRange(0, p.keys-1).Draw(t, "forceKey"),
 		})
 	}
+	for range rapid.IntRange(0, 3).Draw(t, "raises") % 3 {
+		p.raises = append(p.raises, forceOp{
+			at:  rapid.IntRange(0, 30).Draw(t, "raiseAt"),
+			key: rapid.IntRange(0, p.keys-1).Draw(t, "raiseKey"),
+		})
+	}
 	return p
 }
 
@@ -470,6 +486,26 @@ type runner struct {
 	prefix string
 	tenth  time.Duration
 	start  time.Time
+}
+
+// raiseMidway raises key's floor a little above the highest token issued
+// so far, as a migration's dual backend does while locks are in use, and
+// records the raise for TokenAboveFloor.
+func raiseMidway(ctx context.Context, rec *recorder, f driver.TokenFloorer, key string) {
+	hw, err := f.HighWater(ctx, key)
+	if err != nil {
+		rec.note("HighWater(%q): %v", key, err)
+		return
+	}
+	floor := max(hw.Keys[key], hw.Global) + 1000
+	before := rec.tick()
+	err = f.RaiseFloor(ctx, key, floor)
+	after := rec.tick()
+	if err != nil {
+		rec.note("RaiseFloor(%q, %d): %v", key, floor, err)
+		return
+	}
+	rec.raised(key, floor, before, after)
 }
 
 func (r *runner) at(tenths int) time.Duration {
@@ -597,6 +633,14 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 					r.rec.note("force-release %q: %v", r.keys[f.key], err)
 				}
 			}()
+		}
+	}
+	if f, ok := raw.(driver.TokenFloorer); ok {
+		for _, op := range p.raises {
+			wg.Go(func() {
+				sleepCtx(ctx, r.at(op.at))
+				raiseMidway(ctx, r.rec, f, r.keys[op.key])
+			})
 		}
 	}
 	wg.Wait()

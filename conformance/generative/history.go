@@ -97,6 +97,13 @@ type forceRec struct {
 	token         fencelock.Token // and its token
 }
 
+// raiseRec is a RaiseFloor that returned success.
+type raiseRec struct {
+	key           string
+	floor         fencelock.Token
+	before, after int64
+}
+
 type recorder struct {
 	seq atomic.Int64
 
@@ -106,6 +113,7 @@ type recorder struct {
 	writes  []writeRec
 	faults  []faultRec
 	forces  []forceRec
+	raises  []raiseRec
 	obs     []metaObs
 	closeAt map[int]time.Time // wall clock when each client began to close or crashed
 	notes   []string
@@ -297,6 +305,12 @@ func (r *recorder) attempt(owner string) {
 	s := r.tick()
 	r.mu.Lock()
 	r.sent[owner] = s
+	r.mu.Unlock()
+}
+
+func (r *recorder) raised(key string, floor fencelock.Token, before, after int64) {
+	r.mu.Lock()
+	r.raises = append(r.raises, raiseRec{key, floor, before, after})
 	r.mu.Unlock()
 }
 
@@ -520,6 +534,14 @@ func (r *recorder) check() []violation {
 			add("NoLossWithoutCause", "lease %d (%s, token %d) was told 'not held' though no one forced its key and no rotation of it was hidden by a fault: a stale call or a race disturbed a live holder", l.id, l.key, l.tokens[len(l.tokens)-1].token)
 		}
 	}
+	// A floor raised before an acquire was called is below its token.
+	for _, f := range r.raises {
+		for _, l := range byKey[f.key] {
+			if l.inv > f.after && l.tokens[0].token <= f.floor {
+				add("TokenAboveFloor", "lease %d of %q was granted token %d; its acquire began after RaiseFloor(%d) returned", l.id, f.key, l.tokens[0].token, f.floor)
+			}
+		}
+	}
 	for key, ls := range byKey {
 		for i, a := range ls {
 			for _, b := range ls[i+1:] {
@@ -711,6 +733,9 @@ func (r *recorder) trace() string {
 	}
 	for _, f := range r.forces {
 		ls = append(ls, line{f.before, fmt.Sprintf("force-release %q (holder %s) until %d", f.key, f.owner, f.after)})
+	}
+	for _, f := range r.raises {
+		ls = append(ls, line{f.before, fmt.Sprintf("raise-floor %q to %d until %d", f.key, f.floor, f.after)})
 	}
 	for _, n := range r.notes {
 		var s int64
