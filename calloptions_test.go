@@ -510,6 +510,83 @@ func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
 	}
 }
 
+// gatedRenewals holds the lease's regular renewals (those that ask for
+// the lease's TTL) at a gate until the test opens it.
+type gatedRenewals struct {
+	driver.Backend
+	ttl      time.Duration
+	inFlight chan struct{} // a regular renewal reached the gate
+	gate     chan struct{} // closed by the test
+	once     sync.Once
+}
+
+func (g *gatedRenewals) Renew(ctx context.Context, gr driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if req.TTL == g.ttl {
+		g.once.Do(func() { close(g.inFlight) })
+		<-g.gate
+	}
+	return g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
+}
+
+// TestMinHoldOutlastsRenewalInFlight: a lease released (or closed) during
+// its minimum hold while a regular renewal is in flight. The renewal, with
+// the lease's TTL, reaches the store after the release began; the record
+// must still stay until the window ends, not expire a TTL after that
+// renewal, even when the client closes right after it landed: nothing
+// renews the record after Close returns. (CI caught Close doing so once: TryAcquire succeeded at 4s of
+// a 10s hold.)
+func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
+	for _, how := range []string{"Release", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				store := memory.NewStore()
+				b := &gatedRenewals{Backend: store.Backend(), ttl: 3 * time.Second, inFlight: make(chan struct{}), gate: make(chan struct{})}
+				c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				start := time.Now()
+				l, err := c.Acquire(ctx, "job", fencelock.WithMinHold(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-b.inFlight // the first renewal is at the gate
+				done := make(chan error, 1)
+				go func() {
+					if how == "Close" {
+						done <- c.Close()
+					} else {
+						done <- l.Release(ctx)
+					}
+				}()
+				synctest.Wait() // the release did all it does before the renewal lands
+				close(b.gate)
+				if err := <-done; err != nil {
+					t.Fatalf("%s = %v", how, err)
+				}
+				if how == "Release" {
+					// The client closes the moment the renewal has
+					// landed: the record must already be renewed for
+					// the rest of the window.
+					synctest.Wait()
+					if err := c.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				other := newClient(t, store.Backend(), nil)
+				for time.Since(start) < 10*time.Second {
+					if _, err := other.TryAcquire(ctx, "job"); !errors.Is(err, fencelock.ErrNotAcquired) {
+						t.Fatalf("at %v of a 10s minimum hold, TryAcquire = %v; want ErrNotAcquired", time.Since(start), err)
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+			})
+		})
+	}
+}
+
 func TestMinHoldPassedReleasesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()

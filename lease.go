@@ -55,6 +55,7 @@ type Lease struct {
 	releaseRetrying bool          // a background retry of a failed release runs
 	releasing       chan struct{} // a one-slot semaphore: one release at a time
 	renewing        bool          // a renewal request is in flight
+	renewed         chan struct{} // closed when the renewal in flight has its answer
 	// unsure: a rotating renewal's outcome is unknown (it failed
 	// transiently, or was cut short), so the store may hold this lease's
 	// record under a token the lease never saw. A later "not held" answer
@@ -463,14 +464,19 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	// record until the window ends, instead of removing it now.
 	windowEnd := l.granted.Add(l.minHold)
 	hold := l.minHold > 0 && l.c.now().Before(windowEnd)
+	closing := errors.Is(cause, ErrClosed)
 	if hold {
-		cause = heldForMinimum{closed: errors.Is(cause, ErrClosed)}
+		cause = heldForMinimum{closed: closing}
 	}
 	l.releasePending = !hold
 	// A renewal in flight may rotate the token after we read it: the
 	// store's answer to this release may then be "not held" about our
 	// own, rotated record.
 	l.unsure = l.unsure || l.renewing
+	var inFlight chan struct{} // the renewal a minimum hold must come after
+	if hold && l.renewing {
+		inFlight = l.renewed
+	}
 	l.endLocked(cause)
 	stop, g, unsure := l.stopLoss, l.grant, l.unsure
 	l.stopLoss = nil
@@ -485,7 +491,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		stop()
 	}
 	if hold {
-		return l.holdForMinimum(ctx, l.c.now(), g, unsure, windowEnd)
+		return l.holdForMinimum(ctx, l.c.now(), g, unsure, windowEnd, inFlight, closing)
 	}
 	start := l.c.releaseStart()
 	err := l.c.releaseStore(ctx, g, unsure)
@@ -515,8 +521,24 @@ func (h heldForMinimum) Is(target error) bool {
 // lives (a session store, etcd or ZooKeeper, ties the record to the
 // session and ignores the TTL), and the record's removal when the window
 // ends. The lease has already ended for its holder.
-func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time) error {
+//
+// A renewal in flight at the release (inFlight, if not nil) asked for the
+// lease's TTL: landing after the hold renewal, it cuts the record's life
+// to that TTL. While the client lives, keepUntil renews the record again
+// as soon as that renewal has its answer. Released by Close (closing),
+// nothing renews it after Close returns, so the hold renewal itself waits
+// for that answer first (bounded by ctx; Close waits for renewals in
+// flight anyway). A renewal whose answer never came (a timeout) may still
+// land later; then only a live client's keepUntil repairs it.
+func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time, inFlight <-chan struct{}, closing bool) error {
 	c := l.c
+	if inFlight != nil && closing {
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+		}
+		inFlight = nil
+	}
 	ng, err := c.holdRenew(ctx, g, unsure, end)
 	notHeld := errors.Is(err, ErrNotHeld)
 	l.mu.Lock()
@@ -533,7 +555,7 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 	c.mu.Unlock()
 	if !notHeld {
 		retrying := err != nil
-		c.goBackground(func() { c.keepUntil(g, interval, end, retrying) })
+		c.goBackground(func() { c.keepUntil(g, interval, end, retrying, inFlight) })
 	}
 	err = c.wrap(ctx, "renew", err)
 	now := c.now()
@@ -571,10 +593,11 @@ func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end
 
 // keepUntil keeps the record of a lease released during its minimum hold
 // until end: it renews it every interval with the rest of the window as
-// TTL (retrying failures with backoff when retrying), then removes it by
+// TTL (retrying failures with backoff when retrying), and at once when
+// the renewal in flight at the release (inFlight) has its answer, then removes it by
 // owner. It stops early when the store has no record of this owner, or
 // when the client closes (a record store then expires the record at end).
-func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time, retrying bool) {
+func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time, retrying bool, inFlight <-chan struct{}) {
 	backoff := c.o.MinBackoff
 	for {
 		now := c.now()
@@ -592,6 +615,11 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 			t.Stop()
 			return
 		case <-t.C:
+		case <-inFlight:
+			// The renewal in flight at the release has its answer: it
+			// may have cut the record's life to the lease's TTL.
+			t.Stop()
+			inFlight = nil
 		}
 		if !c.now().Before(end) {
 			continue

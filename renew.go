@@ -176,6 +176,7 @@ func (c *Client) renewPlan(l *Lease, now time.Time) (p plan, ok bool) {
 	// between rotations beyond RotateEvery.
 	p.rotate = l.rotateEvery > 0 && now.Add(l.interval).After(l.lastRotate.Add(l.rotateEvery))
 	l.renewing = true
+	l.renewed = make(chan struct{})
 	p.g, p.deadline, p.meta = l.grant, l.validUntil, l.metaReq
 	l.metaReq = nil
 	return p, true
@@ -332,6 +333,7 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewing = false
+	close(l.renewed)
 	if p.meta != nil {
 		switch {
 		case err == nil && ng.Token >= old.Token:
