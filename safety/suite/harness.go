@@ -523,7 +523,14 @@ func (c *cell) stopAll() error {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+4*c.be.ttl)
 			defer cancel()
-			if err := p.Stop(ctx, contender.Command{Op: contender.OpStop}); err != nil {
+			err := p.Stop(ctx, contender.Command{Op: contender.OpStop})
+			if races, ok := onlyDepRaces(err, p.Stderr()); ok {
+				mu.Lock()
+				c.spec.setup += fmt.Sprintf("; %s stopped by the race detector for a known dependency race only: %s", p.Name(), strings.Join(slices.Compact(races), ", "))
+				mu.Unlock()
+				err = nil
+			}
+			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
