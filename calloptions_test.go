@@ -520,23 +520,37 @@ type gatedRenewals struct {
 	once     sync.Once
 }
 
+// Renew holds a regular renewal at the gate. If its context ends first,
+// it returns the context's error at once, as a driver abandoning the
+// request does, but the request still reaches the store when the gate
+// opens: an aborted request is not an unsent one.
 func (g *gatedRenewals) Renew(ctx context.Context, gr driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if req.TTL == g.ttl {
-		g.once.Do(func() { close(g.inFlight) })
-		<-g.gate
+	if req.TTL != g.ttl {
+		return g.Backend.Renew(ctx, gr, req)
 	}
-	return g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
+	g.once.Do(func() { close(g.inFlight) })
+	select {
+	case <-g.gate:
+		return g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
+	case <-ctx.Done():
+		go func() {
+			<-g.gate
+			_, _ = g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
+		}()
+		return driver.Grant{}, ctx.Err()
+	}
 }
 
 // TestMinHoldOutlastsRenewalInFlight: a lease released (or closed) during
 // its minimum hold while a regular renewal is in flight. The renewal, with
 // the lease's TTL, reaches the store after the release began; the record
 // must still stay until the window ends, not expire a TTL after that
-// renewal, even when the client closes right after it landed: nothing
-// renews the record after Close returns. (CI caught Close doing so once: TryAcquire succeeded at 4s of
+// renewal: also when the release aborted the renewal's request (it still
+// lands), when the client closes right after it landed, or before it
+// landed — nothing renews the record after Close returns. (CI caught Close doing so once: TryAcquire succeeded at 4s of
 // a 10s hold.)
 func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
-	for _, how := range []string{"Release", "Close"} {
+	for _, how := range []string{"Release", "Close", "Release, then Close before it lands"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := t.Context()
@@ -555,10 +569,17 @@ func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
 				<-b.inFlight // the first renewal is at the gate
 				done := make(chan error, 1)
 				go func() {
-					if how == "Close" {
+					switch how {
+					case "Close":
 						done <- c.Close()
-					} else {
+					case "Release":
 						done <- l.Release(ctx)
+					default:
+						if err := l.Release(ctx); err != nil {
+							done <- err
+							return
+						}
+						done <- c.Close()
 					}
 				}()
 				synctest.Wait() // the release did all it does before the renewal lands

@@ -536,6 +536,11 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 		select {
 		case <-inFlight:
 		case <-ctx.Done():
+			// The wait used ctx up: the hold renewal gets a budget
+			// of its own.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+			defer cancel()
 		}
 		inFlight = nil
 	}
@@ -613,6 +618,19 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 		select {
 		case <-c.life.Done():
 			t.Stop()
+			if inFlight != nil {
+				// Closing while the renewal in flight at the release
+				// has no answer yet: once it has one, renew the
+				// record for the rest of the window one last time
+				// (Close waits for this goroutine before it closes
+				// the backend).
+				<-inFlight
+				if c.now().Before(end) {
+					ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+					_, _ = c.holdRenew(ctx, g, true, end)
+					cancel()
+				}
+			}
 			return
 		case <-t.C:
 		case <-inFlight:

@@ -211,8 +211,15 @@ func (c *Client) renewOne(l *Lease) {
 
 // renewPlanned sends one lease's renewal and applies the answer.
 func (c *Client) renewPlanned(l *Lease, start time.Time, p plan) {
-	// The lease's context aborts the request if the lease ends meanwhile.
-	ctx, cancel := context.WithTimeout(l.Context(), p.deadline.Sub(start))
+	// The lease's context aborts the request if the lease ends meanwhile,
+	// except with a minimum hold: a release into the hold waits for this
+	// renewal's real answer (holdForMinimum), and an aborted request could
+	// still reach the store after the hold renewal.
+	parent := l.Context()
+	if l.minHold > 0 {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithTimeout(parent, p.deadline.Sub(start))
 	ng, err := c.b.Renew(ctx, p.g, p.request(l.ttl))
 	cancel()
 	c.renewed(l, start, p, ng, err)
