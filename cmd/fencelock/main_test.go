@@ -94,7 +94,7 @@ func child(mode string) int {
 		return 0
 	case "ignore":
 		signal.Ignore(syscall.SIGTERM)
-		if err := os.WriteFile(out+".ready", []byte("ignoring SIGTERM"), 0o644); err != nil {
+		if err := writeReady(out, "ignoring SIGTERM"); err != nil {
 			return 1
 		}
 		time.Sleep(time.Minute)
@@ -103,7 +103,7 @@ func child(mode string) int {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM)
 		info := os.Getenv("FENCELOCK_KEY") + " " + os.Getenv("FENCELOCK_TOKEN")
-		if err := os.WriteFile(out+".ready", []byte(info), 0o644); err != nil {
+		if err := writeReady(out, info); err != nil {
 			return 1
 		}
 		select {
@@ -115,6 +115,17 @@ func child(mode string) int {
 		}
 	}
 	return 3
+}
+
+// writeReady writes $OUT.ready atomically (a temporary file, renamed):
+// the test reads it as soon as it exists, and os.WriteFile creates the
+// file before it writes the contents (CI once read it empty).
+func writeReady(out, info string) error {
+	tmp := out + ".ready.tmp"
+	if err := os.WriteFile(tmp, []byte(info), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, out+".ready")
 }
 
 type fixture struct {
