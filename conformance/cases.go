@@ -209,7 +209,7 @@ func testTokensIncrease(t *testing.T, s *suite) {
 	step("raw acquire", g.Token)
 	s.crash(dead)
 	// Wait for the TTL the store granted, which may be longer than asked.
-	l, _ := waitFree(t, ctx, b, key, time.Now().Add(s.expiryBound(g, s.h.TTL)))
+	l, _ := s.waitFree(t, ctx, b, key, time.Now().Add(s.expiryBound(g, s.h.TTL)))
 	step("takeover after expiry", l.Token())
 	if f, ok := s.backend(t).(driver.ForceReleaser); ok {
 		if _, err := f.ForceRelease(ctx, key); err != nil {
@@ -223,8 +223,8 @@ func testTokensIncrease(t *testing.T, s *suite) {
 		mustRelease(t, l2)
 		select {
 		case <-l.Done():
-		case <-time.After(s.h.TTL + s.h.Slack):
-			t.Fatalf("force-released holder was not told within TTL+slack")
+		case <-time.After(l.TTL() + s.h.Slack):
+			t.Fatalf("force-released holder (TTL %v) was not told within its TTL+slack", l.TTL())
 		}
 	} else {
 		t.Log("capability ForceReleaser not implemented: force-release path not checked")
@@ -348,7 +348,7 @@ func testCrashRelease(t *testing.T, s *suite) {
 	} else if !errors.Is(err, fencelock.ErrNotAcquired) {
 		t.Fatal(err)
 	}
-	l, at := waitFree(t, ctx, c, key, sent.Add(s.expiryBound(g, s.h.TTL)))
+	l, at := s.waitFree(t, ctx, c, key, sent.Add(s.expiryBound(g, s.h.TTL)))
 	if at.Sub(sent) < ttl-ttl/20 {
 		t.Errorf("key free %v after acquire with TTL %v (granted %v): freed before its TTL", at.Sub(sent), s.h.TTL, ttl)
 	}

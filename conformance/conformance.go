@@ -317,12 +317,21 @@ func (s *suite) expiryBound(g driver.Grant, requested time.Duration) time.Durati
 	return ttl + slack
 }
 
-// waitFree polls TryAcquire until it succeeds or the deadline passes, and
-// returns the lease and when it succeeded.
-func waitFree(t *testing.T, ctx context.Context, c *fencelock.Client, key string, deadline time.Time) (*fencelock.Lease, time.Time) {
+// patient is the per-call option of a waiter whose own lease is not what
+// a case measures (the waiter for a crashed holder's key, say): a TTL of
+// five times the suite's, so a store answer delayed by a loaded machine
+// (an fsync stalled for most of a second) is not refused as a late grant
+// (ErrLocalExpiry) while the store did free the key in time.
+func (s *suite) patient() fencelock.AcquireOption {
+	return fencelock.WithTTL(5 * s.h.TTL)
+}
+
+// waitFree tries key with c, every 10ms, until it gets it, failing t at
+// deadline. It returns the lease and when it got it.
+func (s *suite) waitFree(t *testing.T, ctx context.Context, c *fencelock.Client, key string, deadline time.Time) (*fencelock.Lease, time.Time) {
 	t.Helper()
 	for {
-		l, err := c.TryAcquire(ctx, key)
+		l, err := c.TryAcquire(ctx, key, s.patient())
 		if err == nil {
 			return l, time.Now()
 		}

@@ -191,7 +191,7 @@ func testPerCallTTL(t *testing.T, s *suite) {
 	// The short key's record was last renewed before the crash, with the
 	// short TTL: it is gone within that TTL (as granted) plus slack.
 	shortBound := s.expiryBound(gs, s.h.TTL)
-	l, at := waitFree(t, ctx, other, short, crashed.Add(shortBound))
+	l, at := s.waitFree(t, ctx, other, short, crashed.Add(shortBound))
 	t.Logf("short key (TTL %v, granted %v) freed %v after its holder crashed; bound %v", s.h.TTL, grantedTTL(gs, s.h.TTL), at.Sub(crashed), shortBound)
 	mustRelease(t, l)
 	// The long key's record, renewed with the long TTL at most one of its
@@ -274,7 +274,7 @@ func testMinHold(t *testing.T, s *suite) {
 	}
 	// Free once the window has ended: no later than its end plus slack
 	// (not its end plus another TTL).
-	l2, at := waitFree(t, ctx, other, key, acquired.Add(window+s.h.Slack))
+	l2, at := s.waitFree(t, ctx, other, key, acquired.Add(window+s.h.Slack))
 	t.Logf("key free %v after Acquire returned, with a %v minimum hold (bound %v)", at.Sub(acquired), window, window+s.h.Slack)
 	mustRelease(t, l2)
 	// Released after its window, a lease frees the key at once.

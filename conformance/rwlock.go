@@ -360,7 +360,7 @@ func testRWCrash(t *testing.T, s *suite) {
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	g, err := live.RLock(actx)
+	g, err := live.RLock(actx, s.patient())
 	if err != nil {
 		t.Fatalf("no read grant within %v of the writer's crash (the granted TTL plus slack): %v", bound, err)
 	}

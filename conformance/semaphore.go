@@ -255,7 +255,7 @@ func testSemaphoreCrash(t *testing.T, s *suite) {
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	l, err := sl.Acquire(actx)
+	l, err := sl.Acquire(actx, s.patient())
 	if err != nil {
 		t.Fatalf("no permit within %v of its holder's crash (the granted TTL plus slack): %v", bound, err)
 	}
