@@ -126,10 +126,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	now := b.clock.now(ctx)
 	base, fresh := b.ownBase(req.Key)
+	start := int64(noStart) // a recent base to walk from, if known
 	for round := 0; ; round++ {
 		if !fresh {
 			var err error
-			if base, err = b.highestClaim(ctx, req.Key, now); err != nil {
+			if base, err = b.highestClaim(ctx, req.Key, now, start); err != nil {
 				return driver.Grant{}, err
 			}
 		}
@@ -147,7 +148,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			if err := claimBackoff(ctx, round); err != nil {
 				return driver.Grant{}, err
 			}
-			fresh = false
+			// base was the highest a moment ago, and base+1 exists:
+			// walk up from it.
+			fresh, start = false, base
 			continue
 		}
 		// keyHeld: read the record.
@@ -202,12 +205,13 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		// The expired record is gone and nobody else can take it over:
 		// insert ours, above both its token and every claim.
-		hi, err := b.highestClaim(ctx, req.Key, now)
+		hi, err := b.highestClaim(ctx, req.Key, now, noStart)
 		if err != nil {
 			return driver.Grant{}, err
 		}
 		for round := 0; ; round++ {
-			g, out, err = b.insertRecord(ctx, req, max(hi, st.token))
+			hi = max(hi, st.token)
+			g, out, err = b.insertRecord(ctx, req, hi)
 			if err != nil {
 				return driver.Grant{}, err
 			}
@@ -220,7 +224,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			if err := claimBackoff(ctx, round); err != nil {
 				return driver.Grant{}, err
 			}
-			if hi, err = b.highestClaim(ctx, req.Key, now); err != nil {
+			if hi, err = b.highestClaim(ctx, req.Key, now, hi); err != nil {
 				return driver.Grant{}, err
 			}
 		}

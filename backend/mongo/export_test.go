@@ -44,7 +44,7 @@ func (b *Backend) ClaimEndOnly(ctx context.Context, key string) error {
 // too. It returns the record's token.
 func (b *Backend) InsertRecordOnly(ctx context.Context, key, owner string, ttl time.Duration) (int64, error) {
 	now := b.clock.now(ctx)
-	base, err := b.highestClaim(ctx, key, now)
+	base, err := b.highestClaim(ctx, key, now, noStart)
 	if err != nil {
 		return 0, err
 	}
@@ -58,4 +58,18 @@ func (b *Backend) InsertRecordOnly(ctx context.Context, key, owner string, ttl t
 func (b *Backend) ClaimTokenForOther(ctx context.Context, key string, tok int64) error {
 	_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, tok, newRID("other"), b.clock.now(ctx)))
 	return err
+}
+
+// WalkFrom returns the base of key's next claim as walk finds it from
+// start, and whether it found it within maxWalkProbes probes.
+func (b *Backend) WalkFrom(ctx context.Context, key string, start int64) (int64, bool, error) {
+	base, _, _, ok, err := b.walk(ctx, key, start)
+	return base, ok, err
+}
+
+// ScanHighest returns the base of key's next claim as the sorted find
+// reads it.
+func (b *Backend) ScanHighest(ctx context.Context, key string) (int64, error) {
+	base, _, err := b.scanHighest(ctx, key)
+	return base, err
 }

@@ -84,11 +84,13 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		return nil
 	}
 	now := b.clock.now(ctx)
+	start := int64(noStart)
 	for round := 0; ; round++ {
-		h, err := b.highestClaim(ctx, key, now)
+		h, err := b.highestClaim(ctx, key, now, start)
 		if err != nil {
 			return err
 		}
+		start = h
 		var d lockDoc
 		err = b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: key}}).Decode(&d)
 		if err != nil && err != mongo.ErrNoDocuments {

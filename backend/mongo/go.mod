@@ -9,7 +9,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require pgregory.net/rapid v1.3.0 // indirect
+require pgregory.net/rapid v1.3.0
 
 require (
 	github.com/klauspost/compress v1.19.2 // indirect

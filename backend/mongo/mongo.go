@@ -44,7 +44,12 @@ type Backend struct {
 	own      map[string]ownToken // per key: the highest token this backend claimed
 	warnings []string
 
-	collects atomic.Int64 // calls of collect, for its rarer sweep
+	collects   atomic.Int64 // calls of collect, for its rarer sweep
+	collecting atomic.Bool  // a batch of garbage deletes runs
+	life       context.Context
+	stop       context.CancelFunc
+	bgMu       sync.Mutex     // orders bg.Add after Close's check
+	bg         sync.WaitGroup // the running batch of garbage deletes
 
 	heldMu sync.Mutex
 	held   map[string]heldGrant // per record (rid): the newest grant this backend issued
@@ -107,6 +112,13 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		locks:  db.Collection(o.Collection, copts),
 		clock:  &serverClock{db: db, resync: o.ClockResync},
 	}
+	b.life, b.stop = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			b.stop()
+		}
+	}()
 	if err := b.clock.sample(ctx, 3); err != nil {
 		return nil, fmt.Errorf("mongo: reading the server's clock (hello): %w", err)
 	}
@@ -196,6 +208,7 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		return nil, fmt.Errorf("mongo: creating the garbage TTL index on %s.%s: %w", o.Database, o.Collection, err)
 	}
 	b.warnings = b.detectWarnings()
+	ok = true
 	return b, nil
 }
 
@@ -292,9 +305,47 @@ func (b *Backend) remember(key string, tok int64) {
 	}
 }
 
-// highestClaim reads key's highest token claim and returns the base of the
-// next one: the larger of its token and its floor (0 if none), and
-// collects garbage (see collect).
+// highestClaim returns the base of key's next token claim: the larger of
+// its highest claim's token and the floor that claim carries (0 if none),
+// and collects garbage (see collect). from is a base that was the key's
+// highest less than GarbageAfter/2 ago, or noStart: the key's hint is then
+// read for one. From a start, the highest claim is found by _id (see
+// walk); without one, or when the walk is too long, by the sorted find
+// (see scanHighest), and the key's hint is rewritten.
+func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, from int64) (int64, error) {
+	if from == noStart {
+		var err error
+		if from, err = b.readHint(ctx, key, now); err != nil {
+			return 0, err
+		}
+	}
+	if from != noStart {
+		base, top, probes, ok, err := b.walk(ctx, key, from)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			if probes >= hintAfterProbes {
+				b.writeHint(ctx, key, base, now)
+			}
+			b.collect(key, top, now)
+			return base, nil
+		}
+	}
+	base, top, err := b.scanHighest(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if top > 0 {
+		b.writeHint(ctx, key, base, now)
+	}
+	b.collect(key, top, now)
+	return base, nil
+}
+
+// scanHighest reads key's highest token claim with a sorted find and
+// returns the base of the next claim and the highest claim's token (0, 0
+// if there is none).
 //
 // A key's first claim is always of token 1 (every claim's base is an
 // existing claim or a record's token, claimed by the takeover that ends
@@ -302,32 +353,31 @@ func (b *Backend) remember(key string, tok int64) {
 // at all: one find by _id (cheap on every server; FerretDB scans the
 // whole collection for any other filter) answers a fresh key.
 //
-// Both finds read with read concern "local": a claim that just refused
-// ours (the unique index is the primary's) may not be majority-committed
-// yet, and a majority read would return the same base again, so the
-// retry would collide again until the commit point moved. A local read
-// can only return a higher base, from a claim that a failover may later
-// roll back: that skips tokens, never reuses one (tokens are issued by
-// unique inserts, not by this read).
-func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (int64, error) {
+// Both finds (like walk's) read with read concern "local": a claim that
+// just refused ours (the unique index is the primary's) may not be
+// majority-committed yet, and a majority read would return the same base
+// again, so the retry would collide again until the commit point moved. A
+// local read can only return a higher base, from a claim that a failover
+// may later roll back: that skips tokens, never reuses one (tokens are
+// issued by unique inserts, not by this read).
+func (b *Backend) scanHighest(ctx context.Context, key string) (base, top int64, err error) {
 	var c claimDoc
-	err := b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
+	err = b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	err = b.highs.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
 		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	b.collect(ctx, key, c.Token, now)
-	return max(c.Token, c.Floor), nil
+	return max(c.Token, c.Floor), c.Token, nil
 }
 
 // collect deletes garbage; an acquire that reads a key's highest claim
@@ -338,20 +388,46 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time) (
 // record. Claims are immutable, so these filters hold at the delete as
 // they held when read, on every server. Each filter starts with
 // equalities, which FerretDB's PostgreSQL handler evaluates in SQL.
-func (b *Backend) collect(ctx context.Context, key string, tok int64, now time.Time) {
-	old := date(now.Add(-b.o.GarbageAfter))
-	if tok%64 == 0 {
-		_, _ = b.tokens.DeleteMany(ctx, bson.D{
-			{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
-			{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
-			{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
-		})
+//
+// The deletes run in the background, one batch at a time per Backend (a
+// batch due while another runs is skipped: the next one covers it), off
+// the acquire's path: FerretDB reads the whole collection for each. Close
+// cancels a running batch and waits for it.
+func (b *Backend) collect(key string, tok int64, now time.Time) {
+	keyDue := tok > 1 && tok%64 == 0
+	allDue := b.collects.Add(1)%1024 == 0
+	if !keyDue && !allDue || !b.collecting.CompareAndSwap(false, true) {
+		return
 	}
-	if b.collects.Add(1)%1024 == 0 {
-		_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindEnd}, {Key: "at", Value: bson.D{{Key: "$lt", Value: old}}}})
-		_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindRenew}, {Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: old}}}})
+	b.bgMu.Lock()
+	defer b.bgMu.Unlock()
+	if b.closed.Load() {
+		b.collecting.Store(false)
+		return
 	}
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		defer b.collecting.Store(false)
+		ctx, cancel := context.WithTimeout(b.life, collectTimeout)
+		defer cancel()
+		old := date(now.Add(-b.o.GarbageAfter))
+		if keyDue {
+			_, _ = b.tokens.DeleteMany(ctx, bson.D{
+				{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
+				{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
+				{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
+			})
+		}
+		if allDue {
+			_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindEnd}, {Key: "at", Value: bson.D{{Key: "$lt", Value: old}}}})
+			_, _ = b.locks.DeleteMany(ctx, bson.D{{Key: "kind", Value: kindRenew}, {Key: "expiresAt", Value: bson.D{{Key: "$lt", Value: old}}}})
+		}
+	}()
 }
+
+// collectTimeout bounds one background batch of garbage deletes.
+const collectTimeout = time.Minute
 
 // tokenClaim is the claim of token tok of key for the record rid ("" for
 // a floor).
@@ -403,8 +479,12 @@ func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time
 	base, fresh := b.ownBase(key)
 	for round := 0; ; round++ {
 		if !fresh || round > 0 {
+			start := int64(noStart)
+			if round > 0 {
+				start = base // the highest a moment ago; base+1 exists
+			}
 			var err error
-			if base, err = b.highestClaim(ctx, key, now); err != nil {
+			if base, err = b.highestClaim(ctx, key, now, start); err != nil {
 				return 0, err
 			}
 		}
@@ -456,7 +536,15 @@ func (b *Backend) Describe() driver.Description {
 // Close implements driver.Backend. It disconnects the client only if the
 // backend opened it (Open, or fencelock.Open with a mongodb:// URL).
 func (b *Backend) Close() error {
-	if b.closed.Swap(true) || !b.owned {
+	b.bgMu.Lock()
+	already := b.closed.Swap(true)
+	b.bgMu.Unlock()
+	if already {
+		return nil
+	}
+	b.stop()
+	b.bg.Wait()
+	if !b.owned {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
