@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -30,6 +31,9 @@ const (
 // insert, not from the start of the Acquire: a grant never claims a time
 // before the read that found the key free.
 func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, base int64) (driver.Grant, insertOutcome, error) {
+	if base == math.MaxInt64 {
+		return driver.Grant{}, 0, &overflowError{req.Key}
+	}
 	now := b.clock.now(ctx)
 	tok := base + 1
 	rid := newRID(req.Owner)
@@ -113,8 +117,9 @@ func clone(md []byte) []byte {
 // A free key costs one round trip when this backend issued the key's last
 // token itself (recently): one ordered insert of the new record (fresh
 // _id, token last+1) and the claim of that token. Otherwise the key's
-// highest token claim is read first. A held key costs the insert and two
-// reads (the record, its epoch claims). An expired record is taken over:
+// record is read first (a live holder is refused after that read), then
+// its highest token claim. A held key costs the insert and two reads
+// (the record, its epoch claims), or the two reads alone. An expired record is taken over:
 // its next epoch is claimed with an end claim (a unique insert), the record
 // deleted and a new one inserted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -127,6 +132,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	now := b.clock.now(ctx)
 	base, fresh := b.ownBase(req.Key)
 	start := int64(noStart) // a recent base to walk from, if known
+	if !fresh {
+		// No recent base of this Backend's own: look at the key first.
+		// A live holder, the usual answer to a waiter's poll, is then
+		// told after two finds, without reading the token claims.
+		st, err := b.readKey(ctx, req.Key)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if st.live(now) && st.owner != req.Owner {
+			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
+		}
+	}
 	for round := 0; ; round++ {
 		if !fresh {
 			var err error

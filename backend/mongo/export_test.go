@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // FENCELOCK_TEST_MONGO_LAYOUT=one runs the tests with the token claims in
@@ -72,4 +75,31 @@ func (b *Backend) WalkFrom(ctx context.Context, key string, start int64) (int64,
 func (b *Backend) ScanHighest(ctx context.Context, key string) (int64, error) {
 	base, _, err := b.scanHighest(ctx, key)
 	return base, err
+}
+
+// AgeClaim dates the claim of key's token tok age before now, as if it
+// had been made then.
+func (b *Backend) AgeClaim(ctx context.Context, key string, tok int64, age time.Duration) error {
+	_, err := b.tokens.UpdateOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "at", Value: date(b.clock.now(ctx).Add(-age))}}}})
+	return err
+}
+
+// SetHint writes key's hint: base was the key's highest age ago.
+func (b *Backend) SetHint(ctx context.Context, key string, base int64, age time.Duration) error {
+	id := b.hintID(key)
+	_, err := b.tokens.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}},
+		claimDoc{ID: id, Key: id, Kind: kindHint, Token: base, At: date(b.clock.now(ctx).Add(-age))}, options.Replace().SetUpsert(true))
+	return err
+}
+
+// DeleteClaims deletes the claims of key's tokens lo to hi, as garbage
+// collection does with old ones.
+func (b *Backend) DeleteClaims(ctx context.Context, key string, lo, hi int64) error {
+	for tok := lo; tok <= hi; tok++ {
+		if _, err := b.tokens.DeleteOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

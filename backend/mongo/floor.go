@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -61,8 +62,10 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 }
 
 // RaiseFloor implements driver.TokenFloorer for one key. It reads the
-// key's highest claim h and, if the floor is above it, inserts the claim
-// of token h+1 carrying the floor: no token at or below h+1 can be
+// key's highest claim h (and claims the token of the key's record for it
+// if that is above h: a record whose own claim is in flight or failed) and,
+// if the floor is above it, inserts the claim of token h+1 carrying the
+// floor: no token at or below h+1 can be
 // claimed any more (every one is, or its claim collides), and the next
 // claim is based on max(h+1, floor). A concurrent claim of h+1 makes it
 // read again and retry (see claimBackoff). There is no global
@@ -96,7 +99,20 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		if err != nil && err != mongo.ErrNoDocuments {
 			return err
 		}
-		h = max(h, d.Token)
+		if d.Token > h {
+			// The record's token has no claim yet (its acquire's claim
+			// insert is in flight, or failed): claim it for the record,
+			// as a takeover does, and read again. A floor claim above an
+			// unclaimed token would leave a hole below it, where a walk
+			// stops (and that token would be issued after the floor).
+			if _, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, d.Token, strings.TrimPrefix(d.ID, "r/"), now)); err != nil && !mongo.IsDuplicateKeyError(err) {
+				return err
+			}
+			if err := claimBackoff(ctx, round); err != nil {
+				return err
+			}
+			continue
+		}
 		if h >= int64(floor) {
 			return nil
 		}

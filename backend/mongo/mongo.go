@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -308,15 +309,30 @@ func (b *Backend) remember(key string, tok int64) {
 // highestClaim returns the base of key's next token claim: the larger of
 // its highest claim's token and the floor that claim carries (0 if none),
 // and collects garbage (see collect). from is a base that was the key's
-// highest less than GarbageAfter/2 ago, or noStart: the key's hint is then
-// read for one. From a start, the highest claim is found by _id (see
+// highest less than GarbageAfter/2 ago, or noStart: one is then found
+// from the key's claim of token 1 or its hint. From a start, the highest claim is found by _id (see
 // walk); without one, or when the walk is too long, by the sorted find
 // (see scanHighest), and the key's hint is rewritten.
 func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, from int64) (int64, error) {
 	if from == noStart {
-		var err error
-		if from, err = b.readHint(ctx, key, now); err != nil {
+		// A key's first claim is always of token 1 (every claim's base
+		// is an existing claim or a record's token, claimed by the
+		// takeover that ends it), and that claim is never deleted: a key
+		// without it has no claims. If it was made less than
+		// GarbageAfter/2 ago, its base (1, or the floor it carries) was
+		// the highest then: a start.
+		c1, ok, err := b.probe(ctx, key, 1)
+		switch {
+		case err != nil:
 			return 0, err
+		case !ok:
+			return 0, nil
+		case c1.At.Time().After(now.Add(-b.cacheAge())):
+			from = max(c1.Token, c1.Floor)
+		default:
+			if from, err = b.readHint(ctx, key, now); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if from != noStart {
@@ -347,13 +363,7 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, f
 // returns the base of the next claim and the highest claim's token (0, 0
 // if there is none).
 //
-// A key's first claim is always of token 1 (every claim's base is an
-// existing claim or a record's token, claimed by the takeover that ends
-// it), and that claim is never deleted, so a key without it has no claims
-// at all: one find by _id (cheap on every server; FerretDB scans the
-// whole collection for any other filter) answers a fresh key.
-//
-// Both finds (like walk's) read with read concern "local": a claim that
+// Its find (like walk's) reads with read concern "local": a claim that
 // just refused ours (the unique index is the primary's) may not be
 // majority-committed yet, and a majority read would return the same base
 // again, so the retry would collide again until the commit point moved. A
@@ -362,13 +372,6 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, f
 // issued by unique inserts, not by this read).
 func (b *Backend) scanHighest(ctx context.Context, key string) (base, top int64, err error) {
 	var c claimDoc
-	err = b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, 1)}}).Decode(&c)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
 	err = b.highs.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
 		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -429,6 +432,26 @@ func (b *Backend) collect(key string, tok int64, now time.Time) {
 // collectTimeout bounds one background batch of garbage deletes.
 const collectTimeout = time.Minute
 
+// ErrTokenOverflow reports that a key's highest token claim (or floor) is
+// 2^63-1, the largest BSON int64, so no higher token can be issued: an
+// Acquire and a rotating renewal of the key are refused and change
+// nothing. It also matches driver.ErrUnsupported, so the engine takes it
+// as an answer and does not retry. Only a floor raised near 2^63-1 could
+// get a key there.
+var ErrTokenOverflow = errors.New("mongo: token at 2^63-1")
+
+// overflowError is the error for key's tokens at 2^63-1.
+type overflowError struct{ key string }
+
+func (e *overflowError) Error() string {
+	return fmt.Sprintf("mongo: the highest token of %q is 2^63-1, the largest BSON int64: no higher token can be issued", e.key)
+}
+
+// Is matches ErrTokenOverflow and driver.ErrUnsupported.
+func (e *overflowError) Is(target error) bool {
+	return target == ErrTokenOverflow || target == driver.ErrUnsupported
+}
+
 // tokenClaim is the claim of token tok of key for the record rid ("" for
 // a floor).
 func (b *Backend) tokenClaim(key string, tok int64, rid string, now time.Time) claimDoc {
@@ -487,6 +510,9 @@ func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time
 			if base, err = b.highestClaim(ctx, key, now, start); err != nil {
 				return 0, err
 			}
+		}
+		if base == math.MaxInt64 {
+			return 0, &overflowError{key}
 		}
 		_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, base+1, rid, now))
 		if err == nil {

@@ -240,7 +240,8 @@ func testContendedWaitingDoesNotSpin(t *testing.T, _ server, raw string) {
 	perSec := float64(n) / float64(waiters) / hold.Seconds()
 	t.Logf("%d waiters sent %d commands in %v while the key was held: %.1f per waiter per second", waiters, n, hold, perSec)
 	// Backoff 5ms doubling to 1s: about a dozen attempts in 3s, two
-	// commands each (the refused insert and the holder look-up).
+	// commands each (the record and its epoch claims: a live holder is
+	// refused before the token claims are read).
 	if perSec > 20 {
 		t.Errorf("waiters sent %.1f commands per second each; the wait is spinning", perSec)
 	}

@@ -73,8 +73,9 @@ type Options struct {
 	// GarbageAfter is how old a claim must be before it is deleted as
 	// garbage: a token claim below its key's highest, an end claim, a
 	// renewal claim that expired that long ago. The acquires that read a
-	// key's claims delete them (a key's old token claims every 64th token,
-	// the rest every 1024th such acquire), and on MongoDB a TTL index on
+	// key's claims start their deletion in the background (a key's old
+	// token claims every 64th token, the rest every 1024th such acquire;
+	// one batch at a time per Backend, which Close waits for), and on MongoDB a TTL index on
 	// expiresAt deletes expired renewal claims. The highest token claim of
 	// a key is never deleted. A token this backend claimed is used as the
 	// base of its next claim for GarbageAfter/2 without reading the key's

@@ -39,9 +39,10 @@ import (
 // Backend's own last claim (see ownBase), from a claim the caller just saw
 // collide, or from the key's hint: a document naming a base and the moment
 // it was the key's highest, rewritten by a walk that needed many probes
-// and by every full read. Only when no start is recent enough, or a walk
-// needs more than maxWalkProbes probes, is the key's highest claim read
-// with the sorted find.
+// and by every full read; or 0, when the key's claim of token 1 (its
+// first, never deleted) is itself recent. Only when no start is recent
+// enough, or a walk needs more than maxWalkProbes probes, is the key's
+// highest claim read with the sorted find.
 
 // noStart tells highestClaim that the caller knows no recent base.
 const noStart = -1
@@ -96,7 +97,7 @@ func (b *Backend) writeHint(ctx context.Context, key string, base int64, at time
 // probe returns the claim of key's token tok, or ok false if there is none.
 func (b *Backend) probe(ctx context.Context, key string, tok int64) (c claimDoc, ok bool, err error) {
 	err = b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
-		options.FindOne().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "floor", Value: 1}})).Decode(&c)
+		options.FindOne().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "floor", Value: 1}, {Key: "at", Value: 1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil
 	}
@@ -132,6 +133,10 @@ func (b *Backend) walk(ctx context.Context, key string, start int64) (base, top 
 				break
 			}
 			lo, loc = p, c
+			if lo == math.MaxInt64 {
+				hi = lo // the last token there is
+				break
+			}
 		}
 		for hi-lo > 1 {
 			m := lo + (hi-lo)/2

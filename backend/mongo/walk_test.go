@@ -2,7 +2,9 @@ package mongo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,10 +21,10 @@ import (
 // TestHandoffsReadTheHighestClaimByID: handing a key between processes
 // finds its highest token claim with finds by _id, never with the sorted
 // find over the key's claims, which FerretDB serves by reading the whole
-// collection (a second per find at a few thousand claims: the
-// safety soak's slow handoffs). Only a process that meets a key whose
-// claims it has never seen, and which has no recent hint, sorts once; the
-// next such process walks from the hint that left.
+// collection (a second per find at a few thousand claims: the safety
+// soak's slow handoffs). Once the key's first claim is older than
+// GarbageAfter/2 (dated back here), a process that never saw the key sorts
+// once, and the hint that leaves serves the next such processes.
 func TestHandoffsReadTheHighestClaimByID(t *testing.T) {
 	eachServer(t, testHandoffsReadTheHighestClaimByID)
 }
@@ -66,28 +68,82 @@ func testHandoffsReadTheHighestClaimByID(t *testing.T, _ server, raw string) {
 			t.Fatal(err)
 		}
 	}
-	a, b := open(), open()
-	for i := range 40 {
-		cycle(a, fmt.Sprint("a", i))
-		cycle(b, fmt.Sprint("b", i))
-		if i%10 == 9 {
-			// Another process's run of tokens: the next walk of a and
-			// b is longer than one probe.
-			c := open()
-			for j := range 12 {
-				cycle(c, fmt.Sprint("c", i, j))
+	handoffs := func(phase string) {
+		a, b := open(), open()
+		for i := range 30 {
+			cycle(a, fmt.Sprint(phase, "a", i))
+			cycle(b, fmt.Sprint(phase, "b", i))
+			if i%10 == 9 {
+				// Another process's run of tokens: the next walks
+				// of a and b are longer than one probe.
+				c := open()
+				for j := range 12 {
+					cycle(c, fmt.Sprint(phase, "c", i, j))
+				}
 			}
 		}
 	}
-	if n := sorted.Load(); n > 1 {
-		t.Errorf("%d sorted finds of the highest claim during handoffs; want at most one (the first new process)", n)
+	handoffs("young")
+	if n := sorted.Load(); n != 0 {
+		t.Errorf("%d sorted finds of the highest claim while the key's first claim was recent; want none", n)
+	}
+	a := open()
+	if err := a.AgeClaim(ctx, "k", 1, time.Hour); err != nil {
+		t.Fatal(err)
 	}
 	before := sorted.Load()
+	handoffs("old")
 	for i := range 5 {
 		cycle(open(), fmt.Sprint("new", i))
 	}
-	if n := sorted.Load() - before; n != 0 {
-		t.Errorf("%d sorted finds by new processes after the key's hint was written; want none", n)
+	if n := sorted.Load() - before; n > 1 {
+		t.Errorf("%d sorted finds of the highest claim once the key's first claim was old; want at most one (the first process that never saw the key), then the hint", n)
+	}
+}
+
+// TestOldHintIsNotAStart: a hint older than GarbageAfter/2 may name a base
+// whose next claims are garbage by now; walking from it would find that
+// hole and issue a token again. The walk must not start there.
+func TestOldHintIsNotAStart(t *testing.T) { eachServer(t, testOldHintIsNotAStart) }
+
+func testOldHintIsNotAStart(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	a, u := openTest(t, raw)
+	var last driver.Token
+	for range 10 {
+		g, err := a.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o" + randHex(), TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = g.Token
+		if err := a.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An hour later, as garbage collection leaves it: the first claim
+	// and the highest; a hint from back then.
+	for tok := int64(1); tok <= int64(last); tok++ {
+		if err := a.AgeClaim(ctx, "k", tok, time.Hour+time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteClaims(ctx, "k", 2, int64(last)-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetHint(ctx, "k", 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mongolock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "new", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token <= last {
+		t.Fatalf("a new process got token %d after token %d: it walked from an old start (the hint, or the first claim) into garbage-collected claims", g.Token, last)
 	}
 }
 
@@ -186,5 +242,101 @@ func testWalkAgreesWithSortedFind(t *testing.T, _ server, raw string) {
 		if int64(tok) < h {
 			t.Errorf("HighWater(%q) = %d, below the sorted find's %d", k, tok, h)
 		}
+	}
+}
+
+// TestFloorOverUnclaimedRecord: a record whose token claim never landed
+// (its acquire failed between the two inserts, and its removal failed
+// too) must not let RaiseFloor put a floor claim above that unclaimed
+// token: the hole below the floor would stop every walk there, and the
+// hole's token would be issued after the floor. RaiseFloor claims the
+// record's token first; a second raise over the same record succeeds.
+func TestFloorOverUnclaimedRecord(t *testing.T) { eachServer(t, testFloorOverUnclaimedRecord) }
+
+func testFloorOverUnclaimedRecord(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	a, u := openTest(t, raw)
+	const key = "k"
+	g, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mongolock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tok, err := b.InsertRecordOnly(ctx, key, "unclaimed", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RaiseFloor(ctx, key, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RaiseFloor(ctx, key, 2000); err != nil {
+		t.Fatalf("a second RaiseFloor over the record with an unclaimed token: %v", err)
+	}
+	for _, start := range []int64{0, 1} {
+		walked, ok, err := b.WalkFrom(ctx, key, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned, err := b.ScanHighest(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok || walked != scanned || scanned != 2000 {
+			t.Errorf("walk from %d = %d (found %v), sorted find %d; want 2000 from both", start, walked, ok, scanned)
+		}
+	}
+	// The record goes (its owner's clean-up, by owner and token).
+	if err := b.Release(ctx, driver.Grant{Key: key, Owner: "unclaimed", Token: driver.Token(tok)}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongolock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err = c.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token <= 2000 {
+		t.Fatalf("token %d issued after RaiseFloor(2000) returned", g.Token)
+	}
+}
+
+// TestTokenOverflowRefused: a key whose floor reaches 2^63-1 issues that
+// token once, then refuses Acquire with ErrTokenOverflow (matching
+// driver.ErrUnsupported, so the engine does not retry) and stores nothing.
+func TestTokenOverflowRefused(t *testing.T) { eachServer(t, testTokenOverflowRefused) }
+
+func testTokenOverflowRefused(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	a, _ := openTest(t, raw)
+	const key = "k"
+	if err := a.RaiseFloor(ctx, key, math.MaxInt64-1); err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "o", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token != math.MaxInt64 {
+		t.Fatalf("token %d; want 2^63-1", g.Token)
+	}
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "o2", TTL: 10 * time.Second})
+	if !errors.Is(err, mongolock.ErrTokenOverflow) || !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("Acquire past 2^63-1 = %v; want ErrTokenOverflow", err)
+	}
+	if info, err := a.Inspect(ctx, key); err != nil || info.Owner != "" {
+		t.Fatalf("Inspect after a refused Acquire = %+v, %v; want nothing held", info, err)
 	}
 }

@@ -373,3 +373,54 @@ func BenchmarkDeleteScan(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkHighestClaimRead times the two ways the backend reads a key's
+// highest token claim, in a collection holding n claims of that key (the
+// claims an hour of acquisitions leaves, kept for GarbageAfter): one find
+// by _id (a step of the walk) and the sorted find over the key's claims.
+// FerretDB reads the whole collection for both (SQLite in SQL for the
+// _id equality, PostgreSQL with a jsonb filter), and decodes every
+// document for the sorted one.
+//
+//	cd bench/mongo && go test -run '^$' -bench HighestClaimRead -benchtime 20x .
+func BenchmarkHighestClaimRead(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, n := range []int{1000, 10000} {
+			b.Run("claims="+strconv.Itoa(n), func(b *testing.B) {
+				mc := connect(b, s, nil)
+				coll := mc.Database(database).Collection(collection(b, mc, "highest"))
+				ctx := context.Background()
+				id := func(i int) string { return "t/7/default/" + strconv.FormatInt(int64(100000+i), 10) + "/key" }
+				var docs []any
+				for i := range n {
+					docs = append(docs, bson.D{{Key: "_id", Value: id(i)}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
+						{Key: "tkey", Value: "key"}, {Key: "token", Value: int64(i)}, {Key: "at", Value: time.Now()}})
+					if len(docs) == 500 || i == n-1 {
+						if _, err := coll.InsertMany(ctx, docs); err != nil {
+							b.Fatal(err)
+						}
+						docs = nil
+					}
+				}
+				var byID, sorted time.Duration
+				b.ResetTimer()
+				for i := range b.N {
+					t0 := time.Now()
+					if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id((i * 7919) % n)}}).Err(); err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					err := coll.FindOne(ctx, bson.D{{Key: "tns", Value: "default"}, {Key: "tkey", Value: "key"}},
+						options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Err()
+					if err != nil {
+						b.Fatal(err)
+					}
+					byID += t1.Sub(t0)
+					sorted += time.Since(t1)
+				}
+				b.ReportMetric(float64(byID.Microseconds())/float64(b.N), "by-id-µs")
+				b.ReportMetric(float64(sorted.Microseconds())/float64(b.N), "sorted-µs")
+			})
+		}
+	})
+}
