@@ -340,18 +340,7 @@ func BenchmarkDeleteScan(b *testing.B) {
 				coll := mc.Database(database).Collection(collection(b, mc, "scan"),
 					options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
 				ctx := context.Background()
-				var docs []any
-				for i := range n {
-					id := "t/7/default/" + strconv.FormatInt(int64(i), 10) + "/key"
-					docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
-						{Key: "tkey", Value: "key"}, {Key: "token", Value: int64(i)}, {Key: "at", Value: time.Now()}})
-					if len(docs) == 500 || i == n-1 {
-						if _, err := coll.InsertMany(ctx, docs); err != nil {
-							b.Fatal(err)
-						}
-						docs = nil
-					}
-				}
+				fillClaims(b, coll, n)
 				var ins, del time.Duration
 				b.ResetTimer()
 				for range b.N {
@@ -390,23 +379,12 @@ func BenchmarkHighestClaimRead(b *testing.B) {
 				mc := connect(b, s, nil)
 				coll := mc.Database(database).Collection(collection(b, mc, "highest"))
 				ctx := context.Background()
-				id := func(i int) string { return "t/7/default/" + strconv.FormatInt(int64(100000+i), 10) + "/key" }
-				var docs []any
-				for i := range n {
-					docs = append(docs, bson.D{{Key: "_id", Value: id(i)}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
-						{Key: "tkey", Value: "key"}, {Key: "token", Value: int64(i)}, {Key: "at", Value: time.Now()}})
-					if len(docs) == 500 || i == n-1 {
-						if _, err := coll.InsertMany(ctx, docs); err != nil {
-							b.Fatal(err)
-						}
-						docs = nil
-					}
-				}
+				fillClaims(b, coll, n)
 				var byID, sorted time.Duration
 				b.ResetTimer()
 				for i := range b.N {
 					t0 := time.Now()
-					if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id((i * 7919) % n)}}).Err(); err != nil {
+					if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: claimID((i * 7919) % n)}}).Err(); err != nil {
 						b.Fatal(err)
 					}
 					t1 := time.Now()
@@ -423,4 +401,24 @@ func BenchmarkHighestClaimRead(b *testing.B) {
 			})
 		}
 	})
+}
+
+// claimID is the _id of the i-th claim fillClaims inserts.
+func claimID(i int) string { return "t/7/default/" + strconv.FormatInt(int64(i), 10) + "/key" }
+
+// fillClaims inserts n token claims of one key into coll, as the backend
+// keeps them for GarbageAfter, 500 per insert.
+func fillClaims(b *testing.B, coll *mongo.Collection, n int) {
+	b.Helper()
+	var docs []any
+	for i := range n {
+		docs = append(docs, bson.D{{Key: "_id", Value: claimID(i)}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
+			{Key: "tkey", Value: "key"}, {Key: "token", Value: int64(i)}, {Key: "at", Value: time.Now()}})
+		if len(docs) == 500 || i == n-1 {
+			if _, err := coll.InsertMany(context.Background(), docs); err != nil {
+				b.Fatal(err)
+			}
+			docs = nil
+		}
+	}
 }
