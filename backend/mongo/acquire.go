@@ -131,55 +131,66 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	now := b.clock.now(ctx)
 	base, fresh := b.ownBase(req.Key)
-	start := int64(noStart) // a recent base to walk from, if known
+	// start is a base that was the key's highest a moment ago (this
+	// Backend's own, or one read in this call), to walk from.
+	start := int64(noStart)
+	if fresh {
+		start = base
+	}
+	var pre state
 	if !fresh {
 		// No recent base of this Backend's own: look at the key first.
 		// A live holder, the usual answer to a waiter's poll, is then
-		// told after two finds, without reading the token claims.
-		st, err := b.readKey(ctx, req.Key)
-		if err != nil {
+		// told after two finds, without reading the token claims; an
+		// expired record is taken over without an insert first.
+		var err error
+		if pre, err = b.readKey(ctx, req.Key); err != nil {
 			return driver.Grant{}, err
 		}
-		if st.live(now) && st.owner != req.Owner {
-			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
+		if pre.live(now) && pre.owner != req.Owner {
+			return driver.Grant{}, &driver.HeldError{Holder: pre.info(req.Key, now)}
 		}
 	}
 	for round := 0; ; round++ {
-		if !fresh {
-			var err error
-			if base, err = b.highestClaim(ctx, req.Key, now, start); err != nil {
+		var st state
+		if round == 0 && pre.rid != "" {
+			st = pre
+		} else {
+			if !fresh {
+				var err error
+				if base, err = b.highestClaim(ctx, req.Key, now, start); err != nil {
+					return driver.Grant{}, err
+				}
+				start = base
+			}
+			g, out, err := b.insertRecord(ctx, req, base)
+			if err != nil {
 				return driver.Grant{}, err
 			}
-		}
-		g, out, err := b.insertRecord(ctx, req, base)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		switch out {
-		case inserted:
-			return g, nil
-		case tokenUsed:
-			// Another token claim (an acquire elsewhere, a floor) came
-			// between the read of the base and the insert: read again
-			// (see claimBackoff).
-			if err := claimBackoff(ctx, round); err != nil {
+			switch out {
+			case inserted:
+				return g, nil
+			case tokenUsed:
+				// Another token claim (an acquire elsewhere, a floor)
+				// came between the read of the base and the insert:
+				// read again, walking up from base, whose next claim
+				// exists (see claimBackoff).
+				if err := claimBackoff(ctx, round); err != nil {
+					return driver.Grant{}, err
+				}
+				fresh, start = false, base
+				continue
+			}
+			// keyHeld: read the record.
+			if st, err = b.readKey(ctx, req.Key); err != nil {
 				return driver.Grant{}, err
 			}
-			// base was the highest a moment ago, and base+1 exists:
-			// walk up from it.
-			fresh, start = false, base
-			continue
-		}
-		// keyHeld: read the record.
-		st, err := b.readKey(ctx, req.Key)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		if st.rid == "" {
-			if round > 0 {
-				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+			if st.rid == "" {
+				if round > 0 {
+					return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
+				}
+				continue // released in between: try once more
 			}
-			continue // released in between: try once more
 		}
 		now = b.clock.now(ctx)
 		switch {
@@ -222,13 +233,13 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		// The expired record is gone and nobody else can take it over:
 		// insert ours, above both its token and every claim.
-		hi, err := b.highestClaim(ctx, req.Key, now, noStart)
+		hi, err := b.highestClaim(ctx, req.Key, now, start)
 		if err != nil {
 			return driver.Grant{}, err
 		}
 		for round := 0; ; round++ {
 			hi = max(hi, st.token)
-			g, out, err = b.insertRecord(ctx, req, hi)
+			g, out, err := b.insertRecord(ctx, req, hi)
 			if err != nil {
 				return driver.Grant{}, err
 			}

@@ -80,7 +80,9 @@
 //     inserts on FerretDB. t is the last token this Backend
 //     claimed for the key if it did so within GarbageAfter/2 (one round
 //     trip), else the key's highest token claim, found by finds by _id
-//     (see "Finding the highest claim"). A collision on
+//     (see "Finding the highest claim"); such an Acquire reads the key's
+//     record first, and refuses a live holder (or takes an expired record
+//     over) without inserting. A collision on
 //     the record means held: the record and its epoch claims are read and
 //     the holder named in a *driver.HeldError, or, if expired, the record
 //     is taken over. A collision on the claim means t was stale: the record
@@ -177,9 +179,10 @@
 // later claim only makes the insert collide). The claim of token 1 is
 // never deleted: a key's first claim is always of token 1 (every base is
 // an existing claim, or a record's token, which its takeover claims), so
-// without a start one find by _id of it tells a fresh key (base 0); only
-// a key with claims and no recent start, or a walk past 48 finds, is read
-// with the sorted find.
+// without a start (no recent hint either) one find by _id of it tells a
+// fresh key (base 0), and if it was made less than GarbageAfter/2 ago its
+// base is a start; only a key with claims and no recent start, or a walk
+// past 48 finds, is read with the sorted find.
 //
 // # Time
 //

@@ -310,10 +310,16 @@ func (b *Backend) remember(key string, tok int64) {
 // its highest claim's token and the floor that claim carries (0 if none),
 // and collects garbage (see collect). from is a base that was the key's
 // highest less than GarbageAfter/2 ago, or noStart: one is then found
-// from the key's claim of token 1 or its hint. From a start, the highest claim is found by _id (see
+// in the key's hint or its claim of token 1. From a start, the highest claim is found by _id (see
 // walk); without one, or when the walk is too long, by the sorted find
 // (see scanHighest), and the key's hint is rewritten.
 func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, from int64) (int64, error) {
+	if from == noStart {
+		var err error
+		if from, err = b.readHint(ctx, key, now); err != nil {
+			return 0, err
+		}
+	}
 	if from == noStart {
 		// A key's first claim is always of token 1 (every claim's base
 		// is an existing claim or a record's token, claimed by the
@@ -329,10 +335,6 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, f
 			return 0, nil
 		case c1.At.Time().After(now.Add(-b.cacheAge())):
 			from = max(c1.Token, c1.Floor)
-		default:
-			if from, err = b.readHint(ctx, key, now); err != nil {
-				return 0, err
-			}
 		}
 	}
 	if from != noStart {
