@@ -87,13 +87,27 @@ func (s *faketimePostgres) offsetFile() string { return filepath.Join(s.dir, "fa
 func (s *faketimePostgres) run(name string, args ...string) (string, error) {
 	if os.Getuid() == 0 {
 		args = append([]string{"-u", "postgres", "--", name}, args...)
-		name = "runuser"
+		name = runuser()
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+libfaketime, "FAKETIME_TIMESTAMP_FILE="+s.offsetFile(),
 		"FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1")
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// runuser returns the path of runuser(1): from PATH, else from the
+// system directories a minimal PATH (a CI runner's, say) leaves out.
+func runuser() string {
+	if p, err := exec.LookPath("runuser"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/runuser", "/sbin/runuser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "runuser"
 }
 
 func (s *faketimePostgres) pgctl(args ...string) (string, error) {
