@@ -40,7 +40,7 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 	x := lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, Until: expiry(now, req.TTL), Meta: clone(req.Metadata)}
 	claim := b.tokenClaim(req.Key, tok, rid, now)
 	var err error
-	if b.tokens == b.locks {
+	if !b.split() {
 		_, err = b.locks.InsertMany(ctx, []any{x, claim})
 		if writeErrorAt(err, 0) == 11000 {
 			return driver.Grant{}, keyHeld, nil
@@ -51,7 +51,7 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 		} else if err != nil {
 			return driver.Grant{}, 0, err
 		}
-		_, err = b.tokens.InsertOne(ctx, claim)
+		_, err = b.tokens(req.Key).InsertOne(ctx, claim)
 	}
 	if err == nil {
 		b.remember(req.Key, tok)
@@ -82,7 +82,7 @@ const cleanupTimeout = 5 * time.Second
 // it is not granted.
 func (b *Backend) ensureClaim(ctx context.Context, key string, st *state, now time.Time) (bool, error) {
 	c := b.tokenClaim(key, st.token, st.rid, now)
-	_, err := b.tokens.InsertOne(ctx, c)
+	_, err := b.tokens(key).InsertOne(ctx, c)
 	if err == nil {
 		return true, nil
 	}
@@ -90,7 +90,7 @@ func (b *Backend) ensureClaim(ctx context.Context, key string, st *state, now ti
 		return false, err
 	}
 	var got claimDoc
-	if err := b.tokens.FindOne(ctx, bson.D{{Key: "_id", Value: c.ID}}).Decode(&got); err != nil {
+	if err := b.tokens(key).FindOne(ctx, bson.D{{Key: "_id", Value: c.ID}}).Decode(&got); err != nil {
 		return false, err
 	}
 	return got.TRec == st.rid, nil
@@ -321,7 +321,7 @@ func (b *Backend) end(ctx context.Context, key string, st *state, owner string, 
 	}
 	// Claim the record's token, if nobody did (its claim was lost with
 	// its insert); normally it exists already.
-	if _, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, st.token, st.rid, now)); err != nil && !mongo.IsDuplicateKeyError(err) {
+	if _, err := b.tokens(key).InsertOne(ctx, b.tokenClaim(key, st.token, st.rid, now)); err != nil && !mongo.IsDuplicateKeyError(err) {
 		return err
 	}
 	// Epoch n is ours unless the holder had moved past it.

@@ -87,7 +87,9 @@ func freshCollection(t testing.TB, raw string) string {
 		}
 		defer c.Disconnect(ctx)
 		_ = c.Database(testDatabase).Collection(locks).Drop(ctx)
-		_ = c.Database(testDatabase).Collection(locks + mongolock.TokensSuffix).Drop(ctx)
+		for _, name := range mongolock.TokenCollections(locks) {
+			_ = c.Database(testDatabase).Collection(name).Drop(ctx)
+		}
 	})
 	return locks
 }

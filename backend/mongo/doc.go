@@ -18,7 +18,7 @@
 //     (mongodb://host/app), else "fencelock";
 //   - collection: the collection of lock records and epoch claims,
 //     default "fencelock_locks" (token claims: the same collection, or on
-//     FerretDB the collection named it plus TokensSuffix);
+//     FerretDB the TokenShards collections TokenCollections names);
 //   - namespace: keeps several applications apart in one collection,
 //     default "default";
 //   - clock_resync: how often the server clock estimate is refreshed
@@ -59,10 +59,13 @@
 //     force-release). Their ns is the number 0, so no namespace string
 //     collides with them in the (ns, key) index.
 //
-// On FerretDB the token claims live in a second collection, Collection
-// plus TokensSuffix: FerretDB 1.24 reads the whole collection for every
-// delete and find, even by _id, so a release would otherwise read every
-// token claim of the last GarbageAfter. On every other server (MongoDB,
+// On FerretDB the token claims live in collections of their own,
+// TokenShards of them (Collection plus TokensSuffix plus "_00" to "_31"),
+// each key's claims and hint in the one TokenCollection names for it:
+// FerretDB 1.24 reads the whole collection for every delete and find,
+// even by _id, so a release would otherwise read every token claim of the
+// last GarbageAfter, and every probe of a key's claims would read every
+// other key's. On every other server (MongoDB,
 // and the Mongo-wire stores whose _id index serves a delete) they share
 // the records' collection, so that one ordered insert carries record and
 // claim. The layout follows from buildInfo (FerretDB's has a

@@ -59,7 +59,7 @@ func (b *Backend) InsertRecordOnly(ctx context.Context, key, owner string, ttl t
 // ClaimTokenForOther inserts the claim of key's token tok for a record
 // that is not key's.
 func (b *Backend) ClaimTokenForOther(ctx context.Context, key string, tok int64) error {
-	_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, tok, newRID("other"), b.clock.now(ctx)))
+	_, err := b.tokens(key).InsertOne(ctx, b.tokenClaim(key, tok, newRID("other"), b.clock.now(ctx)))
 	return err
 }
 
@@ -80,7 +80,7 @@ func (b *Backend) ScanHighest(ctx context.Context, key string) (int64, error) {
 // AgeClaim dates the claim of key's token tok age before now, as if it
 // had been made then.
 func (b *Backend) AgeClaim(ctx context.Context, key string, tok int64, age time.Duration) error {
-	_, err := b.tokens.UpdateOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
+	_, err := b.tokens(key).UpdateOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "at", Value: date(b.clock.now(ctx).Add(-age))}}}})
 	return err
 }
@@ -88,7 +88,7 @@ func (b *Backend) AgeClaim(ctx context.Context, key string, tok int64, age time.
 // SetHint writes key's hint: base was the key's highest age ago.
 func (b *Backend) SetHint(ctx context.Context, key string, base int64, age time.Duration) error {
 	id := b.hintID(key)
-	_, err := b.tokens.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}},
+	_, err := b.tokens(key).ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}},
 		claimDoc{ID: id, Key: id, Kind: kindHint, Token: base, At: date(b.clock.now(ctx).Add(-age))}, options.Replace().SetUpsert(true))
 	return err
 }
@@ -97,7 +97,7 @@ func (b *Backend) SetHint(ctx context.Context, key string, base int64, age time.
 // collection does with old ones.
 func (b *Backend) DeleteClaims(ctx context.Context, key string, lo, hi int64) error {
 	for tok := lo; tok <= hi; tok++ {
-		if _, err := b.tokens.DeleteOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}}); err != nil {
+		if _, err := b.tokens(key).DeleteOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}}); err != nil {
 			return err
 		}
 	}

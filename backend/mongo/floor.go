@@ -18,7 +18,8 @@ var _ driver.TokenFloorer = (*Backend)(nil)
 
 // HighWater implements driver.TokenFloorer: for every key of this
 // namespace under prefix, the highest of its token claims (token or
-// floor) and of its record's token, read with two finds. A key's highest
+// floor) and of its record's token, read with a find per token
+// collection (one, or TokenShards on FerretDB) and one of the records. A key's highest
 // claim is never deleted, so every key ever locked is listed. Global is
 // zero: tokens are per key.
 func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
@@ -30,21 +31,23 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 	}
 	hw := driver.HighWater{Keys: make(map[string]driver.Token)}
 	re := bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)}}
-	cur, err := b.tokens.Find(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: re}},
-		options.Find().SetProjection(bson.D{{Key: "tkey", Value: 1}, {Key: "token", Value: 1}, {Key: "floor", Value: 1}}))
-	if err != nil {
-		return driver.HighWater{}, err
-	}
-	var claims []claimDoc
-	if err := cur.All(ctx, &claims); err != nil {
-		return driver.HighWater{}, err
-	}
-	for _, c := range claims {
-		if len(c.TKey) >= len(prefix) && c.TKey[:len(prefix)] == prefix {
-			hw.Keys[c.TKey] = max(hw.Keys[c.TKey], driver.Token(max(c.Token, c.Floor)))
+	for _, tc := range b.tokenColls {
+		cur, err := tc.Find(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: re}},
+			options.Find().SetProjection(bson.D{{Key: "tkey", Value: 1}, {Key: "token", Value: 1}, {Key: "floor", Value: 1}}))
+		if err != nil {
+			return driver.HighWater{}, err
+		}
+		var claims []claimDoc
+		if err := cur.All(ctx, &claims); err != nil {
+			return driver.HighWater{}, err
+		}
+		for _, c := range claims {
+			if len(c.TKey) >= len(prefix) && c.TKey[:len(prefix)] == prefix {
+				hw.Keys[c.TKey] = max(hw.Keys[c.TKey], driver.Token(max(c.Token, c.Floor)))
+			}
 		}
 	}
-	cur, err = b.locks.Find(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: re}},
+	cur, err := b.locks.Find(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: re}},
 		options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "token", Value: 1}}))
 	if err != nil {
 		return driver.HighWater{}, err
@@ -105,7 +108,7 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 			// as a takeover does, and read again. A floor claim above an
 			// unclaimed token would leave a hole below it, where a walk
 			// stops (and that token would be issued after the floor).
-			if _, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, d.Token, strings.TrimPrefix(d.ID, "r/"), now)); err != nil && !mongo.IsDuplicateKeyError(err) {
+			if _, err := b.tokens(key).InsertOne(ctx, b.tokenClaim(key, d.Token, strings.TrimPrefix(d.ID, "r/"), now)); err != nil && !mongo.IsDuplicateKeyError(err) {
 				return err
 			}
 			if err := claimBackoff(ctx, round); err != nil {
@@ -118,7 +121,7 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		}
 		c := b.tokenClaim(key, h+1, "", now)
 		c.Floor = int64(floor)
-		if _, err := b.tokens.InsertOne(ctx, c); err == nil || !mongo.IsDuplicateKeyError(err) {
+		if _, err := b.tokens(key).InsertOne(ctx, c); err == nil || !mongo.IsDuplicateKeyError(err) {
 			return err
 		}
 		if err := claimBackoff(ctx, round); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -29,12 +31,15 @@ type Backend struct {
 	owned  bool // Close disconnects client
 	o      Options
 	locks  *mongo.Collection // lock records and epoch claims
-	tokens *mongo.Collection // token claims: locks, or Collection+TokensSuffix on FerretDB
-	// highs is tokens read with read concern "local", for the highest
-	// claim of a key (see highestClaim).
-	highs  *mongo.Collection
-	clock  *serverClock
-	closed atomic.Bool
+	// tokenColls hold the token claims: just locks, or on FerretDB the
+	// TokenShards collections Collection+TokensSuffix+"_NN", a key's
+	// claims (and hint) in the one shard picks (see tokens).
+	tokenColls []*mongo.Collection
+	// highColls are tokenColls read with read concern "local", for the
+	// highest claim of a key (see highestClaim).
+	highColls []*mongo.Collection
+	clock     *serverClock
+	closed    atomic.Bool
 
 	ferret   bool   // the server is FerretDB
 	version  string // server version as buildInfo reports it
@@ -64,14 +69,42 @@ var (
 )
 
 // ErrOldFormat is returned by New and Open, on FerretDB, for a records'
-// collection that holds token claims, as the development builds before
-// TokensSuffix wrote them there: ignoring them would issue its keys'
-// tokens from 1 again. Use a new collection.
+// collection, or a collection Collection+TokensSuffix, that holds token
+// claims, as the development builds before TokenShards wrote them there:
+// ignoring them would issue its keys' tokens from 1 again. Use a new
+// collection.
 var ErrOldFormat = errors.New("the collection holds token claims of an earlier development format; use a new collection")
 
 // oneCollection makes every server use the single-collection layout
 // (token claims with the records), as MongoDB does; set by tests only.
 var oneCollection bool
+
+// split reports whether token claims have collections of their own
+// (FerretDB) rather than sharing the records' collection.
+func (b *Backend) split() bool { return b.tokenColls[0] != b.locks }
+
+// tokens returns the collection of key's token claims and hint.
+func (b *Backend) tokens(key string) *mongo.Collection { return b.tokenColls[b.shard(key)] }
+
+// highs returns tokens(key) read with read concern "local".
+func (b *Backend) highs(key string) *mongo.Collection { return b.highColls[b.shard(key)] }
+
+// shard returns the index in tokenColls of key's token claims: 0 where
+// there is one collection, else shardOf(namespace, key).
+func (b *Backend) shard(key string) int {
+	if len(b.tokenColls) == 1 {
+		return 0
+	}
+	return shardOf(b.o.Namespace, key)
+}
+
+// shardOf is the shard of namespace's key: the FNV-1a hash of the
+// namespace's length, the namespace and the key, modulo TokenShards.
+func shardOf(namespace, key string) int {
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, strconv.Itoa(len(namespace))+"/"+namespace+"/"+key)
+	return int(h.Sum32() % TokenShards)
+}
 
 // tokenID is the _id of the claim of token tok for key: unambiguous
 // (the namespace is length-prefixed, the token fixed-width) and free of
@@ -140,28 +173,36 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	_, b.ferret = bi["ferretdbVersion"]
 	// FerretDB reads a whole collection for every delete and find, even
 	// by _id: keep the token claims (one per acquisition, kept for
-	// GarbageAfter) out of the collection that releases delete from.
+	// GarbageAfter) out of the collection that releases delete from, and
+	// spread them by key over TokenShards collections, so that a walk's
+	// find by _id scans about 1/TokenShards of them, not every key's.
 	// Elsewhere the _id index serves those, and one ordered insert of
 	// record and claim saves a round trip.
-	b.tokens = b.locks
-	tokensName := o.Collection
-	if b.ferret && !oneCollection {
-		tokensName = o.Collection + TokensSuffix
-		b.tokens = db.Collection(tokensName, copts)
+	highOpts := options.Collection().
+		SetReadConcern(readconcern.Local()).
+		SetReadPreference(readpref.Primary())
+	if !b.ferret || oneCollection {
+		b.tokenColls = []*mongo.Collection{b.locks}
+		b.highColls = []*mongo.Collection{db.Collection(o.Collection, highOpts)}
+	} else {
+		for _, name := range TokenCollections(o.Collection) {
+			b.tokenColls = append(b.tokenColls, db.Collection(name, copts))
+			b.highColls = append(b.highColls, db.Collection(name, highOpts))
+		}
 		// Token claims used to live in the records' collection on every
-		// server; a Backend that ignored them would issue tokens from 1
+		// server, then in one collection Collection+TokensSuffix on
+		// FerretDB; a Backend that ignored them would issue tokens from 1
 		// again.
-		err := b.locks.FindOne(ctx, bson.D{{Key: "kind", Value: kindToken}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-		switch {
-		case err == nil:
-			return nil, fmt.Errorf("mongo: %s.%s: %w", o.Database, o.Collection, ErrOldFormat)
-		case !errors.Is(err, mongo.ErrNoDocuments):
-			return nil, fmt.Errorf("mongo: reading %s.%s: %w", o.Database, o.Collection, err)
+		for _, name := range []string{o.Collection, o.Collection + TokensSuffix} {
+			err := db.Collection(name).FindOne(ctx, bson.D{{Key: "kind", Value: kindToken}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+			switch {
+			case err == nil:
+				return nil, fmt.Errorf("mongo: %s.%s: %w", o.Database, name, ErrOldFormat)
+			case !errors.Is(err, mongo.ErrNoDocuments):
+				return nil, fmt.Errorf("mongo: reading %s.%s: %w", o.Database, name, err)
+			}
 		}
 	}
-	b.highs = db.Collection(tokensName, options.Collection().
-		SetReadConcern(readconcern.Local()).
-		SetReadPreference(readpref.Primary()))
 	type index struct {
 		c *mongo.Collection
 		m mongo.IndexModel
@@ -174,11 +215,11 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	// pushes down only an _id equality, PostgreSQL filters with jsonb @>,
 	// which a btree index cannot serve): there they would only slow every
 	// insert, so only the unique (ns, key) index, which excludes, is made.
-	if b.tokens == b.locks {
+	if !b.split() {
 		indexes = append(indexes, index{b.locks, mongo.IndexModel{
 			Keys:    bson.D{{Key: "rec", Value: 1}, {Key: "n", Value: 1}},
 			Options: options.Index().SetName("fencelock_epochs"),
-		}}, index{b.tokens, mongo.IndexModel{
+		}}, index{b.locks, mongo.IndexModel{
 			Keys:    bson.D{{Key: "tns", Value: 1}, {Key: "tkey", Value: 1}, {Key: "token", Value: 1}},
 			Options: options.Index().SetName("fencelock_tokens"),
 		}})
@@ -374,7 +415,7 @@ func (b *Backend) highestClaim(ctx context.Context, key string, now time.Time, f
 // issued by unique inserts, not by this read).
 func (b *Backend) scanHighest(ctx context.Context, key string) (base, top int64, err error) {
 	var c claimDoc
-	err = b.highs.FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
+	err = b.highs(key).FindOne(ctx, bson.D{{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key}},
 		options.FindOne().SetSort(bson.D{{Key: "tns", Value: -1}, {Key: "tkey", Value: -1}, {Key: "token", Value: -1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, 0, nil
@@ -418,7 +459,7 @@ func (b *Backend) collect(key string, tok int64, now time.Time) {
 		defer cancel()
 		old := date(now.Add(-b.o.GarbageAfter))
 		if keyDue {
-			_, _ = b.tokens.DeleteMany(ctx, bson.D{
+			_, _ = b.tokens(key).DeleteMany(ctx, bson.D{
 				{Key: "tns", Value: b.o.Namespace}, {Key: "tkey", Value: key},
 				{Key: "token", Value: bson.D{{Key: "$gt", Value: 1}, {Key: "$lt", Value: tok}}},
 				{Key: "at", Value: bson.D{{Key: "$lt", Value: old}}},
@@ -516,7 +557,7 @@ func (b *Backend) claimToken(ctx context.Context, key, rid string, now time.Time
 		if base == math.MaxInt64 {
 			return 0, &overflowError{key}
 		}
-		_, err := b.tokens.InsertOne(ctx, b.tokenClaim(key, base+1, rid, now))
+		_, err := b.tokens(key).InsertOne(ctx, b.tokenClaim(key, base+1, rid, now))
 		if err == nil {
 			b.remember(key, base+1)
 			return base + 1, nil

@@ -3,12 +3,14 @@ package mongo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -267,14 +269,67 @@ func testClockEstimate(t *testing.T, raw string) {
 	}
 }
 
-// TestOldFormatRefused: where token claims live in a collection of their
-// own (FerretDB), a records' collection that still holds token claims, as
-// an earlier version wrote them, is refused with ErrOldFormat: ignoring
-// them would issue its keys' tokens from 1 again. Where they share the
-// records' collection, it opens and issues the next token above them.
+// TestOldFormatRefused: where token claims live in collections of their
+// own (FerretDB), a records' collection, or a single Collection+"_tokens"
+// collection, that still holds token claims, as earlier versions wrote
+// them, is refused with ErrOldFormat: ignoring them would issue its keys'
+// tokens from 1 again. Where they share the records' collection, it opens
+// and issues the next token above them.
 func TestOldFormatRefused(t *testing.T) { eachServer(t, testOldFormatRefused) }
 
 func testOldFormatRefused(t *testing.T, _ server, raw string) {
+	ctx := t.Context()
+	mc, err := mongo.Connect(options.Client().ApplyURI(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Disconnect(ctx)
+	separate := isFerretDB(t, raw) && !mongolock.OneCollection()
+	for _, suffix := range []string{"", mongolock.TokensSuffix} {
+		if suffix != "" && !separate {
+			continue
+		}
+		locks := freshCollection(t, raw)
+		t.Cleanup(func() { _ = mc.Database(testDatabase).Collection(locks + suffix).Drop(context.Background()) })
+		for _, tok := range []string{"1", "5"} {
+			id := "t/7/default/0000000000000000000" + tok + "/k"
+			if _, err := mc.Database(testDatabase).Collection(locks+suffix).InsertOne(ctx, map[string]any{
+				"_id": id, "ns": 0, "key": id, "kind": "token", "tns": "default", "tkey": "k", "token": int64(tok[0] - '0'), "at": time.Now(),
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks})
+		switch {
+		case separate && !errors.Is(err, mongolock.ErrOldFormat):
+			t.Fatalf("New on a collection whose %q holds token claims = %v; want ErrOldFormat", locks+suffix, err)
+		case !separate && err != nil:
+			t.Fatalf("New (token claims share the records' collection): %v", err)
+		case !separate:
+			defer b.Close()
+			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Token <= 5 {
+				t.Fatalf("token %d not above the existing claim's 5", g.Token)
+			}
+		}
+	}
+}
+
+// TestTokenClaimsSpreadOverShards: on FerretDB a key's token claims (and
+// its hint) live in the one collection TokenCollection names for it, and
+// keys spread over the TokenShards collections, so that a find by _id
+// for one key (each of which FerretDB serves with a scan of the whole
+// collection) reads few other keys' claims.
+func TestTokenClaimsSpreadOverShards(t *testing.T) { eachServer(t, testTokenClaimsSpreadOverShards) }
+
+func testTokenClaimsSpreadOverShards(t *testing.T, _ server, raw string) {
+	if !isFerretDB(t, raw) || mongolock.OneCollection() {
+		t.Log("token claims share the records' collection here: nothing to spread")
+		return
+	}
 	ctx := t.Context()
 	locks := freshCollection(t, raw)
 	mc, err := mongo.Connect(options.Client().ApplyURI(raw))
@@ -282,29 +337,55 @@ func testOldFormatRefused(t *testing.T, _ server, raw string) {
 		t.Fatal(err)
 	}
 	defer mc.Disconnect(ctx)
-	for _, tok := range []string{"1", "5"} {
-		id := "t/7/default/0000000000000000000" + tok + "/k"
-		if _, err := mc.Database(testDatabase).Collection(locks).InsertOne(ctx, map[string]any{
-			"_id": id, "ns": 0, "key": id, "kind": "token", "tns": "default", "tkey": "k", "token": int64(tok[0] - '0'), "at": time.Now(),
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	b, err := mongolock.New(ctx, mc, &mongolock.Options{Database: testDatabase, Collection: locks})
-	separate := isFerretDB(t, raw) && !mongolock.OneCollection()
-	switch {
-	case separate && !errors.Is(err, mongolock.ErrOldFormat):
-		t.Fatalf("New on a collection with token claims = %v; want ErrOldFormat", err)
-	case !separate && err != nil:
-		t.Fatalf("New (token claims share the records' collection): %v", err)
-	case !separate:
-		defer b.Close()
-		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const keys = 64
+	for i := range keys {
+		key := fmt.Sprintf("spread-%d", i)
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Token <= 5 {
-			t.Fatalf("token %d not above the existing claim's 5", g.Token)
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
 		}
+	}
+	used := map[string]int{}
+	for _, name := range mongolock.TokenCollections(locks) {
+		cur, err := mc.Database(testDatabase).Collection(name).Find(ctx, bson.D{{Key: "kind", Value: "token"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claims []struct {
+			TKey string `bson:"tkey"`
+		}
+		if err := cur.All(ctx, &claims); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			if want := mongolock.TokenCollection(locks, "default", c.TKey); want != name {
+				t.Errorf("claim of %q in %s, want %s", c.TKey, name, want)
+			}
+			used[name]++
+		}
+	}
+	total := 0
+	for _, n := range used {
+		total += n
+	}
+	if total != keys {
+		t.Fatalf("%d token claims in the token collections, want %d", total, keys)
+	}
+	// 64 keys over 32 collections: a fair hash leaves very few empty
+	// (expected 32·(31/32)^64 ≈ 4) and none with more than a handful.
+	most := 0
+	for _, n := range used {
+		most = max(most, n)
+	}
+	if len(used) < mongolock.TokenShards/2 || most > 8 {
+		t.Fatalf("64 keys' claims in %d of %d collections, up to %d in one: %v", len(used), mongolock.TokenShards, most, used)
 	}
 }

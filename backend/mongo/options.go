@@ -1,6 +1,7 @@
 package mongo
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,12 +22,37 @@ const (
 	DefaultGarbageAfter = time.Hour
 )
 
-// TokensSuffix names the collection of token claims: Options.Collection
-// followed by it ("fencelock_locks_tokens" by default). Token claims are
-// kept apart from the lock records so that the records' collection holds
-// only what is live: FerretDB scans a whole collection for every delete
-// and find, even by _id.
+// TokensSuffix starts the names of the collections of token claims on
+// FerretDB: Options.Collection followed by it, "_" and a two-digit shard
+// number ("fencelock_locks_tokens_00" to "fencelock_locks_tokens_31" by
+// default; TokenCollections lists them). Token claims are kept apart from
+// the lock records so that the records' collection holds only what is
+// live, and spread over TokenShards collections by key so that reading
+// one key's claims scans few other keys' claims: FerretDB scans a whole
+// collection for every delete and find, even by _id.
 const TokensSuffix = "_tokens"
+
+// TokenShards is the number of collections FerretDB's token claims are
+// spread over. It is part of the stored layout: every Backend on a server
+// must use the same number.
+const TokenShards = 32
+
+// TokenCollection returns the name of the collection that holds the
+// token claims of namespace's key on FerretDB, for a records' collection
+// named collection: one of TokenCollections(collection).
+func TokenCollection(collection, namespace, key string) string {
+	return TokenCollections(collection)[shardOf(namespace, key)]
+}
+
+// TokenCollections returns the names of the collections that hold the
+// token claims of a records' collection named collection on FerretDB.
+func TokenCollections(collection string) []string {
+	names := make([]string, TokenShards)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%s_%02d", collection, TokensSuffix, i)
+	}
+	return names
+}
 
 // MaxNamespaceLen is the longest Options.Namespace, in bytes.
 const MaxNamespaceLen = 128
@@ -41,8 +67,8 @@ type Options struct {
 	Database string
 
 	// Collection holds the lock records (one per held key) and the
-	// immutable claims of record epochs; the token claims are in the
-	// collection named Collection+TokensSuffix. See the package
+	// immutable claims of record epochs; on FerretDB the token claims are
+	// in the collections TokenCollections names. See the package
 	// documentation. Default "fencelock_locks". 1 to 120 characters from
 	// [A-Za-z0-9_.-], starting with a letter or underscore, not starting
 	// with "system.", no "..".

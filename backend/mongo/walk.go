@@ -69,7 +69,7 @@ func (b *Backend) hintID(key string) string {
 // less than GarbageAfter/2 before now, else noStart.
 func (b *Backend) readHint(ctx context.Context, key string, now time.Time) (int64, error) {
 	var h claimDoc
-	err := b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.hintID(key)}}).Decode(&h)
+	err := b.highs(key).FindOne(ctx, bson.D{{Key: "_id", Value: b.hintID(key)}}).Decode(&h)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return noStart, nil
@@ -90,13 +90,13 @@ func (b *Backend) readHint(ctx context.Context, key string, now time.Time) (int6
 func (b *Backend) writeHint(ctx context.Context, key string, base int64, at time.Time) {
 	id := b.hintID(key)
 	doc := claimDoc{ID: id, Key: id, Kind: kindHint, Token: base, At: date(at)}
-	_, _ = b.tokens.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "token", Value: bson.D{{Key: "$lt", Value: base}}}}, doc,
+	_, _ = b.tokens(key).ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "token", Value: bson.D{{Key: "$lt", Value: base}}}}, doc,
 		options.Replace().SetUpsert(true))
 }
 
 // probe returns the claim of key's token tok, or ok false if there is none.
 func (b *Backend) probe(ctx context.Context, key string, tok int64) (c claimDoc, ok bool, err error) {
-	err = b.highs.FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
+	err = b.highs(key).FindOne(ctx, bson.D{{Key: "_id", Value: b.tokenID(key, tok)}},
 		options.FindOne().SetProjection(bson.D{{Key: "token", Value: 1}, {Key: "floor", Value: 1}, {Key: "at", Value: 1}})).Decode(&c)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil

@@ -99,7 +99,9 @@ func collection(b *testing.B, mc *mongo.Client, name string) string {
 	n := name + "_" + benchkit.RandomHex()
 	b.Cleanup(func() {
 		_ = mc.Database(database).Collection(n).Drop(context.Background())
-		_ = mc.Database(database).Collection(n + "_tokens").Drop(context.Background())
+		for _, t := range mongolock.TokenCollections(n) {
+			_ = mc.Database(database).Collection(t).Drop(context.Background())
+		}
 	})
 	return n
 }
@@ -154,10 +156,11 @@ func agedBackendLib(s server, c *counter, aged int) benchkit.Lib {
 	})
 }
 
-// age adds n token claims of other keys where the backend keeps its token
-// claims: it acquires and releases one key, finds that key's claim (in
-// the collection's "_tokens" companion if there is one, else in the
-// collection itself) and inserts n copies of it for other keys.
+// age adds n token claims of other keys where the backend keeps them: it
+// acquires and releases one key, finds that key's claim (in one of the
+// collection's token collections on FerretDB, else in the collection
+// itself) and inserts n copies of it for other keys, each where the
+// backend keeps that key's claims.
 func age(mc *mongo.Client, be driver.Backend, coll string, n int) error {
 	ctx := context.Background()
 	g, err := be.Acquire(ctx, driver.AcquireRequest{Key: "aged", Owner: "aged", TTL: ttl})
@@ -168,17 +171,18 @@ func age(mc *mongo.Client, be driver.Backend, coll string, n int) error {
 		return err
 	}
 	var claim bson.M
-	var where *mongo.Collection
-	for _, name := range []string{coll + "_tokens", coll} {
-		where = mc.Database(database).Collection(name)
-		if err = where.FindOne(ctx, bson.D{{Key: "kind", Value: "token"}}).Decode(&claim); err == nil {
+	split := false
+	for _, name := range append(mongolock.TokenCollections(coll), coll) {
+		err = mc.Database(database).Collection(name).FindOne(ctx, bson.D{{Key: "kind", Value: "token"}}).Decode(&claim)
+		if err == nil {
+			split = name != coll
 			break
 		}
 	}
 	if err != nil {
 		return err
 	}
-	var docs []any
+	docs := map[string][]any{}
 	for i := range n {
 		d := bson.M{}
 		for k, v := range claim {
@@ -187,12 +191,19 @@ func age(mc *mongo.Client, be driver.Backend, coll string, n int) error {
 		key := "aged-" + strconv.Itoa(i)
 		id := "t/7/default/00000000000000000001/" + key
 		d["_id"], d["key"], d["tkey"] = id, id, key
-		docs = append(docs, d)
-		if len(docs) == 500 || i == n-1 {
-			if _, err := where.InsertMany(ctx, docs); err != nil {
+		where := coll
+		if split {
+			where = mongolock.TokenCollection(coll, "default", key)
+		}
+		docs[where] = append(docs[where], d)
+	}
+	for where, ds := range docs {
+		for len(ds) > 0 {
+			k := min(len(ds), 500)
+			if _, err := mc.Database(database).Collection(where).InsertMany(ctx, ds[:k]); err != nil {
 				return err
 			}
-			docs = nil
+			ds = ds[k:]
 		}
 	}
 	return nil
@@ -421,4 +432,61 @@ func fillClaims(b *testing.B, coll *mongo.Collection, n int) {
 			docs = nil
 		}
 	}
+}
+
+// BenchmarkFindByIDBesideOtherKeys measures what a walk's probe (a find
+// of one claim by _id) costs when 26 other keys have 500 token claims
+// each (13,000, as a soak's earlier cells leave them), in the two
+// FerretDB layouts: every key's claims in one collection
+// (layout=one-collection, the layout before TokenShards), and each key's
+// in the collection mongolock.TokenCollection names (layout=sharded).
+// FerretDB scans a whole collection for every find, even by _id, so the
+// probe pays for the claims that share its collection. On MongoDB the
+// _id index serves both alike.
+func BenchmarkFindByIDBesideOtherKeys(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, layout := range []string{"one-collection", "sharded"} {
+			b.Run("layout="+layout, func(b *testing.B) {
+				mc := connect(b, s, nil)
+				coll := collection(b, mc, "beside")
+				ctx := context.Background()
+				where := func(key string) *mongo.Collection {
+					if layout == "sharded" {
+						return mc.Database(database).Collection(mongolock.TokenCollection(coll, "default", key))
+					}
+					return mc.Database(database).Collection(coll + mongolock.TokensSuffix)
+				}
+				b.Cleanup(func() { _ = mc.Database(database).Collection(coll + mongolock.TokensSuffix).Drop(context.Background()) })
+				docs := map[*mongo.Collection][]any{}
+				for k := range 27 {
+					key := "other-" + strconv.Itoa(k)
+					if k == 26 {
+						key = "key"
+					}
+					c := where(key)
+					for tok := range 500 {
+						id := "t/7/default/" + strconv.Itoa(tok) + "/" + key
+						docs[c] = append(docs[c], bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: "token"}, {Key: "tns", Value: "default"},
+							{Key: "tkey", Value: key}, {Key: "token", Value: int64(tok)}, {Key: "at", Value: time.Now()}})
+					}
+				}
+				for c, ds := range docs {
+					for len(ds) > 0 {
+						n := min(len(ds), 500)
+						if _, err := c.InsertMany(ctx, ds[:n]); err != nil {
+							b.Fatal(err)
+						}
+						ds = ds[n:]
+					}
+				}
+				c := where("key")
+				b.ResetTimer()
+				for i := range b.N {
+					if err := c.FindOne(ctx, bson.D{{Key: "_id", Value: "t/7/default/" + strconv.Itoa((i*7919)%500) + "/key"}}).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	})
 }
