@@ -216,7 +216,8 @@ type Report struct {
 	Env   map[string]string `json:"env,omitempty"`
 	Cells []Cell            `json:"cells"`
 	// NotRun are the requested cells that did not run, with the reason
-	// (a fault that needs control of the server, a proxy, time).
+	// (a fault that needs control of the server, a proxy, time, or a
+	// cell that could not run to the end: its harness gave up).
 	NotRun []NotRun `json:"not_run,omitempty"`
 }
 

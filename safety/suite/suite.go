@@ -427,6 +427,12 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 				}
 				if r.Err != nil {
 					errs = append(errs, r.Err)
+					if r.Cell.Backend == "" {
+						// Nothing was judged: the report says so
+						// rather than leave the cell out.
+						rep.NotRun = append(rep.NotRun, report.NotRun{Backend: name, Fault: spec.fault,
+							Why: "could not run to the end: " + errors.Unwrap(r.Err).Error()})
+					}
 				}
 				return r
 			}

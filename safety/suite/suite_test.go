@@ -175,6 +175,19 @@ func TestRunErrors(t *testing.T) {
 		t.Errorf("spent time bound: err %v, %d cells, not run %+v; want ErrTimeBound, none, the backend", err, len(rep.Cells), rep.NotRun)
 	}
 
+	// A cell whose harness gives up (here: its context ends as it
+	// starts) judged nothing: it is in NotRun, with the reason, not left
+	// out of the report.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rep, err = suite.Run(cctx, suite.Config{Backends: []suite.Backend{{URL: "file://" + t.TempDir()}},
+		Faults: []string{suite.FaultHolderKill}, Logf: t.Logf,
+		Cell: func(_, _ string, run func() suite.CellRun) { cancel(); run() }})
+	if err == nil || len(rep.Cells) != 0 || len(rep.NotRun) != 1 || rep.NotRun[0].Fault != suite.FaultHolderKill ||
+		!strings.Contains(rep.NotRun[0].Why, "could not run to the end") {
+		t.Errorf("a cell that could not run: err %v, %d cells, not run %+v; want an error, none, the cell with its reason", err, len(rep.Cells), rep.NotRun)
+	}
+
 	const secret = "s3cr3t-pw"
 	rep, err = suite.Run(ctx, suite.Config{Backends: []suite.Backend{{URL: "nosuchscheme://user:" + secret + "@127.0.0.1:1/x"}}, EnvURLs: true})
 	if !errors.Is(err, suite.ErrBackend) {
