@@ -19,9 +19,9 @@ var _ driver.TokenFloorer = (*Backend)(nil)
 // HighWater implements driver.TokenFloorer: for every key of this
 // namespace under prefix, the highest of its token claims (token or
 // floor) and of its record's token, read with a find per token
-// collection (one, or TokenShards on FerretDB) and one of the records. A key's highest
-// claim is never deleted, so every key ever locked is listed. Global is
-// zero: tokens are per key.
+// collection (one, or TokenShards on FerretDB) and one of the records. A
+// key's highest claim is never deleted, so every key ever locked is
+// listed. Global is zero: tokens are per key.
 func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.HighWater{}, err

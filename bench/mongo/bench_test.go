@@ -198,13 +198,21 @@ func age(mc *mongo.Client, be driver.Backend, coll string, n int) error {
 		docs[where] = append(docs[where], d)
 	}
 	for where, ds := range docs {
-		for len(ds) > 0 {
-			k := min(len(ds), 500)
-			if _, err := mc.Database(database).Collection(where).InsertMany(ctx, ds[:k]); err != nil {
-				return err
-			}
-			ds = ds[k:]
+		if err := insertBatches(ctx, mc.Database(database).Collection(where), ds); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// insertBatches inserts docs into c, 500 per insert.
+func insertBatches(ctx context.Context, c *mongo.Collection, docs []any) error {
+	for len(docs) > 0 {
+		n := min(len(docs), 500)
+		if _, err := c.InsertMany(ctx, docs[:n]); err != nil {
+			return err
+		}
+		docs = docs[n:]
 	}
 	return nil
 }
@@ -471,12 +479,8 @@ func BenchmarkFindByIDBesideOtherKeys(b *testing.B) {
 					}
 				}
 				for c, ds := range docs {
-					for len(ds) > 0 {
-						n := min(len(ds), 500)
-						if _, err := c.InsertMany(ctx, ds[:n]); err != nil {
-							b.Fatal(err)
-						}
-						ds = ds[n:]
+					if err := insertBatches(ctx, c, ds); err != nil {
+						b.Fatal(err)
 					}
 				}
 				c := where("key")
