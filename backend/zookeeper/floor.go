@@ -212,24 +212,80 @@ type floorSnap struct {
 
 // floors caches the last floor read, exact for every zxid up to at (every
 // segment that starts below at is in it).
+//
+// With a connection Open made, the read that filled the cache also set a
+// data watch on the floor znode (watch, set while the client's session
+// count was gen). go-zookeeper delivers a watch event before every reply
+// that follows the change on the connection, so while the watch has not
+// fired and the client has not reconnected since it was set, the cache is
+// exact for every zxid in a reply received so far (see live).
 type floors struct {
 	mu    sync.Mutex
 	known bool
 	s     floorSnap
 	at    int64
+	watch <-chan zk.Event // nil: none set, or it fired
+	gen   uint64          // Backend.sessions before the watch was set
 }
 
 // observe records s as exact up to zxid at. A snapshot with a newer mzxid
 // holds every segment of an older one (segments are only appended), so it
 // is exact wherever the older one was.
 func (f *floors) observe(s floorSnap, at int64) {
+	f.observeWatched(s, at, nil, 0)
+}
+
+// observeWatched is observe for a read that set watch while the client's
+// session count was gen; the watch is kept if s is the newest snapshot.
+func (f *floors) observeWatched(s floorSnap, at int64, watch <-chan zk.Event, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case !f.known || s.mzxid > f.s.mzxid:
 		f.known, f.s, f.at = true, s, max(f.at, at)
+		f.watch, f.gen = watch, gen
 	case s.mzxid == f.s.mzxid:
 		f.at = max(f.at, at)
+		if watch != nil {
+			f.watch, f.gen = watch, gen
+		}
+	}
+}
+
+// live returns the cached floor if its watch is set, has not fired, and
+// was set while the client's session count was gen (the count now: no
+// reconnection since). Then the cache is exact for every zxid of a reply
+// this client received before the call: a change of the floor znode
+// before that reply would have fired the watch first.
+func (f *floors) live(gen uint64) (floorSnap, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known || f.watch == nil || f.gen != gen {
+		return floorSnap{}, false
+	}
+	select {
+	case <-f.watch:
+		f.watch = nil
+		return floorSnap{}, false
+	default:
+		return f.s, true
+	}
+}
+
+// watching reports whether a watch is set on the floor znode (it may have
+// fired): a new read need not set another one.
+func (f *floors) watching(gen uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.watch == nil || f.gen != gen {
+		return false
+	}
+	select {
+	case <-f.watch:
+		f.watch = nil
+		return false
+	default:
+		return true
 	}
 }
 
@@ -266,7 +322,20 @@ func floorMoved(res []zk.MultiResponse) bool {
 func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error) {
 	p := b.floorPath()
 	for range 5 {
-		data, st, err := b.conn.Get(p)
+		var (
+			data  []byte
+			st    *zk.Stat
+			watch <-chan zk.Event
+			err   error
+		)
+		// The count is read before the watch is set: a reconnection
+		// after it makes the watch count for nothing (see live).
+		gen := b.sessions.Load()
+		if b.evented && !b.fl.watching(gen) {
+			data, st, watch, err = b.conn.GetW(p)
+		} else {
+			data, st, err = b.conn.Get(p)
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := b.createFloor(ctx); err != nil {
 				return floorSnap{}, err
@@ -281,7 +350,7 @@ func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error)
 			return floorSnap{}, err
 		}
 		s := floorSnap{h: h, version: st.Version, mzxid: st.Mzxid}
-		b.fl.observe(s, max(after, st.Mzxid))
+		b.fl.observeWatched(s, max(after, st.Mzxid), watch, gen)
 		return s, nil
 	}
 	return floorSnap{}, errors.New("zookeeper: the token floor znode kept vanishing")
@@ -311,9 +380,16 @@ func (b *Backend) token(ctx context.Context, z int64) (driver.Token, error) {
 	}
 	s, at, ok := b.fl.get()
 	if !ok || z > at {
-		var err error
-		if s, err = b.readFloor(ctx, z); err != nil {
-			return 0, err
+		if ls, live := b.fl.live(b.sessions.Load()); live {
+			// z came in a reply on this session, after the watch was
+			// set: the floor has not changed up to it.
+			s = ls
+			b.fl.observe(s, z)
+		} else {
+			var err error
+			if s, err = b.readFloor(ctx, z); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return driver.Token(z + s.h.off(z)), nil
@@ -381,21 +457,35 @@ func (b *Backend) tokenErr(ctx context.Context, err error) error {
 
 // handOff applies the floor to a grant whose zxid was decided before it
 // is handed out: it syncs the server with the leader (so a raise that
-// returned to anyone is seen) and reads the floor znode; if the floor was
-// written after the grant's zxid, the grant's znode is rewritten
-// (markedSet, as a rotation) for a zxid above that write. It returns the
-// grant on native tokens.
-func (b *Backend) handOff(ctx context.Context, g driver.Grant) (driver.Grant, error) {
+// returned to anyone is seen) and takes the floor znode as it is after
+// that: the cache, if its watch is live when the sync returns (nothing
+// changed the floor before the sync's reply), or else a read. If the
+// floor was written after the grant's zxid, the grant's znode is
+// rewritten (markedSet, as a rotation) for a zxid above that write. It
+// returns the grant on native tokens. synced, if not nil, waits for a
+// sync sent since the grant's zxid was decided (startSync).
+func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() error) (driver.Grant, error) {
 	h, ok := parseHandle(g.Handle)
 	if !ok {
+		if synced != nil {
+			_ = synced()
+		}
 		return driver.Grant{}, errors.New("zookeeper: malformed handle")
 	}
-	if _, err := b.conn.Sync(b.root); err != nil {
+	if synced == nil {
+		synced = b.startSync()
+	}
+	if err := synced(); err != nil {
 		return driver.Grant{}, err
 	}
-	s, err := b.readFloor(ctx, h.token)
-	if err != nil {
-		return driver.Grant{}, err
+	s, live := b.fl.live(b.sessions.Load())
+	if live {
+		b.fl.observe(s, h.token)
+	} else {
+		var err error
+		if s, err = b.readFloor(ctx, h.token); err != nil {
+			return driver.Grant{}, err
+		}
 	}
 	if s.mzxid <= h.token {
 		return g, nil
@@ -416,7 +506,7 @@ func (b *Backend) acquiredLate(g driver.Grant, err error) (driver.Grant, error) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
 	defer cancel()
-	ng, err := b.handOff(ctx, g)
+	ng, err := b.handOff(ctx, g, nil)
 	if err != nil {
 		if h, ok := parseHandle(g.Handle); ok {
 			b.deleteOwn(h.path)
@@ -430,18 +520,33 @@ func (b *Backend) acquiredLate(g driver.Grant, err error) (driver.Grant, error) 
 }
 
 // confirmedLate is handOff for confirm, the first Renew of a waiter's
-// grant: a znode that went or changed is no longer held.
-func (b *Backend) confirmedLate(g driver.Grant, err error) (driver.Grant, error) {
+// grant: a znode that went or changed is no longer held. synced waits for
+// the sync started before confirm's read (the two go out together).
+func (b *Backend) confirmedLate(synced func() error, g driver.Grant, err error) (driver.Grant, error) {
 	if err != nil {
+		_ = synced()
 		return driver.Grant{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
 	defer cancel()
-	ng, err := b.handOff(ctx, g)
+	ng, err := b.handOff(ctx, g, synced)
 	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	return ng, err
+}
+
+// startSync sends a sync of the root to the server and returns a function
+// that waits for its reply. The sync goes out at once, pipelined with the
+// caller's next request; the goroutine ends when go-zookeeper answers
+// (the reply, or the connection's end), and the caller always waits for it.
+func (b *Backend) startSync() (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.conn.Sync(b.root)
+		done <- err
+	}()
+	return func() error { return <-done }
 }
 
 // floorTimeout bounds the floor reads of a hand-off (go-zookeeper calls

@@ -318,3 +318,90 @@ func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
 		}
 	}
 }
+
+// A backend whose cached floor is watched (a connection Open made) takes
+// a raise made elsewhere into account without reading the floor znode
+// again: in a waiter's hand-off, where the raise came after the waiter
+// queued and the waiter's backend read nothing since, and in the tokens
+// it maps for a holder it finds. The cache is trusted only while its
+// watch has not fired, so both must see the raise.
+func TestFloorAdversaryWatchedCacheSeesRaise(t *testing.T) {
+	ctx := ctxT(t)
+	const key, seen = "adv-watched", "adv-watched-seen"
+	bs := openFresh(t, 3)
+	hb, wb, rb := bs[0], bs[1], bs[2]
+	// wb reads the floor (and sets its watch) before anything is raised.
+	gw, err := wb.Acquire(ctx, driver.AcquireRequest{Key: seen, Owner: "seen", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := wb.fl.live(wb.sessions.Load()); !ok {
+		t.Fatal("no watched floor cache after an Acquire on a connection Open made")
+	}
+	g1, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: testTTL})
+		if err == nil {
+			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: testTTL}) // the engine's confirmation
+		}
+		waited <- result{g, err}
+	}()
+	queued(t, hb, key, 2)
+	floor := g1.Token + 1_000_000
+	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
+	}
+	if info, err := rb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
+		t.Fatalf("Inspect elsewhere = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	}
+	// Raise again; a grant made elsewhere after it has a token above it,
+	// and wb, which has read nothing since, maps the holder's zxid to
+	// that same token.
+	if err := wb.Release(ctx, r.g); err != nil {
+		t.Fatal(err)
+	}
+	floor2 := r.g.Token + 1_000_000
+	if err := rb.RaiseFloor(ctx, "", floor2); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "holder2", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token <= floor2 {
+		t.Fatalf("grant after RaiseFloor(%d) has token %d", floor2, g2.Token)
+	}
+	if info, err := wb.Inspect(ctx, key); err != nil || info.Token != g2.Token {
+		t.Fatalf("Inspect by the backend with the watched cache = %+v, %v; want token %d", info, err, g2.Token)
+	}
+	var held *driver.HeldError
+	if _, err := wb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "late", TTL: testTTL}); !errors.As(err, &held) || held.Holder.Token != g2.Token {
+		t.Fatalf("Acquire of the held key = %v; want a HeldError with token %d", err, g2.Token)
+	}
+	for _, rel := range []struct {
+		b *Backend
+		g driver.Grant
+	}{{hb, g2}, {wb, gw}} {
+		if err := rel.b.Release(ctx, rel.g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

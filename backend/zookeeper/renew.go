@@ -35,7 +35,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if h.unconfirmed {
-		cg, err := b.confirmedLate(b.confirm(g, h))
+		synced := b.startSync() // pipelined with confirm's read
+		cg, err := b.confirm(g, h)
+		cg, err = b.confirmedLate(synced, cg, err)
 		if err != nil || !req.SetMetadata {
 			return cg, err
 		}
