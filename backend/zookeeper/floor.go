@@ -63,8 +63,9 @@ import (
 //     floor moved, the multi fails as a whole and is sent again.
 //   - A grant whose zxid was decided earlier than it is handed out (a
 //     waiter that reaches the head, Acquire finding the holder gone after
-//     joining the queue) first syncs its server with the leader and reads
-//     the floor znode; if the floor was written after its zxid (mzxid
+//     joining the queue) first syncs its server with the leader and takes
+//     the floor znode as it is after the sync (the watched cache, see
+//     floors, or a read); if the floor was written after its zxid (mzxid
 //     above it), it rewrites its own znode (as a rotation does, marking
 //     the key znode) for a zxid above W. A waiter granted before the raise
 //     keeps its token like any holder.
