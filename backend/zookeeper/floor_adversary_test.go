@@ -49,6 +49,27 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// confirmed is the outcome of waitConfirmed.
+type confirmed struct {
+	g   driver.Grant
+	err error
+}
+
+// waitConfirmed queues owner "waiter" for key on b, as the engine does:
+// AcquireWait, then the confirming Renew. The outcome arrives on the
+// channel.
+func waitConfirmed(ctx context.Context, b *Backend, key string, ttl time.Duration) <-chan confirmed {
+	ch := make(chan confirmed, 1)
+	go func() {
+		g, err := b.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: ttl})
+		if err == nil {
+			g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: ttl}) // the engine's confirmation
+		}
+		ch <- confirmed{g, err}
+	}()
+	return ch
+}
+
 // A waiter queued before a raise made by a backend whose cached floor is
 // stale, and granted after it (the holder released, or its session ended),
 // gets a confirmed token above the floor and above the holder's; the stale
@@ -76,18 +97,7 @@ func testWaiterQueuedBeforeStaleRaise(t *testing.T, rotate, expire bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		g   driver.Grant
-		err error
-	}
-	waited := make(chan result, 1)
-	go func() {
-		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: ttl})
-		if err == nil {
-			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: ttl}) // the engine's confirmation
-		}
-		waited <- result{g, err}
-	}()
+	waited := waitConfirmed(ctx, wb, key, ttl)
 	queued(t, hb, key, 2)
 	g1r := g1
 	if rotate {
@@ -267,18 +277,7 @@ func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		g   driver.Grant
-		err error
-	}
-	waited := make(chan result, 1)
-	go func() {
-		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: testTTL})
-		if err == nil {
-			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: testTTL}) // the engine's confirmation
-		}
-		waited <- result{g, err}
-	}()
+	waited := waitConfirmed(ctx, wb, key, testTTL)
 	queued(t, hb, key, 2)
 	// A grant after the waiter queued: its token is above the waiter's.
 	go2, err := rb.Acquire(ctx, driver.AcquireRequest{Key: other, Owner: "other", TTL: testTTL})
@@ -342,18 +341,7 @@ func TestFloorAdversaryWatchedCacheSeesRaise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		g   driver.Grant
-		err error
-	}
-	waited := make(chan result, 1)
-	go func() {
-		g, err := wb.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: "waiter", TTL: testTTL})
-		if err == nil {
-			g, err = wb.Renew(ctx, g, driver.RenewRequest{TTL: testTTL}) // the engine's confirmation
-		}
-		waited <- result{g, err}
-	}()
+	waited := waitConfirmed(ctx, wb, key, testTTL)
 	queued(t, hb, key, 2)
 	floor := g1.Token + 1_000_000
 	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
