@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,14 +221,27 @@ type floorSnap struct {
 // that follows the change on the connection, so while the watch has not
 // fired and the client has not reconnected since it was set, the cache is
 // exact for every zxid in a reply received so far (see live).
+//
+// A watch set before a reconnection is not trusted again (go-zookeeper
+// sets it again on the new connection, but in a request of its own that
+// may reach the server after others), yet go-zookeeper keeps its channel
+// until the floor znode changes, which only RaiseFloor and HighWater do.
+// Such channels are kept in stale until they fire; while there are
+// maxStaleWatches of them, reads set no new watch (the cache is then not
+// trusted, and hand-offs read the floor), so a connection that keeps
+// reconnecting cannot grow go-zookeeper's watcher list without bound.
 type floors struct {
 	mu    sync.Mutex
 	known bool
 	s     floorSnap
 	at    int64
-	watch <-chan zk.Event // nil: none set, or it fired
-	gen   uint64          // Backend.sessions before the watch was set
+	watch <-chan zk.Event   // nil: none set, or it fired
+	gen   uint64            // Backend.sessions before the watch was set
+	stale []<-chan zk.Event // watches not trusted any more that have not fired
 }
+
+// maxStaleWatches bounds floors.stale.
+const maxStaleWatches = 8
 
 // observe records s as exact up to zxid at. A snapshot with a newer mzxid
 // holds every segment of an older one (segments are only appended), so it
@@ -244,13 +258,51 @@ func (f *floors) observeWatched(s floorSnap, at int64, watch <-chan zk.Event, ge
 	switch {
 	case !f.known || s.mzxid > f.s.mzxid:
 		f.known, f.s, f.at = true, s, max(f.at, at)
+		f.retire(f.watch)
+		f.watch, f.gen = watch, gen
+	case s.mzxid == f.s.mzxid && watch != nil:
+		f.at = max(f.at, at)
+		f.retire(f.watch)
 		f.watch, f.gen = watch, gen
 	case s.mzxid == f.s.mzxid:
 		f.at = max(f.at, at)
-		if watch != nil {
-			f.watch, f.gen = watch, gen
-		}
+	default:
+		f.retire(watch) // an older snapshot's
 	}
+}
+
+// retire keeps a watch that is no longer the cache's in stale until it
+// fires (f.mu held).
+func (f *floors) retire(w <-chan zk.Event) {
+	if w == nil {
+		return
+	}
+	select {
+	case <-w:
+	default:
+		f.stale = append(f.stale, w)
+	}
+}
+
+// current reports whether the cache's watch is set, unfired, and set on
+// the connection of session count gen; a watch that fired is dropped, and
+// one set before a reconnection retired (f.mu held).
+func (f *floors) current(gen uint64) bool {
+	if f.watch == nil {
+		return false
+	}
+	select {
+	case <-f.watch:
+		f.watch = nil
+		return false
+	default:
+	}
+	if f.gen != gen {
+		f.stale = append(f.stale, f.watch)
+		f.watch = nil
+		return false
+	}
+	return true
 }
 
 // live returns the cached floor if its watch is set, has not fired, and
@@ -261,33 +313,30 @@ func (f *floors) observeWatched(s floorSnap, at int64, watch <-chan zk.Event, ge
 func (f *floors) live(gen uint64) (floorSnap, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.known || f.watch == nil || f.gen != gen {
+	if !f.known || !f.current(gen) {
 		return floorSnap{}, false
 	}
-	select {
-	case <-f.watch:
-		f.watch = nil
-		return floorSnap{}, false
-	default:
-		return f.s, true
-	}
+	return f.s, true
 }
 
-// watching reports whether a watch is set on the floor znode (it may have
-// fired): a new read need not set another one.
-func (f *floors) watching(gen uint64) bool {
+// shouldWatch reports whether a read of the floor znode should set a data
+// watch: none is current, and fewer than maxStaleWatches untrusted ones
+// are still unfired.
+func (f *floors) shouldWatch(gen uint64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.watch == nil || f.gen != gen {
+	if f.current(gen) {
 		return false
 	}
-	select {
-	case <-f.watch:
-		f.watch = nil
-		return false
-	default:
-		return true
-	}
+	f.stale = slices.DeleteFunc(f.stale, func(w <-chan zk.Event) bool {
+		select {
+		case <-w:
+			return true
+		default:
+			return false
+		}
+	})
+	return len(f.stale) < maxStaleWatches
 }
 
 func (f *floors) get() (floorSnap, int64, bool) {
@@ -332,7 +381,7 @@ func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error)
 		// The count is read before the watch is set: a reconnection
 		// after it makes the watch count for nothing (see live).
 		gen := b.sessions.Load()
-		if b.evented && !b.fl.watching(gen) {
+		if b.evented && b.fl.shouldWatch(gen) {
 			data, st, watch, err = b.conn.GetW(p)
 		} else {
 			data, st, err = b.conn.Get(p)
