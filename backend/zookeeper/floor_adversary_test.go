@@ -55,6 +55,29 @@ type confirmed struct {
 	err error
 }
 
+// handOffAbove queues owner "waiter" for key on wb behind hb's grant g1,
+// has raise raise the floor to g1's token + 1,000,000 while it waits,
+// releases g1, and checks that the waiter's confirmed token is above that
+// floor. It returns the waiter's grant and the floor.
+func handOffAbove(ctx context.Context, t *testing.T, hb, wb *Backend, g1 driver.Grant, raise func(floor driver.Token)) (driver.Grant, driver.Token) {
+	t.Helper()
+	waited := waitConfirmed(ctx, wb, g1.Key, testTTL)
+	queued(t, hb, g1.Key, 2)
+	floor := g1.Token + 1_000_000
+	raise(floor)
+	if err := hb.Release(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token <= floor {
+		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
+	}
+	return r.g, floor
+}
+
 // waitConfirmed queues owner "waiter" for key on b, as the engine does:
 // AcquireWait, then the confirming Renew. The outcome arrives on the
 // channel.
@@ -341,32 +364,21 @@ func TestFloorAdversaryWatchedCacheSeesRaise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := waitConfirmed(ctx, wb, key, testTTL)
-	queued(t, hb, key, 2)
-	floor := g1.Token + 1_000_000
-	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
-		t.Fatal(err)
-	}
-	if err := hb.Release(ctx, g1); err != nil {
-		t.Fatal(err)
-	}
-	r := <-waited
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.g.Token <= floor {
-		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
-	}
-	if info, err := rb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
-		t.Fatalf("Inspect elsewhere = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	wg, _ := handOffAbove(ctx, t, hb, wb, g1, func(floor driver.Token) {
+		if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if info, err := rb.Inspect(ctx, key); err != nil || info.Token != wg.Token {
+		t.Fatalf("Inspect elsewhere = %+v, %v; want the waiter's token %d", info, err, wg.Token)
 	}
 	// Raise again; a grant made elsewhere after it has a token above it,
 	// and wb, which has read nothing since, maps the holder's zxid to
 	// that same token.
-	if err := wb.Release(ctx, r.g); err != nil {
+	if err := wb.Release(ctx, wg); err != nil {
 		t.Fatal(err)
 	}
-	floor2 := r.g.Token + 1_000_000
+	floor2 := wg.Token + 1_000_000
 	if err := rb.RaiseFloor(ctx, "", floor2); err != nil {
 		t.Fatal(err)
 	}

@@ -113,28 +113,6 @@ func TestFloorWatchFloorsCache(t *testing.T) {
 	_ = open
 }
 
-// waitHandOff starts a waiter on b (AcquireWait and the engine's
-// confirming Renew) and returns its result channel, once it is queued
-// behind n-1 contenders.
-type handOffResult struct {
-	g   driver.Grant
-	err error
-}
-
-func waitHandOff(ctx context.Context, t *testing.T, b *Backend, key, owner string, n int) <-chan handOffResult {
-	t.Helper()
-	out := make(chan handOffResult, 1)
-	go func() {
-		g, err := b.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: testTTL})
-		if err == nil {
-			g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: testTTL})
-		}
-		out <- handOffResult{g, err}
-	}()
-	queued(t, b, key, n)
-	return out
-}
-
 // reconnect cuts b's connection for a while (within its session) and
 // waits until go-zookeeper has a session again, running during while the
 // connection is down.
@@ -197,27 +175,17 @@ func TestFloorWatchReconnect(t *testing.T) {
 		t.Fatal("no watched cache after a read on the new connection")
 	}
 	// A waiter queued, its backend disconnected while the floor is raised.
-	waited := waitHandOff(ctx, t, wb, key, "waiter", 2)
-	floor := g1.Token + 1_000_000
-	reconnect(t, wb, func() {
-		if err := rb.RaiseFloor(ctx, key, floor); err != nil {
-			t.Error(err)
-		}
+	wg, _ := handOffAbove(ctx, t, hb, wb, g1, func(floor driver.Token) {
+		reconnect(t, wb, func() {
+			if err := rb.RaiseFloor(ctx, key, floor); err != nil {
+				t.Error(err)
+			}
+		})
 	})
-	if err := hb.Release(ctx, g1); err != nil {
-		t.Fatal(err)
+	if info, err := rb.Inspect(ctx, key); err != nil || info.Token != wg.Token {
+		t.Fatalf("Inspect elsewhere = %+v, %v; want %d", info, err, wg.Token)
 	}
-	r := <-waited
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.g.Token <= floor {
-		t.Fatalf("waiter granted after RaiseFloor(%d) got token %d", floor, r.g.Token)
-	}
-	if info, err := rb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
-		t.Fatalf("Inspect elsewhere = %+v, %v; want %d", info, err, r.g.Token)
-	}
-	for _, g := range []driver.Grant{r.g, gw} {
+	for _, g := range []driver.Grant{wg, gw} {
 		if err := wb.Release(ctx, g); err != nil {
 			t.Fatal(err)
 		}
@@ -261,22 +229,12 @@ func TestFloorWatchExpiry(t *testing.T) {
 	if _, err := wb.Inspect(ctx, key); err != nil { // a watched read on the new session
 		t.Fatal(err)
 	}
-	waited := waitHandOff(ctx, t, wb, key, "waiter", 2)
-	floor := g1.Token + 1_000_000
-	if err := rb.RaiseFloor(ctx, "", floor); err != nil {
-		t.Fatal(err)
-	}
-	if err := hb.Release(ctx, g1); err != nil {
-		t.Fatal(err)
-	}
-	r := <-waited
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.g.Token <= floor {
-		t.Fatalf("waiter granted after RaiseFloor(%d) got token %d", floor, r.g.Token)
-	}
-	if err := wb.Release(ctx, r.g); err != nil {
+	wg, _ := handOffAbove(ctx, t, hb, wb, g1, func(floor driver.Token) {
+		if err := rb.RaiseFloor(ctx, "", floor); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := wb.Release(ctx, wg); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -308,22 +266,12 @@ func TestFloorWatchCallerOwnedConn(t *testing.T) {
 	if _, ok := wb.fl.live(wb.sessions.Load()); ok || wb.fl.watch != nil {
 		t.Fatal("a watched cache on a connection the caller owns")
 	}
-	waited := waitHandOff(ctx, t, wb, key, "waiter", 2)
-	floor := g1.Token + 1_000_000
-	if err := rb.RaiseFloor(ctx, "", floor); err != nil {
-		t.Fatal(err)
-	}
-	if err := hb.Release(ctx, g1); err != nil {
-		t.Fatal(err)
-	}
-	r := <-waited
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.g.Token <= floor {
-		t.Fatalf("waiter granted after RaiseFloor(%d) got token %d", floor, r.g.Token)
-	}
-	if err := wb.Release(ctx, r.g); err != nil {
+	wg, _ := handOffAbove(ctx, t, hb, wb, g1, func(floor driver.Token) {
+		if err := rb.RaiseFloor(ctx, "", floor); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := wb.Release(ctx, wg); err != nil {
 		t.Fatal(err)
 	}
 }
