@@ -245,7 +245,6 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 			bb := b
 			bmu.Unlock()
 			if bb != nil {
-				bb.sessions.Add(1)
 				bb.reconnected()
 			}
 		}

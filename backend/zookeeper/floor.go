@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,9 +63,8 @@ import (
 //     floor moved, the multi fails as a whole and is sent again.
 //   - A grant whose zxid was decided earlier than it is handed out (a
 //     waiter that reaches the head, Acquire finding the holder gone after
-//     joining the queue) first syncs its server with the leader and takes
-//     the floor znode as it is after the sync (the watched cache, see
-//     floors, or a read); if the floor was written after its zxid (mzxid
+//     joining the queue) first syncs its server with the leader and reads
+//     the floor znode; if the floor was written after its zxid (mzxid
 //     above it), it rewrites its own znode (as a rotation does, marking
 //     the key znode) for a zxid above W. A waiter granted before the raise
 //     keeps its token like any holder.
@@ -214,129 +212,25 @@ type floorSnap struct {
 
 // floors caches the last floor read, exact for every zxid up to at (every
 // segment that starts below at is in it).
-//
-// With a connection Open made, the read that filled the cache also set a
-// data watch on the floor znode (watch, set while the client's session
-// count was gen). go-zookeeper delivers a watch event before every reply
-// that follows the change on the connection, so while the watch has not
-// fired and the client has not reconnected since it was set, the cache is
-// exact for every zxid in a reply received so far (see live).
-//
-// A watch set before a reconnection is not trusted again (go-zookeeper
-// sets it again on the new connection, but in a request of its own that
-// may reach the server after others), yet go-zookeeper keeps its channel
-// until the floor znode changes, which only RaiseFloor and HighWater do.
-// Such channels are kept in stale until they fire; while there are
-// maxStaleWatches of them, reads set no new watch (the cache is then not
-// trusted, and hand-offs read the floor), so a connection that keeps
-// reconnecting cannot grow go-zookeeper's watcher list without bound.
 type floors struct {
 	mu    sync.Mutex
 	known bool
 	s     floorSnap
 	at    int64
-	watch <-chan zk.Event   // nil: none set, or it fired
-	gen   uint64            // Backend.sessions before the watch was set
-	stale []<-chan zk.Event // watches not trusted any more that have not fired
 }
-
-// maxStaleWatches bounds floors.stale.
-const maxStaleWatches = 8
 
 // observe records s as exact up to zxid at. A snapshot with a newer mzxid
 // holds every segment of an older one (segments are only appended), so it
 // is exact wherever the older one was.
 func (f *floors) observe(s floorSnap, at int64) {
-	f.observeWatched(s, at, nil, 0)
-}
-
-// observeWatched is observe for a read that set watch while the client's
-// session count was gen; the watch is kept if s is the newest snapshot.
-func (f *floors) observeWatched(s floorSnap, at int64, watch <-chan zk.Event, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case !f.known || s.mzxid > f.s.mzxid:
 		f.known, f.s, f.at = true, s, max(f.at, at)
-		f.retire(f.watch)
-		f.watch, f.gen = watch, gen
-	case s.mzxid == f.s.mzxid && watch != nil:
-		f.at = max(f.at, at)
-		f.retire(f.watch)
-		f.watch, f.gen = watch, gen
 	case s.mzxid == f.s.mzxid:
 		f.at = max(f.at, at)
-	default:
-		f.retire(watch) // an older snapshot's
 	}
-}
-
-// retire keeps a watch that is no longer the cache's in stale until it
-// fires (f.mu held).
-func (f *floors) retire(w <-chan zk.Event) {
-	if w == nil {
-		return
-	}
-	select {
-	case <-w:
-	default:
-		f.stale = append(f.stale, w)
-	}
-}
-
-// current reports whether the cache's watch is set, unfired, and set on
-// the connection of session count gen; a watch that fired is dropped, and
-// one set before a reconnection retired (f.mu held).
-func (f *floors) current(gen uint64) bool {
-	if f.watch == nil {
-		return false
-	}
-	select {
-	case <-f.watch:
-		f.watch = nil
-		return false
-	default:
-	}
-	if f.gen != gen {
-		f.stale = append(f.stale, f.watch)
-		f.watch = nil
-		return false
-	}
-	return true
-}
-
-// live returns the cached floor if its watch is set, has not fired, and
-// was set while the client's session count was gen (the count now: no
-// reconnection since). Then the cache is exact for every zxid of a reply
-// this client received before the call: a change of the floor znode
-// before that reply would have fired the watch first.
-func (f *floors) live(gen uint64) (floorSnap, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.known || !f.current(gen) {
-		return floorSnap{}, false
-	}
-	return f.s, true
-}
-
-// shouldWatch reports whether a read of the floor znode should set a data
-// watch: none is current, and fewer than maxStaleWatches untrusted ones
-// are still unfired.
-func (f *floors) shouldWatch(gen uint64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.current(gen) {
-		return false
-	}
-	f.stale = slices.DeleteFunc(f.stale, func(w <-chan zk.Event) bool {
-		select {
-		case <-w:
-			return true
-		default:
-			return false
-		}
-	})
-	return len(f.stale) < maxStaleWatches
 }
 
 func (f *floors) get() (floorSnap, int64, bool) {
@@ -372,20 +266,7 @@ func floorMoved(res []zk.MultiResponse) bool {
 func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error) {
 	p := b.floorPath()
 	for range 5 {
-		var (
-			data  []byte
-			st    *zk.Stat
-			watch <-chan zk.Event
-			err   error
-		)
-		// The count is read before the watch is set: a reconnection
-		// after it makes the watch count for nothing (see live).
-		gen := b.sessions.Load()
-		if b.evented && b.fl.shouldWatch(gen) {
-			data, st, watch, err = b.conn.GetW(p)
-		} else {
-			data, st, err = b.conn.Get(p)
-		}
+		data, st, err := b.conn.Get(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := b.createFloor(ctx); err != nil {
 				return floorSnap{}, err
@@ -400,7 +281,7 @@ func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error)
 			return floorSnap{}, err
 		}
 		s := floorSnap{h: h, version: st.Version, mzxid: st.Mzxid}
-		b.fl.observeWatched(s, max(after, st.Mzxid), watch, gen)
+		b.fl.observe(s, max(after, st.Mzxid))
 		return s, nil
 	}
 	return floorSnap{}, errors.New("zookeeper: the token floor znode kept vanishing")
@@ -430,16 +311,9 @@ func (b *Backend) token(ctx context.Context, z int64) (driver.Token, error) {
 	}
 	s, at, ok := b.fl.get()
 	if !ok || z > at {
-		if ls, live := b.fl.live(b.sessions.Load()); live {
-			// z came in a reply on this session, after the watch was
-			// set: the floor has not changed up to it.
-			s = ls
-			b.fl.observe(s, z)
-		} else {
-			var err error
-			if s, err = b.readFloor(ctx, z); err != nil {
-				return 0, err
-			}
+		var err error
+		if s, err = b.readFloor(ctx, z); err != nil {
+			return 0, err
 		}
 	}
 	return driver.Token(z + s.h.off(z)), nil
@@ -507,13 +381,11 @@ func (b *Backend) tokenErr(ctx context.Context, err error) error {
 
 // handOff applies the floor to a grant whose zxid was decided before it
 // is handed out: it syncs the server with the leader (so a raise that
-// returned to anyone is seen) and takes the floor znode as it is after
-// that: the cache, if its watch is live when the sync returns (nothing
-// changed the floor before the sync's reply), or else a read. If the
-// floor was written after the grant's zxid, the grant's znode is
-// rewritten (markedSet, as a rotation) for a zxid above that write. It
-// returns the grant on native tokens. synced, if not nil, waits for a
-// sync sent since the grant's zxid was decided (startSync).
+// returned to anyone is seen) and reads the floor znode; if the floor was
+// written after the grant's zxid, the grant's znode is rewritten
+// (markedSet, as a rotation) for a zxid above that write. It returns the
+// grant on native tokens. synced, if not nil, waits for a sync sent since
+// the grant's zxid was decided (startSync).
 func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() error) (driver.Grant, error) {
 	h, ok := parseHandle(g.Handle)
 	if !ok {
@@ -528,14 +400,9 @@ func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() err
 	if err := synced(); err != nil {
 		return driver.Grant{}, err
 	}
-	s, live := b.fl.live(b.sessions.Load())
-	if live {
-		b.fl.observe(s, h.token)
-	} else {
-		var err error
-		if s, err = b.readFloor(ctx, h.token); err != nil {
-			return driver.Grant{}, err
-		}
+	s, err := b.readFloor(ctx, h.token)
+	if err != nil {
+		return driver.Grant{}, err
 	}
 	if s.mzxid <= h.token {
 		return g, nil

@@ -47,10 +47,6 @@ type Backend struct {
 	// events arrive, so RenewBatch can trust an armed, event-free watch.
 	watched map[string]*nodeWatch
 	evented bool // the event callback is installed (Open)
-	// sessions counts the times the client got a session again after a
-	// disconnection (evented only; the callback runs before any request
-	// is sent on the new connection).
-	sessions atomic.Uint64
 
 	hot backendkit.HotSet // keys recently found held: Acquire reads first
 
