@@ -50,6 +50,8 @@ type Client struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	pokes atomic.Uint64 // wakes sent to the scheduler (tests read it)
 }
 
 // New returns a Client that acquires leases from b. The Client owns b: its
@@ -778,6 +780,7 @@ func (c *Client) forget(l *Lease, pending bool) {
 func (c *Client) poke() {
 	select {
 	case c.wake <- struct{}{}:
+		c.pokes.Add(1)
 	default:
 	}
 }

@@ -23,6 +23,7 @@ func (c *Client) schedule() {
 	if c.batch != nil {
 		align = c.o.RenewInterval / 2
 	}
+	poked := false // woken by scheduleLocked rather than the timer
 	for {
 		c.mu.Lock()
 		now := c.now()
@@ -57,8 +58,18 @@ func (c *Client) schedule() {
 			}
 		}
 		c.armed = time.Time{}
-		if wait >= 0 {
+		switch {
+		case wait >= 0:
 			c.armed = c.queue[0].due
+		case poked:
+			// Woken for a lease that is gone already (a loop of
+			// acquire and release forgets each lease before this
+			// goroutine runs): stay armed for a while, so that the
+			// next leases, due no earlier, schedule without waking
+			// this goroutine. The timer's firing on an empty queue
+			// disarms it: an idle client sleeps.
+			wait = c.o.RenewInterval
+			c.armed = now.Add(wait)
 		}
 		c.mu.Unlock()
 		if wait >= 0 {
@@ -66,7 +77,9 @@ func (c *Client) schedule() {
 		}
 		select {
 		case <-c.wake:
+			poked = true
 		case <-t.C:
+			poked = false
 		case <-c.stop:
 			t.Stop()
 			return

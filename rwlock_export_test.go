@@ -6,3 +6,6 @@ func SetRWTestHookEntered(f func(gate *Lease)) (restore func()) {
 	rwTestHookEntered = f
 	return func() { rwTestHookEntered = nil }
 }
+
+// SchedulerPokes reports how many wakes c has sent its scheduler.
+func SchedulerPokes(c *Client) uint64 { return c.pokes.Load() }
