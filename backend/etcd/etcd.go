@@ -135,8 +135,8 @@ func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 
 // acquire is Acquire on native tokens (mod revisions; floor.go maps them to the tokens callers see). It is one transaction: if key's
 // queue is empty, put the owner's entry (attached to the backend's lease);
-// otherwise read the queue's head and the owner's own entry. The token is
-// the entry's create revision.
+// otherwise read the queue's head; either way read the token floor key.
+// The token is the entry's create revision.
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req); err != nil {
 		return driver.Grant{}, err
@@ -166,7 +166,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		resp, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
-			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(b.markerKey(req.Key)), clientv3.OpGet(b.floorKey())).
+			Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.floorKey())).
 			Commit()
 		if isLeaseNotFound(err) && attempt == 0 {
 			s.forget(l.id) // revoked from outside: grant a new one
@@ -176,11 +176,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, err
 		}
 		// The token offset, read in the same transaction (floor.go).
-		floorAt := 3
-		if resp.Succeeded {
-			floorAt = 1
-		}
-		if err := b.fl.observe(resp.Header.Revision, firstOf(resp, floorAt)); err != nil {
+		if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
 			return driver.Grant{}, err
 		}
 		g := driver.Grant{Key: req.Key, Owner: req.Owner}
@@ -190,22 +186,31 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			g.Handle = l.handle()
 			return g, nil
 		}
-		head, mine := firstOf(resp, 0), firstOf(resp, 1)
+		head := firstOf(resp, 0)
 		b.hot.Mark(req.Key)
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
-		if mine != nil && head.CreateRevision == mine.CreateRevision && ownerOf(mine) == req.Owner {
-			// A retry of an acquisition that succeeded: same grant, with
-			// this request's metadata. Replacing the metadata re-puts the
-			// entry, which gives it a new token (as a rotation does).
+		if mine := head; string(mine.Key) == me && ownerOf(mine) == req.Owner {
+			// A retry of an acquisition that succeeded (the queue's head
+			// is the owner's own entry): same grant, with this request's
+			// metadata. Replacing the metadata re-puts the entry, which
+			// gives it a new token (as a rotation does). The marker is
+			// read only here, after the transaction (a rare path, kept
+			// out of every acquisition's request): it only ever grows, so
+			// a later read can only make the re-put below more likely,
+			// and the re-put is guarded by the entry's mod revision.
 			ml, err := b.keepLease(ctx, clientv3.LeaseID(mine.Lease))
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			mr, err := b.cli.Get(ctx, b.markerKey(req.Key))
 			if err != nil {
 				return driver.Grant{}, err
 			}
 			g.Token = driver.Token(mine.ModRevision)
 			value := entryValue(req.Owner, req.Metadata)
-			if marker := firstOf(resp, 2); (marker != nil && marker.ModRevision > mine.ModRevision) || string(mine.Value) != value {
+			if (len(mr.Kvs) > 0 && mr.Kvs[0].ModRevision > mine.ModRevision) || string(mine.Value) != value {
 				tok, err := b.bump(ctx, req.Key, me, value, mine.ModRevision)
 				if err != nil {
 					return driver.Grant{}, err
