@@ -1,0 +1,95 @@
+package redisbench
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/benchkit"
+)
+
+// scriptSetNX is raw's SET NX PX run as a one-call script: what running
+// any script costs over the bare command, with nothing else changed.
+var scriptSetNX = goredis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`)
+
+// The least a fenced lock can do, on two record layouts: refuse a held
+// key, draw a token, store owner and token with the TTL; release compares
+// owner and token, deletes and publishes (for waiters), as the backend's
+// release does. No retry, metadata or overflow handling. string is a
+// string record "token:len(owner):owner" (GET, INCR, SET PX); hash is the
+// backend's layout (HMGET, INCR, HSET, PEXPIRE).
+var (
+	stringAcquire = goredis.NewScript(`if redis.call('GET', KEYS[1]) then return false end
+local t = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], t .. ':' .. string.len(ARGV[1]) .. ':' .. ARGV[1], 'PX', ARGV[2])
+return t`)
+	stringRelease = goredis.NewScript(`if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ':' .. string.len(ARGV[2]) .. ':' .. ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[1], 'released')
+return 1`)
+	hashAcquire = goredis.NewScript(`if redis.call('HMGET', KEYS[1], 'owner', 'token')[1] then return false end
+local t = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', t)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return t`)
+	hashRelease = goredis.NewScript(`local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[1], 'released')
+return 1`)
+)
+
+// scripted is a lock whose acquire and release are the given scripts.
+// With no release script the acquire is scriptSetNX's and the release is
+// raw's compare-and-delete.
+func scripted(name string, acquire, release *goredis.Script) benchkit.Lib {
+	return benchkit.Lib{Name: name, Setup: func(b *testing.B) benchkit.Lockers {
+		rdb := client(b)
+		counter := "bench-counter-" + benchkit.RandomHex()
+		ms := strconv.FormatInt(ttl.Milliseconds(), 10)
+		try := func(ctx context.Context, key string) (func() error, error) {
+			owner := token()
+			v, err := acquire.Run(ctx, rdb, []string{key, counter}, owner, ms).Result()
+			if err == goredis.Nil {
+				return nil, benchkit.ErrHeld
+			}
+			if err != nil {
+				return nil, err
+			}
+			if release == nil {
+				return func() error { return compareAndDelete.Run(ctx, rdb, []string{key}, owner).Err() }, nil
+			}
+			tok := strconv.FormatInt(v.(int64), 10)
+			return func() error { return release.Run(ctx, rdb, []string{key}, tok, owner).Err() }, nil
+		}
+		return benchkit.Same(try, benchkit.Poll(try, 0, 0))
+	}}
+}
+
+// backendShared is backendOnly with one backend (one client) for every
+// goroutine, as raw has.
+var backendShared = benchkit.BackendLib("fencelock-backend-shared", true, ttl, func(b *testing.B) func() (driver.Backend, error) {
+	u := fencelockURL(b)
+	return func() (driver.Backend, error) {
+		be, _, err := fencelock.OpenBackend(context.Background(), u)
+		return be, err
+	}
+})
+
+// BenchmarkScriptCost splits the gap between raw and fencelock into its
+// parts, in one interleaved run: raw-script is raw whose SET NX PX runs
+// inside a one-call script (the cost of running a script at all);
+// fenced-string and fenced-hash are the least a fenced lock can do on a
+// string record and on the backend's hash record; then the backend alone
+// on one client, as raw has, and the whole client.
+func BenchmarkScriptCost(b *testing.B) {
+	libs := []benchkit.Lib{raw, scripted("raw-script", scriptSetNX, nil), scripted("fenced-string", stringAcquire, stringRelease),
+		scripted("fenced-hash", hashAcquire, hashRelease), backendShared, fencelockLib("fencelock", true)}
+	for _, g := range []int{1, 16} {
+		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 50*g, libs) })
+	}
+}
