@@ -27,8 +27,13 @@ const (
 // compare over the prefix walks it. The engine names a new owner for every
 // lease (fresh-owner); same-owner reuses one name per goroutine. The test
 // server is never compacted. It reports the first and the last round's
-// rate and their ratio. b.N is ignored: run it with -benchtime 1x.
+// rate and their ratio. b.N is ignored: run it with -benchtime 1x. With
+// -short (CI's smoke run) it makes 2 rounds of 20.
 func BenchmarkDeadEntries(b *testing.B) {
+	rounds, perRound := deadRounds, deadPerRound
+	if testing.Short() {
+		rounds, perRound = 2, 20
+	}
 	for _, fresh := range []bool{true, false} {
 		name := "same-owner"
 		if fresh {
@@ -50,10 +55,10 @@ func BenchmarkDeadEntries(b *testing.B) {
 				errs := make(chan error, len(keys))
 				for g, key := range keys {
 					wg.Go(func() {
-						for n := range deadPerRound {
+						for n := range perRound {
 							owner := "bench-" + strconv.Itoa(g)
 							if fresh {
-								owner += "." + strconv.Itoa(r*deadPerRound+n)
+								owner += "." + strconv.Itoa(r*perRound+n)
 							}
 							gr, err := be.Acquire(context.Background(), driver.AcquireRequest{Key: key, Owner: owner, TTL: ttl})
 							if err == nil {
@@ -71,12 +76,12 @@ func BenchmarkDeadEntries(b *testing.B) {
 				if err := <-errs; err != nil {
 					b.Fatal(err)
 				}
-				return float64(len(keys)*deadPerRound) / time.Since(start).Seconds()
+				return float64(len(keys)*perRound) / time.Since(start).Seconds()
 			}
 			b.ResetTimer()
 			first := round(0)
 			last := first
-			for r := 1; r < deadRounds; r++ {
+			for r := 1; r < rounds; r++ {
 				last = round(r)
 			}
 			b.ReportMetric(first, "first-round-acq+rel/s")
