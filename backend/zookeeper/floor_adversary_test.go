@@ -65,6 +65,14 @@ func handOffAbove(ctx context.Context, t *testing.T, hb, wb *Backend, g1 driver.
 	queued(t, hb, g1.Key, 2)
 	floor := g1.Token + 1_000_000
 	raise(floor)
+	return releaseToWaiter(ctx, t, hb, g1, waited, floor), floor
+}
+
+// releaseToWaiter releases g1 on hb and checks that the waiter behind it
+// (waited, from waitConfirmed) gets a token above floor; it returns the
+// waiter's grant.
+func releaseToWaiter(ctx context.Context, t *testing.T, hb *Backend, g1 driver.Grant, waited <-chan confirmed, floor driver.Token) driver.Grant {
+	t.Helper()
 	if err := hb.Release(ctx, g1); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +83,7 @@ func handOffAbove(ctx context.Context, t *testing.T, hb, wb *Backend, g1 driver.
 	if r.g.Token <= floor {
 		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
 	}
-	return r.g, floor
+	return r.g
 }
 
 // waitConfirmed queues owner "waiter" for key on b, as the engine does:
@@ -318,23 +326,14 @@ func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
 	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() {
 		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", s.h.last(), err, s0.h.last())
 	}
-	if err := hb.Release(ctx, g1); err != nil {
-		t.Fatal(err)
-	}
-	r := <-waited
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.g.Token <= floor {
-		t.Fatalf("waiter queued before RaiseFloor(%d) got token %d after it", floor, r.g.Token)
-	}
-	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != r.g.Token {
-		t.Fatalf("Inspect = %+v, %v; want the waiter's token %d", info, err, r.g.Token)
+	wg := releaseToWaiter(ctx, t, hb, g1, waited, floor)
+	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != wg.Token {
+		t.Fatalf("Inspect = %+v, %v; want the waiter's token %d", info, err, wg.Token)
 	}
 	for _, rel := range []struct {
 		b *Backend
 		g driver.Grant
-	}{{wb, r.g}, {rb, go2}} {
+	}{{wb, wg}, {rb, go2}} {
 		if err := rel.b.Release(ctx, rel.g); err != nil {
 			t.Fatal(err)
 		}
