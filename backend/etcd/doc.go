@@ -43,17 +43,30 @@
 // Every lock key has a queue under the configured prefix (Options.Prefix,
 // default "/fencelock/"):
 //
-//	PREFIX + escape(key) + "/" + escape(owner)   value: owner [NUL metadata]
+//	PREFIX + escape(key) + "/" + name   value: owner NUL [metadata]
 //
-// The value is the owner, followed, when the holder stored metadata, by a
-// NUL byte and the metadata (an owner never contains NUL). Entries without
-// metadata hold the owner alone, as earlier versions wrote them, and
-// entries of earlier versions read as records without metadata.
 // where escape percent-encodes '%' and '/', so a key's queue prefix is never
 // a prefix of another key's queue. Each contender, holder or waiter, is one
 // entry attached to an etcd lease. The holder is the entry with the lowest
-// create revision, as in concurrency.Mutex.
+// create revision, as in concurrency.Mutex. The value is the owner and a
+// NUL byte (an owner never contains NUL), followed by the holder's
+// metadata, if any; earlier versions wrote the owner alone when there was
+// no metadata, which reads the same.
 //
+// An entry's name is the Backend's random id and a slot number, and a
+// Backend reuses a slot once its entry is released: etcd keeps every
+// deleted name in its index until a compaction, and every compare and
+// range over a queue walks them, so a name per acquisition made a busy key
+// slower with every acquisition (docs/performance.md, DeadEntries). A
+// grant's Handle carries its entry's name; a grant without one (built from
+// Inspect) finds its entry by its token. Safety does not rest on the names
+// being distinct: every put that creates an entry is guarded (Acquire's by
+// an empty queue, a waiter's by the name being free), every later write
+// or delete by the entry's mod revision, and Release also by the owner in
+// the value. Earlier versions named an entry escape(owner) and kept no
+// name in the handle; their entries and grants are found by token, and
+// both versions can share a prefix.
+
 // # Guarantees
 //
 //   - Mutual exclusion is decided by etcd's linearizable store: Acquire is

@@ -39,6 +39,9 @@ type Backend struct {
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds
 
+	id    string    // names this backend's entries (keys.go)
+	slots slotTable // entry slots in use, per lock key
+
 	orphans backendkit.Orphans[string, int64] // entries whose deletion failed: key → mod revision
 	hot     backendkit.HotSet                 // keys found held recently (see Acquire)
 
@@ -68,6 +71,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*Backend, er
 	bctx, cancel := context.WithCancel(context.Background())
 	return &Backend{
 		cli:            cli,
+		id:             newBackendID(),
 		prefix:         o.Prefix,
 		cleanupTimeout: o.CleanupTimeout,
 		ctx:            bctx,
@@ -99,15 +103,24 @@ func holderInfo(key string, kv *mvccpb.KeyValue) driver.Info {
 	return driver.Info{Key: key, Owner: owner, Token: driver.Token(kv.ModRevision), Metadata: md}
 }
 
-// entryValue is the value of an entry: the owner, followed, when there is
-// metadata, by a NUL and the metadata's bytes. An owner never contains NUL
-// (driver.ValidateOwner), and an entry without metadata has the value
-// earlier versions wrote: the owner alone.
+// entryValue is the value of an entry: the owner, a NUL and the
+// metadata's bytes (none when there is no metadata). An owner never
+// contains NUL (driver.ValidateOwner), so the NUL ends it; earlier versions
+// wrote the owner alone when there was no metadata, which parseValue reads
+// the same way.
 func entryValue(owner string, md []byte) string {
-	if len(md) == 0 {
-		return owner
-	}
 	return owner + "\x00" + string(md)
+}
+
+// ownedBy compares entry k's value with owner in etcd: it holds exactly
+// when the value is owner, a NUL and anything (see entryValue). Values
+// above owner and below owner+"\x01" are those that begin with owner
+// followed by a byte below 0x01: a NUL.
+func ownedBy(k, owner string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(k), ">", owner),
+		clientv3.Compare(clientv3.Value(k), "<", owner+"\x01"),
+	}
 }
 
 // ownerOf returns the owner of entry kv.
@@ -143,7 +156,17 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	s := b.session(req.TTL)
 	qp := b.queuePrefix(req.Key)
-	me := qp + escape(req.Owner)
+	slot := b.slots.take(req.Key, req.Owner)
+	name := b.slotName(slot)
+	me := qp + name
+	// The slot stays reserved for a grant, and for a put whose outcome
+	// is unknown (a retry by the same owner then finds its entry).
+	keep := false
+	defer func() {
+		if !keep {
+			b.slots.free(req.Key, slot, req.Owner)
+		}
+	}()
 	if b.hot.Hot(req.Key) {
 		// The key was held a moment ago: read before writing. The
 		// transaction below is a Raft write (fsync) even when its compare
@@ -152,7 +175,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Key) != me {
+		if len(resp.Kvs) > 0 && ownerOf(resp.Kvs[0]) != req.Owner {
 			b.hot.Mark(req.Key)
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
@@ -173,6 +196,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			continue
 		}
 		if err != nil {
+			keep = true
 			return driver.Grant{}, err
 		}
 		// The token offset, read in the same transaction (floor.go).
@@ -183,7 +207,8 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if resp.Succeeded {
 			g.Token = driver.Token(resp.Header.Revision)
 			g.TTL = l.ttlLeft(start)
-			g.Handle = l.handle()
+			g.Handle = l.handle(name)
+			keep = true
 			return g, nil
 		}
 		head := firstOf(resp, 0)
@@ -191,9 +216,10 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
-		if mine := head; string(mine.Key) == me && ownerOf(mine) == req.Owner {
+		if mine := head; ownerOf(mine) == req.Owner {
 			// A retry of an acquisition that succeeded (the queue's head
-			// is the owner's own entry): same grant, with this request's
+			// is the owner's own entry, under the name it was put with;
+			// owners are unique per acquisition): same grant, with this request's
 			// metadata. Replacing the metadata re-puts the entry, which
 			// gives it a new token (as a rotation does). The marker is
 			// read only here, after the transaction (a rare path, kept
@@ -211,14 +237,16 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			g.Token = driver.Token(mine.ModRevision)
 			value := entryValue(req.Owner, req.Metadata)
 			if (len(mr.Kvs) > 0 && mr.Kvs[0].ModRevision > mine.ModRevision) || string(mine.Value) != value {
-				tok, err := b.bump(ctx, req.Key, me, value, mine.ModRevision)
+				tok, err := b.bump(ctx, req.Key, string(mine.Key), value, mine.ModRevision)
 				if err != nil {
 					return driver.Grant{}, err
 				}
 				g.Token = tok
 			}
+			headName := string(mine.Key)[len(qp):]
+			keep = headName == name
 			g.TTL = ml.ttlLeft(start)
-			g.Handle = ml.handle()
+			g.Handle = ml.handle(headName)
 			return g, nil
 		}
 		return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, head)}
@@ -235,11 +263,22 @@ const (
 	maxHot = 1024
 )
 
+// entryOp reads g's entry: by the name its Handle carries, else (a grant
+// built from Inspect, or by an earlier version) as the entry of g's queue
+// whose mod revision is g's token (there is at most one). Either way the
+// caller checks the owner in its value.
+func (b *Backend) entryOp(g driver.Grant) clientv3.Op {
+	qp := b.queuePrefix(g.Key)
+	if name, ok := handleName(g.Handle); ok {
+		return clientv3.OpGet(qp + name)
+	}
+	return clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithMinModRev(int64(g.Token)), clientv3.WithMaxModRev(int64(g.Token)))
+}
+
 // checkOps reads a grant's entry, its queue's head and the key's rotation
 // marker.
 func (b *Backend) checkOps(g driver.Grant) []clientv3.Op {
-	qp := b.queuePrefix(g.Key)
-	return []clientv3.Op{clientv3.OpGet(qp + escape(g.Owner)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.markerKey(g.Key))}
+	return []clientv3.Op{b.entryOp(g), clientv3.OpGet(b.queuePrefix(g.Key), clientv3.WithFirstCreate()...), clientv3.OpGet(b.markerKey(g.Key))}
 }
 
 // bump re-puts entry k of key with value (its owner and metadata, see
@@ -289,6 +328,17 @@ func current(g driver.Grant, mine, head *mvccpb.KeyValue) (clientv3.LeaseID, boo
 		}
 	}
 	return clientv3.LeaseID(mine.Lease), true
+}
+
+// lostEntry frees the slot of g's entry name once a read (mine) shows
+// that no entry of g's owner has it any more: the engine forgets a lease
+// it lost without releasing it. An entry of the owner under another token
+// (a rotation whose reply was lost) keeps the slot until it is released.
+func (b *Backend) lostEntry(g driver.Grant, mine *mvccpb.KeyValue) {
+	name, ok := handleName(g.Handle)
+	if ok && (mine == nil || ownerOf(mine) != g.Owner) {
+		b.freeName(g.Key, name, g.Owner)
+	}
 }
 
 type leaseResult struct {
@@ -350,6 +400,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	mine := firstOf(resp, 0)
 	id, ok := current(g, mine, firstOf(resp, 1))
 	if !ok {
+		b.lostEntry(g, mine)
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	// Rotation re-puts the entry (new mod revision = new token) and the
@@ -376,7 +427,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, lr.err
 	}
 	g.TTL = lr.l.ttlLeft(start)
-	g.Handle = lr.l.handle()
+	g.Handle = lr.l.handle(string(mine.Key)[len(b.queuePrefix(g.Key)):])
 	return g, nil
 }
 
@@ -405,6 +456,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 	start := time.Now()
 	out := make([]driver.RenewResult, len(grants))
 	ids := make([]clientv3.LeaseID, len(grants))
+	names := make([]string, len(grants)) // each entry's name
 	var wg sync.WaitGroup
 	leases := make(map[clientv3.LeaseID]*leaseResult)
 	for _, g := range grants {
@@ -425,12 +477,15 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 					out[i].Err = err
 					continue
 				}
-				id, ok := current(grants[i], firstOf(resp, j), nil)
+				mine := firstOf(resp, j)
+				id, ok := current(grants[i], mine, nil)
 				if !ok {
+					b.lostEntry(grants[i], mine)
 					out[i].Err = driver.ErrNotHeld
 					continue
 				}
 				ids[i] = id
+				names[i] = string(mine.Key)[len(b.queuePrefix(grants[i].Key)):]
 			}
 		})
 	}
@@ -440,7 +495,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 			continue
 		}
 		idx = append(idx, i)
-		ops = append(ops, clientv3.OpGet(b.entryKey(g.Key, g.Owner)))
+		ops = append(ops, b.entryOp(g))
 		if len(ops) == maxTxnOps {
 			flush(idx, ops)
 			idx, ops = nil, nil
@@ -473,7 +528,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 		default:
 			g := grants[i]
 			g.TTL = lr.l.ttlLeft(start)
-			g.Handle = lr.l.handle()
+			g.Handle = lr.l.handle(names[i])
 			out[i].Grant = g
 		}
 	}
@@ -496,12 +551,34 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if g.Owner == "" || g.Token == 0 {
 		return driver.ErrNotHeld
 	}
-	k := b.entryKey(g.Key, g.Owner)
-	ok, err := b.deleteEntry(ctx, k, int64(g.Token))
+	qp, tok := b.queuePrefix(g.Key), int64(g.Token)
+	var ok bool
+	var err error
+	name, named := handleName(g.Handle)
+	if named {
+		ok, err = b.deleteEntry(ctx, qp+name, tok, ownedBy(qp+name, g.Owner)...)
+	} else {
+		// A grant without a Handle (the engine's clean-up by owner,
+		// built from Inspect): find the entry by its token, check its
+		// owner, and delete that version of it.
+		resp, gerr := b.cli.Get(ctx, qp, clientv3.WithPrefix(), clientv3.WithMinModRev(tok), clientv3.WithMaxModRev(tok))
+		if gerr != nil {
+			return gerr
+		}
+		if len(resp.Kvs) == 0 || ownerOf(resp.Kvs[0]) != g.Owner {
+			return driver.ErrNotHeld
+		}
+		name = string(resp.Kvs[0].Key)[len(qp):]
+		ok, err = b.deleteEntry(ctx, qp+name, tok)
+	}
+	// The slot is free again whatever the outcome: an entry left under
+	// its name is deleted by the orphan sweep below or expires, and
+	// until then any put under the name fails its guard.
+	b.freeName(g.Key, name, g.Owner)
 	if err != nil {
 		// The entry may outlive this failure on the shared lease: retry
 		// the deletion with the next keep-alive that gets through.
-		b.orphan(k, int64(g.Token))
+		b.orphan(qp+name, tok)
 		return err
 	}
 	if !ok {
@@ -510,10 +587,11 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// deleteEntry deletes entry k if its mod revision (its token) is mod.
-func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64) (bool, error) {
+// deleteEntry deletes entry k if its mod revision (its token) is mod and
+// the further comparisons hold.
+func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64, also ...clientv3.Cmp) (bool, error) {
 	resp, err := b.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", mod)).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}, also...)...).
 		Then(clientv3.OpDelete(k)).
 		Commit()
 	if err != nil {
@@ -609,7 +687,7 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 	heads := make(map[string]head)
 	var order []string
 	for _, kv := range resp.Kvs {
-		key, _, ok := b.parseEntry(string(kv.Key))
+		key, ok := b.parseEntry(string(kv.Key))
 		if !ok {
 			continue
 		}

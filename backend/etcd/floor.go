@@ -306,7 +306,8 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	resp, _, err := b.readFloor(ctx)
 	if err == nil && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > int64(g.Token) {
 		var tok driver.Token
-		if tok, err = b.bump(ctx, req.Key, b.entryKey(req.Key, req.Owner), entryValue(req.Owner, req.Metadata), int64(g.Token)); err == nil {
+		name, _ := handleName(g.Handle) // acquireWait's grants carry it
+		if tok, err = b.bump(ctx, req.Key, b.queuePrefix(req.Key)+name, entryValue(req.Owner, req.Metadata), int64(g.Token)); err == nil {
 			g.Token = tok
 		}
 	}
@@ -423,7 +424,7 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 	hw := driver.HighWater{Keys: make(map[string]driver.Token)}
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		k := string(kv.Key)
-		key, _, ok := b.parseEntry(k)
+		key, ok := b.parseEntry(k)
 		if !ok {
 			// A rotation marker: PREFIX + escape(key).
 			rest, _ := strings.CutPrefix(k, b.prefix)

@@ -145,7 +145,7 @@ func TestRotationWithLostReplyOwnerCleanupFreesKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kv := range resp.Kvs {
-		if string(kv.Value) == owner || (kv.Lease != 0 && clientv3.LeaseID(kv.Lease) == holderLease(t, b, "ghost-keeper") && string(kv.Value) != "keeper") {
+		if ownerOf(kv) == owner || (kv.Lease != 0 && clientv3.LeaseID(kv.Lease) == holderLease(t, b, "ghost-keeper") && ownerOf(kv) != "keeper") {
 			t.Errorf("left behind: %q = %q (lease %x)", kv.Key, kv.Value, kv.Lease)
 		}
 	}

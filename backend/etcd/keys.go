@@ -1,7 +1,11 @@
 package etcd
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fencelock/fencelock/internal/backendkit"
 )
@@ -12,13 +16,21 @@ import (
 //
 // and each contender (holder or waiter) is one entry in it:
 //
-//	PREFIX + escape(key) + "/" + escape(owner)
+//	PREFIX + escape(key) + "/" + name        value: owner NUL [metadata]
 //
 // escape percent-encodes '%' and '/' (and nothing else), so an escaped key
 // never contains '/': the first '/' after PREFIX ends the key, and one key's
 // queue prefix is never a prefix of another key's queue. The encoding is a
 // prefix code byte by byte, so escape(p) is a prefix of escape(k) exactly
 // when p is a prefix of k, which is what List(prefix) relies on.
+//
+// An entry's name is the writing Backend's id and a slot number that the
+// Backend reuses once the slot's entry is released (see slotTable); the
+// owner is in the value. Earlier versions named an entry escape(owner);
+// such entries read the same way, because nothing takes the owner from the
+// name. Names are reused because etcd keeps every name ever deleted in its
+// index until a compaction, and every range over a queue walks them: a key
+// that took a fresh name per acquisition slowed down with every one.
 
 // keyCodec escapes '%' and '/' (see above).
 var keyCodec = backendkit.NewCodec("/")
@@ -35,10 +47,29 @@ func (b *Backend) queuePrefix(key string) string {
 	return b.prefix + escape(key) + "/"
 }
 
-// entryKey returns the etcd key of owner's entry in key's queue.
-func (b *Backend) entryKey(key, owner string) string {
-	return b.queuePrefix(key) + escape(owner)
+// newBackendID returns a random id naming a Backend's entries.
+func newBackendID() string {
+	var p [8]byte
+	_, _ = rand.Read(p[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(p[:])
 }
+
+// slotName returns the name of this backend's entry slot i.
+func (b *Backend) slotName(i int) string { return b.id + "." + strconv.Itoa(i) }
+
+// slotOf returns the slot number of name if this backend names entries so.
+func (b *Backend) slotOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, b.id+".")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0
+}
+
+// validName reports whether name can be an entry's name in a queue (as a
+// handle carries it): not empty and without '/'.
+func validName(name string) bool { return name != "" && !strings.Contains(name, "/") }
 
 // markerKey returns the etcd key of key's rotation marker: written (with
 // no lease, never deleted) by every token rotation, so that its mod
@@ -48,22 +79,107 @@ func (b *Backend) markerKey(key string) string {
 	return b.prefix + escape(key)
 }
 
-// parseEntry splits an etcd key under the backend's prefix into the lock
-// key and owner it encodes.
-func (b *Backend) parseEntry(k string) (key, owner string, ok bool) {
+// parseEntry returns the lock key of an etcd key under the backend's
+// prefix that names a queue entry.
+func (b *Backend) parseEntry(k string) (key string, ok bool) {
 	rest, found := strings.CutPrefix(k, b.prefix)
 	if !found {
-		return "", "", false
+		return "", false
 	}
-	ek, eo, found := strings.Cut(rest, "/")
+	ek, _, found := strings.Cut(rest, "/")
 	if !found {
-		return "", "", false
+		return "", false
 	}
-	if key, ok = unescape(ek); !ok {
-		return "", "", false
+	return unescape(ek)
+}
+
+// slotTable hands out entry slots per lock key: a slot is reserved, for
+// its owner, from the call that puts an entry under its name until that
+// entry is released, so that two live acquisitions of one Backend never
+// pick the same name. It is an optimisation, not what safety rests on:
+// every put that creates an entry is guarded in etcd (Acquire's by an
+// empty queue, a waiter's by the name being free), and every later write
+// or delete by the entry's mod revision, so a slot handed out twice costs
+// a retry, never an overwrite.
+//
+// A call whose put may have taken effect unseen (its reply lost) and could
+// not remove it keeps its slot under its owner: a retry with the same
+// owner (the engine's) gets the same name and finds its entry, as it did
+// when entries were named by owner.
+type slotTable struct {
+	mu   sync.Mutex
+	keys map[string][]string // key → owner per slot ("" when free)
+}
+
+// take reserves a slot of key for owner: the one owner already holds, if
+// any, else the lowest free one.
+func (t *slotTable) take(key, owner string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys == nil {
+		t.keys = make(map[string][]string)
 	}
-	if owner, ok = unescape(eo); !ok {
-		return "", "", false
+	slots := t.keys[key]
+	free := -1
+	for i, o := range slots {
+		if o == owner {
+			return i
+		}
+		if o == "" && free < 0 {
+			free = i
+		}
 	}
-	return key, owner, true
+	if free < 0 {
+		free = len(slots)
+		slots = append(slots, "")
+	}
+	slots[free] = owner
+	t.keys[key] = slots
+	return free
+}
+
+// takeNew reserves for owner the lowest free slot of key, even if owner
+// already holds one.
+func (t *slotTable) takeNew(key, owner string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys == nil {
+		t.keys = make(map[string][]string)
+	}
+	slots := t.keys[key]
+	for i, o := range slots {
+		if o == "" {
+			slots[i] = owner
+			return i
+		}
+	}
+	t.keys[key] = append(slots, owner)
+	return len(slots)
+}
+
+// free releases slot i of key if owner still holds it.
+func (t *slotTable) free(key string, i int, owner string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	slots := t.keys[key]
+	if i < 0 || i >= len(slots) || slots[i] != owner {
+		return
+	}
+	slots[i] = ""
+	for len(slots) > 0 && slots[len(slots)-1] == "" {
+		slots = slots[:len(slots)-1]
+	}
+	if len(slots) == 0 {
+		delete(t.keys, key)
+		return
+	}
+	t.keys[key] = slots
+}
+
+// freeName releases the slot that entry name of key stands for, if it is
+// one of this backend's and owner holds it.
+func (b *Backend) freeName(key, name, owner string) {
+	if i, ok := b.slotOf(name); ok {
+		b.slots.free(key, i, owner)
+	}
 }

@@ -25,21 +25,26 @@ const lossWatchDelay = 100 * time.Millisecond
 // notifyLoss is NotifyLoss on native tokens (mod revisions; floor.go maps them to the tokens callers see): a watch on g's entry, from the
 // revision after its creation, reports its deletion (by a force-release,
 // an operator, or its lease expiring or being revoked) as
-// driver.ErrNotHeld. The watch starts 100ms after the grant (a lease
+// driver.ErrNotHeld. Entry names are reused, but never while an entry has
+// the name, so the first deletion after the grant's revision is its own. The watch starts 100ms after the grant (a lease
 // released before that never starts one) and runs on one goroutine per
 // grant, ended by stop or Close.
 func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
 	var done atomic.Bool
-	if b.closed.Load() || g.Token == 0 || g.Owner == "" || driver.ValidateKey(g.Key) != nil {
+	name, named := handleName(g.Handle)
+	if !named || b.closed.Load() || g.Token == 0 || g.Owner == "" || driver.ValidateKey(g.Key) != nil {
+		// A grant without a Handle names no entry to watch: its loss is
+		// found by renewal.
 		return func() { done.Store(true) }
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	fire := func() {
 		if done.CompareAndSwap(false, true) {
+			b.freeName(g.Key, name, g.Owner) // the entry is gone
 			lost(driver.ErrNotHeld)
 		}
 	}
-	key, rev := b.entryKey(g.Key, g.Owner), int64(g.Token)
+	key, rev := b.queuePrefix(g.Key)+name, int64(g.Token)
 	t := time.AfterFunc(lossWatchDelay, func() {
 		b.mu.Lock()
 		if ctx.Err() != nil { // stopped, or the backend closed

@@ -15,6 +15,10 @@ import (
 // waited (its lease expired or it was deleted from outside).
 var errQueueEntryGone = errors.New("etcd: queue entry removed while waiting")
 
+// errNamesTaken reports that every entry name a waiter tried was taken by
+// another owner's entry (left by failed releases of this backend).
+var errNamesTaken = errors.New("etcd: entry names taken by stale entries")
+
 // acquireWait is AcquireWait on native tokens (mod revisions; floor.go maps them to the tokens callers see) with a FIFO queue ordered by create
 // revision, like concurrency.Mutex, but with watches that etcd registers as
 // "synced":
@@ -46,30 +50,42 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	defer stop()
 
 	s := b.session(req.TTL)
-	qp := b.queuePrefix(req.Key)
-	me := qp + escape(req.Owner)
-
-	w := &waiter{b: b, s: s, qp: qp, me: me}
+	w := &waiter{b: b, s: s, key: req.Key, owner: req.Owner, qp: b.queuePrefix(req.Key)}
+	w.slot(false)
+	defer func() {
+		for _, i := range w.spare {
+			b.slots.free(req.Key, i, req.Owner)
+		}
+	}()
 	g, err := w.wait(ctx, req)
 	if err == nil {
 		return g, nil
 	}
+	// The slot stays reserved while an entry of this owner may be left
+	// under it, so that a retry by the same owner (the engine's) finds
+	// its entry.
+	left := false
 	cctx, ccancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
 	switch {
 	case w.rev != 0:
-		if _, err := b.deleteEntry(cctx, me, w.mod); err != nil {
-			b.orphan(me, w.mod)
+		if _, err := b.deleteEntry(cctx, w.me, w.mod); err != nil {
+			b.orphan(w.me, w.mod)
+			left = true
 		}
 	case w.sent != 0:
 		// The put's outcome is unknown: delete the entry if it is ours
-		// (the key is unique to this owner; the lease tells it is this
+		// (its owner is in the value; the lease tells it is this
 		// attempt's).
-		_, _ = b.cli.Txn(cctx).
-			If(clientv3.Compare(clientv3.LeaseValue(me), "=", w.sent)).
-			Then(clientv3.OpDelete(me)).
+		_, err := b.cli.Txn(cctx).
+			If(append(ownedBy(w.me, req.Owner), clientv3.Compare(clientv3.LeaseValue(w.me), "=", w.sent))...).
+			Then(clientv3.OpDelete(w.me)).
 			Commit()
+		left = err != nil
 	}
 	ccancel()
+	if !left {
+		b.slots.free(req.Key, w.cur, req.Owner)
+	}
 	if b.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
 	}
@@ -79,19 +95,42 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 type waiter struct {
 	b     *Backend
 	s     *session
+	key   string
+	owner string
 	qp    string
-	me    string
+	cur   int              // the slot of our entry's name
+	spare []int            // slots found taken by another owner's entry (freed at the end)
+	me    string           // our entry: qp + the slot's name
 	rev   int64            // our entry's create revision (queue order), once put
 	mod   int64            // its mod revision (token)
 	lease clientv3.LeaseID // the lease our entry is attached to
 	sent  clientv3.LeaseID // the lease of a put whose outcome is unknown
 }
 
+// slot reserves the name of our entry: the slot this owner holds, if any
+// (an earlier attempt's), else a free one; with another, one that this
+// owner does not hold yet (the current one is taken by another owner's
+// entry).
+func (w *waiter) slot(another bool) {
+	if another {
+		w.spare = append(w.spare, w.cur)
+		w.cur = w.b.slots.takeNew(w.key, w.owner)
+	} else {
+		w.cur = w.b.slots.take(w.key, w.owner)
+	}
+	w.me = w.qp + w.b.slotName(w.cur)
+}
+
+// maxSlotTries bounds how many names enqueue tries when it finds them
+// taken by other owners' entries (left by this backend's failed
+// releases).
+const maxSlotTries = 8
+
 // enqueue puts our entry (or finds it from an earlier attempt) and returns
 // up to two older entries, nearest first, and the revision they were read
 // at.
 func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvccpb.KeyValue, int64, error) {
-	for attempt := 0; ; attempt++ {
+	for attempt, tries := 0, 0; ; attempt++ {
 		l, err := w.s.fresh(ctx, 0, true)
 		if err != nil {
 			return nil, 0, err
@@ -130,6 +169,16 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		mine := firstOf(resp, 0)
 		if mine == nil {
 			continue // deleted in between: put it again
+		}
+		if ownerOf(mine) != req.Owner {
+			// The name is taken by another owner's entry (one that a
+			// failed release of this backend left): try another name.
+			if tries++; tries >= maxSlotTries {
+				return nil, 0, errNamesTaken
+			}
+			w.slot(true)
+			attempt = -1
+			continue
 		}
 		if string(mine.Value) != entryValue(req.Owner, req.Metadata) || clientv3.LeaseID(mine.Lease) != l.id {
 			// Left by an earlier attempt on a lease we no longer keep
@@ -189,7 +238,7 @@ func (w *waiter) wait(ctx context.Context, req driver.AcquireRequest) (driver.Gr
 			// The token is final once Renew confirms the grant (the engine
 			// always does): if a holder rotated its token after we
 			// queued, Renew re-puts our entry to get a higher one.
-			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(w.mod), TTL: l.ttlLeft(start), Handle: l.handle()}, nil
+			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(w.mod), TTL: l.ttlLeft(start), Handle: l.handle(w.me[len(w.qp):])}, nil
 		}
 		if len(preds) <= knownPreds {
 			// Every older entry is known, and none can be added: we are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,17 +49,30 @@ type lease struct {
 	expiry  time.Time
 }
 
-func (l lease) handle() string { return strconv.FormatInt(int64(l.id), 16) }
+// handle returns the Handle of a grant whose entry is name, on lease l:
+// the lease id in hex, ':' and the name.
+func (l lease) handle(name string) string {
+	return strconv.FormatInt(int64(l.id), 16) + ":" + name
+}
 
 // ttlLeft is the time to live a grant sent at start can claim.
 func (l lease) ttlLeft(start time.Time) time.Duration { return l.expiry.Sub(start) }
 
+// parseHandle returns the lease a handle names. A handle of an earlier
+// version is the lease id alone.
 func parseHandle(h string) (clientv3.LeaseID, bool) {
+	h, _, _ = strings.Cut(h, ":")
 	n, err := strconv.ParseInt(h, 16, 64)
 	if err != nil || n == 0 {
 		return 0, false
 	}
 	return clientv3.LeaseID(n), true
+}
+
+// handleName returns the entry name a handle carries, if any.
+func handleName(h string) (string, bool) {
+	_, name, ok := strings.Cut(h, ":")
+	return name, ok && validName(name)
 }
 
 // stale is how old (as a fraction of the granted TTL) a keep-alive may be

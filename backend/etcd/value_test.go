@@ -6,16 +6,17 @@ import (
 )
 
 // TestEntryValue: an entry's value carries the owner and metadata exactly,
-// and an entry without metadata is the owner alone, as earlier versions
-// wrote it, which reads back with nil metadata.
+// the owner always ended by a NUL (which ownedBy relies on); an entry
+// without metadata reads back with nil metadata, and so does the owner
+// alone, as earlier versions wrote it.
 func TestEntryValue(t *testing.T) {
 	for _, tc := range []struct {
 		owner string
 		md    []byte
 		raw   string // the stored value
 	}{
-		{"o", nil, "o"},
-		{"o", []byte{}, "o"},
+		{"o", nil, "o\x00"},
+		{"o", []byte{}, "o\x00"},
 		{"owner-1", []byte("addr"), "owner-1\x00addr"},
 		{"o", []byte("\x00\x00\xff"), "o\x00\x00\x00\xff"},
 	} {
@@ -32,8 +33,8 @@ func TestEntryValue(t *testing.T) {
 			t.Errorf("parseValue(%q) = %q, %q; want %q, %q", v, owner, md, tc.owner, want)
 		}
 	}
-	// A trailing NUL with nothing after it is no metadata.
-	if owner, md := parseValue([]byte("o\x00")); owner != "o" || md != nil {
-		t.Errorf(`parseValue("o\x00") = %q, %q; want "o", nil`, owner, md)
+	// An earlier version's value without metadata: the owner alone.
+	if owner, md := parseValue([]byte("o")); owner != "o" || md != nil {
+		t.Errorf(`parseValue("o") = %q, %q; want "o", nil`, owner, md)
 	}
 }
