@@ -102,7 +102,10 @@
 //     registered at the current revision so etcd treats them as synced (no
 //     100ms catch-up), and a cancelled waiter deletes its entry.
 //   - Loss is pushed (driver.LossNotifier): a watch on the holder's entry
-//     reports its deletion, including by lease expiry or revocation.
+//     reports its deletion, including by lease expiry or revocation. A
+//     grant whose Handle names no entry (one built from Inspect, or held on
+//     an entry an earlier version wrote) is not watched; renewal finds its
+//     loss.
 //   - Token floors (driver.TokenFloorer, for migrations between
 //     backends): the token a caller sees is the native token (the mod
 //     revision above) plus an offset kept in PREFIX + "%floor", a list of

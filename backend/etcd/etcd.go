@@ -159,8 +159,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	slot := b.slots.take(req.Key, req.Owner)
 	name := b.slotName(slot)
 	me := qp + name
-	// The slot stays reserved for a grant, and for a put whose outcome
-	// is unknown (a retry by the same owner then finds its entry).
+	// The slot stays reserved for a grant only (see slotTable).
 	keep := false
 	defer func() {
 		if !keep {
@@ -196,7 +195,6 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			continue
 		}
 		if err != nil {
-			keep = true
 			return driver.Grant{}, err
 		}
 		// The token offset, read in the same transaction (floor.go).
@@ -211,8 +209,8 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			keep = true
 			return g, nil
 		}
-		head := firstOf(resp, 0)
 		b.hot.Mark(req.Key)
+		head := firstOf(resp, 0)
 		if head == nil {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
@@ -373,7 +371,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if b.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	if g.Owner == "" || g.Token == 0 {
+	if g.Owner == "" || g.Token == 0 || driver.ValidateOwner(g.Owner) != nil {
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	start := time.Now()
@@ -421,6 +419,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		lr.l, lr.err = b.keepLease(ctx, id)
 	}
 	if errors.Is(lr.err, errLeaseGone) {
+		b.lostEntry(g, nil) // the lease's entries went with it
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if lr.err != nil {
@@ -490,7 +489,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 		})
 	}
 	for i, g := range grants {
-		if driver.ValidateKey(g.Key) != nil || g.Owner == "" || g.Token == 0 {
+		if driver.ValidateKey(g.Key) != nil || g.Owner == "" || g.Token == 0 || driver.ValidateOwner(g.Owner) != nil {
 			out[i].Err = driver.ErrNotHeld
 			continue
 		}
@@ -521,6 +520,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 		}
 		switch {
 		case errors.Is(lr.err, errLeaseGone):
+			b.lostEntry(grants[i], nil) // the lease's entries went with it
 			out[i].Err = driver.ErrNotHeld
 		case lr.err != nil:
 			out[i].Err = lr.err
@@ -548,7 +548,7 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
-	if g.Owner == "" || g.Token == 0 {
+	if g.Owner == "" || g.Token == 0 || driver.ValidateOwner(g.Owner) != nil {
 		return driver.ErrNotHeld
 	}
 	qp, tok := b.queuePrefix(g.Key), int64(g.Token)

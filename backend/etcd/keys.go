@@ -67,9 +67,28 @@ func (b *Backend) slotOf(name string) (int, bool) {
 	return i, err == nil && i >= 0
 }
 
-// validName reports whether name can be an entry's name in a queue (as a
-// handle carries it): not empty and without '/'.
-func validName(name string) bool { return name != "" && !strings.Contains(name, "/") }
+// validName reports whether name is an entry name as this version writes
+// them (slotName of some backend): 16 hex digits, '.', and 1 to 9 decimal
+// digits. Only such names are carried in a Handle; anything else in a
+// Handle (a forged name, or an earlier version's escape(owner)) is ignored
+// and the entry is found by token.
+func validName(name string) bool {
+	id, slot, ok := strings.Cut(name, ".")
+	if !ok || len(id) != 16 || len(slot) < 1 || len(slot) > 9 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	for _, c := range []byte(slot) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // markerKey returns the etcd key of key's rotation marker: written (with
 // no lease, never deleted) by every token rotation, so that its mod
@@ -95,17 +114,16 @@ func (b *Backend) parseEntry(k string) (key string, ok bool) {
 
 // slotTable hands out entry slots per lock key: a slot is reserved, for
 // its owner, from the call that puts an entry under its name until that
-// entry is released, so that two live acquisitions of one Backend never
-// pick the same name. It is an optimisation, not what safety rests on:
-// every put that creates an entry is guarded in etcd (Acquire's by an
-// empty queue, a waiter's by the name being free), and every later write
-// or delete by the entry's mod revision, so a slot handed out twice costs
-// a retry, never an overwrite.
-//
-// A call whose put may have taken effect unseen (its reply lost) and could
-// not remove it keeps its slot under its owner: a retry with the same
-// owner (the engine's) gets the same name and finds its entry, as it did
-// when entries were named by owner.
+// entry is released or found lost, so that two live acquisitions of one
+// Backend rarely pick the same name. It is an optimisation, not what
+// safety rests on: every put that creates an entry is guarded in etcd
+// (Acquire's by an empty queue, a waiter's by the name being free), and
+// every later write or delete by the entry's mod revision, so a slot
+// handed out twice costs a retry, never an overwrite. A failed call frees
+// its slot whatever it left behind: a retry by the same owner finds its
+// entry by owner (Acquire at the queue's head, a waiter among the
+// backend's entries of the queue), not by name, so no reservation outlives
+// the calls and grants that made it.
 type slotTable struct {
 	mu   sync.Mutex
 	keys map[string][]string // key → owner per slot ("" when free)
@@ -136,6 +154,25 @@ func (t *slotTable) take(key, owner string) int {
 	slots[free] = owner
 	t.keys[key] = slots
 	return free
+}
+
+// claim reserves slot i of key for owner unless another owner holds it.
+func (t *slotTable) claim(key string, i int, owner string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys == nil {
+		t.keys = make(map[string][]string)
+	}
+	slots := t.keys[key]
+	for len(slots) <= i {
+		slots = append(slots, "")
+	}
+	t.keys[key] = slots
+	if slots[i] != "" && slots[i] != owner {
+		return false
+	}
+	slots[i] = owner
+	return true
 }
 
 // takeNew reserves for owner the lowest free slot of key, even if owner

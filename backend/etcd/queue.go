@@ -52,40 +52,33 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	s := b.session(req.TTL)
 	w := &waiter{b: b, s: s, key: req.Key, owner: req.Owner, qp: b.queuePrefix(req.Key)}
 	w.slot(false)
-	defer func() {
-		for _, i := range w.spare {
-			b.slots.free(req.Key, i, req.Owner)
-		}
-	}()
 	g, err := w.wait(ctx, req)
+	// The spare slots go back, and on failure ours too, whatever the
+	// clean-up below achieves: a retry by the same owner finds an entry
+	// left behind among the backend's entries (enqueue), not by its name.
+	for _, i := range w.spare {
+		b.slots.free(req.Key, i, req.Owner)
+	}
 	if err == nil {
 		return g, nil
 	}
-	// The slot stays reserved while an entry of this owner may be left
-	// under it, so that a retry by the same owner (the engine's) finds
-	// its entry.
-	left := false
+	b.slots.free(req.Key, w.cur, req.Owner)
 	cctx, ccancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
 	switch {
 	case w.rev != 0:
 		if _, err := b.deleteEntry(cctx, w.me, w.mod); err != nil {
 			b.orphan(w.me, w.mod)
-			left = true
 		}
 	case w.sent != 0:
 		// The put's outcome is unknown: delete the entry if it is ours
 		// (its owner is in the value; the lease tells it is this
 		// attempt's).
-		_, err := b.cli.Txn(cctx).
+		_, _ = b.cli.Txn(cctx).
 			If(append(ownedBy(w.me, req.Owner), clientv3.Compare(clientv3.LeaseValue(w.me), "=", w.sent))...).
 			Then(clientv3.OpDelete(w.me)).
 			Commit()
-		left = err != nil
 	}
 	ccancel()
-	if !left {
-		b.slots.free(req.Key, w.cur, req.Owner)
-	}
 	if b.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
 	}
@@ -98,8 +91,8 @@ type waiter struct {
 	key   string
 	owner string
 	qp    string
-	cur   int              // the slot of our entry's name
-	spare []int            // slots found taken by another owner's entry (freed at the end)
+	cur   int              // the slot of our entry's name; -1 if not ours to reserve
+	spare []int            // slots given up on the way (freed at the end)
 	me    string           // our entry: qp + the slot's name
 	rev   int64            // our entry's create revision (queue order), once put
 	mod   int64            // its mod revision (token)
@@ -119,6 +112,26 @@ func (w *waiter) slot(another bool) {
 		w.cur = w.b.slots.take(w.key, w.owner)
 	}
 	w.me = w.qp + w.b.slotName(w.cur)
+}
+
+// adopt makes kv, an entry of our owner left by an earlier attempt, our
+// entry: its name's slot is reserved for us if no other owner holds it.
+func (w *waiter) adopt(kv *mvccpb.KeyValue) {
+	w.spare = append(w.spare, w.cur)
+	w.me, w.cur = string(kv.Key), -1
+	if i, ok := w.b.slotOf(w.me[len(w.qp):]); ok && w.b.slots.claim(w.key, i, w.owner) {
+		w.cur = i
+	}
+}
+
+// ownOlder returns an entry of owner among kvs created before rev, if any.
+func ownOlder(kvs []*mvccpb.KeyValue, owner string, rev int64) *mvccpb.KeyValue {
+	for _, kv := range kvs {
+		if kv.CreateRevision < rev && ownerOf(kv) == owner {
+			return kv
+		}
+	}
+	return nil
 }
 
 // maxSlotTries bounds how many names enqueue tries when it finds them
@@ -142,7 +155,8 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		resp, err := w.b.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.me), "=", 0)).
 			Then(clientv3.OpPut(w.me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)),
-				clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+2))).
+				clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+2)),
+				clientv3.OpGet(w.qp+w.b.id+".", clientv3.WithPrefix())).
 			Else(clientv3.OpGet(w.me)).
 			Commit()
 		cancel()
@@ -156,21 +170,32 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		if err != nil {
 			return nil, 0, err
 		}
+		var mine *mvccpb.KeyValue
 		if resp.Succeeded {
-			w.rev, w.mod, w.lease = resp.Header.Revision, resp.Header.Revision, l.id
-			var preds []*mvccpb.KeyValue
-			for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-				if kv.CreateRevision < w.rev {
-					preds = append(preds, kv)
+			rev := resp.Header.Revision
+			mine = ownOlder(resp.Responses[2].GetResponseRange().GetKvs(), req.Owner, rev)
+			if mine == nil {
+				w.rev, w.mod, w.lease = rev, rev, l.id
+				var preds []*mvccpb.KeyValue
+				for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+					if kv.CreateRevision < w.rev {
+						preds = append(preds, kv)
+					}
 				}
+				return preds, rev, nil
 			}
-			return preds, resp.Header.Revision, nil
-		}
-		mine := firstOf(resp, 0)
-		if mine == nil {
+			// An earlier attempt of this owner left an entry of this
+			// backend in the queue (its reply was lost and its clean-up
+			// failed): keep that entry's place and drop the one just put,
+			// or we would wait behind ourselves.
+			if _, err := w.b.deleteEntry(ctx, w.me, rev); err != nil {
+				w.rev, w.mod = rev, rev // acquireWait's clean-up retries
+				return nil, 0, err
+			}
+			w.adopt(mine)
+		} else if mine = firstOf(resp, 0); mine == nil {
 			continue // deleted in between: put it again
-		}
-		if ownerOf(mine) != req.Owner {
+		} else if ownerOf(mine) != req.Owner {
 			// The name is taken by another owner's entry (one that a
 			// failed release of this backend left): try another name.
 			if tries++; tries >= maxSlotTries {

@@ -50,9 +50,14 @@ type lease struct {
 }
 
 // handle returns the Handle of a grant whose entry is name, on lease l:
-// the lease id in hex, ':' and the name.
+// the lease id in hex, ':' and the name; the lease id alone if name is not
+// one this version writes (see validName).
 func (l lease) handle(name string) string {
-	return strconv.FormatInt(int64(l.id), 16) + ":" + name
+	h := strconv.FormatInt(int64(l.id), 16)
+	if !validName(name) {
+		return h
+	}
+	return h + ":" + name
 }
 
 // ttlLeft is the time to live a grant sent at start can claim.
