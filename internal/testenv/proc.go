@@ -46,11 +46,20 @@ func procStat(pid int) (procInfo, bool) {
 func (p procInfo) gone() bool    { return p.state == 'Z' || p.state == 'X' }
 func (p procInfo) stopped() bool { return p.state == 'T' || p.state == 't' }
 
-// running reports whether pid runs (not a zombie); zombies hold no ports
-// or files, so they count as gone.
+// running reports whether pid runs. A zombie whose threads have all
+// ended holds no ports or files, so it counts as gone; but a killed Go
+// server's main thread can be a zombie while its other threads still exit,
+// and they hold the files (a listening port) until the last one ends.
 func running(pid int) bool {
 	p, ok := procStat(pid)
-	return ok && !p.gone()
+	if !ok {
+		return false
+	}
+	if !p.gone() {
+		return true
+	}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err == nil && len(tasks) > 1
 }
 
 // readPID returns the PID in a pid file ("PID STARTTIME") if that process
