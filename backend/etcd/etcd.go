@@ -251,7 +251,11 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 			g.Token = driver.Token(mine.ModRevision)
 			value := entryValue(req.Owner, req.Metadata)
-			if (len(mr.Kvs) > 0 && mr.Kvs[0].ModRevision > mine.ModRevision) || string(mine.Value) != value {
+			// Re-put, too, an entry older than the floor key (read with
+			// the head): an entry that queued as a waiter before a raise,
+			// as AcquireWait does.
+			floorNewer := firstOf(resp, 1) != nil && firstOf(resp, 1).ModRevision > mine.ModRevision
+			if (len(mr.Kvs) > 0 && mr.Kvs[0].ModRevision > mine.ModRevision) || floorNewer || string(mine.Value) != value {
 				tok, err := b.bump(ctx, req.Key, string(mine.Key), value, mine.ModRevision)
 				if err != nil {
 					return driver.Grant{}, err
@@ -429,6 +433,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	if req.Rotate || (marker != nil && marker.ModRevision > mine.ModRevision) || value != string(mine.Value) {
 		if g.Token, err = b.bump(ctx, g.Key, string(mine.Key), value, mine.ModRevision); err != nil {
+			if errors.Is(err, driver.ErrNotHeld) {
+				b.lostEntry(g, nil) // changed since the read: not ours any more
+			}
 			return driver.Grant{}, err
 		}
 	}

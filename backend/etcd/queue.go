@@ -124,14 +124,37 @@ func (w *waiter) adopt(kv *mvccpb.KeyValue) {
 	}
 }
 
-// ownOlder returns an entry of owner among kvs created before rev, if any.
-func ownOlder(kvs []*mvccpb.KeyValue, owner string, rev int64) *mvccpb.KeyValue {
+// maxOwn bounds how many of the backend's own entries of a queue a
+// waiter reads (the oldest first) to find one an earlier attempt of its
+// owner left.
+const maxOwn = 128
+
+// ownEntries reads the backend's own entries of the queue, oldest first.
+func (w *waiter) ownEntries() clientv3.Op {
+	return clientv3.OpGet(w.qp+w.b.id+".", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(maxOwn))
+}
+
+// settleOwn finds the oldest of owner's entries among kvs (the backend's
+// own entries of the queue, oldest first) and deletes the others (each
+// guarded by its mod revision; a failed delete is left to the orphan
+// sweep): an earlier attempt's entry keeps its place in the queue, and the
+// owner never waits behind itself. It returns nil if owner has none.
+func (w *waiter) settleOwn(ctx context.Context, kvs []*mvccpb.KeyValue, owner string) *mvccpb.KeyValue {
+	var oldest *mvccpb.KeyValue
 	for _, kv := range kvs {
-		if kv.CreateRevision < rev && ownerOf(kv) == owner {
-			return kv
+		if ownerOf(kv) != owner {
+			continue
+		}
+		if oldest == nil {
+			oldest = kv
+			continue
+		}
+		if _, err := w.b.deleteEntry(ctx, string(kv.Key), kv.ModRevision); err != nil {
+			w.b.orphan(string(kv.Key), kv.ModRevision)
 		}
 	}
-	return nil
+	return oldest
 }
 
 // maxSlotTries bounds how many names enqueue tries when it finds them
@@ -156,8 +179,8 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 			If(clientv3.Compare(clientv3.CreateRevision(w.me), "=", 0)).
 			Then(clientv3.OpPut(w.me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)),
 				clientv3.OpGet(w.qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(knownPreds+2)),
-				clientv3.OpGet(w.qp+w.b.id+".", clientv3.WithPrefix())).
-			Else(clientv3.OpGet(w.me)).
+				w.ownEntries()).
+			Else(w.ownEntries()).
 			Commit()
 		cancel()
 		if err == nil || isLeaseNotFound(err) {
@@ -170,32 +193,31 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 		if err != nil {
 			return nil, 0, err
 		}
-		var mine *mvccpb.KeyValue
+		// The backend's own entries of the queue, read in the same
+		// transaction: an entry an earlier attempt of this owner left
+		// (its reply lost, its clean-up failed) is found whatever its
+		// name, the oldest kept and any other deleted.
+		own := resp.Responses[0].GetResponseRange().GetKvs()
 		if resp.Succeeded {
-			rev := resp.Header.Revision
-			mine = ownOlder(resp.Responses[2].GetResponseRange().GetKvs(), req.Owner, rev)
-			if mine == nil {
-				w.rev, w.mod, w.lease = rev, rev, l.id
-				var preds []*mvccpb.KeyValue
-				for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-					if kv.CreateRevision < w.rev {
-						preds = append(preds, kv)
-					}
+			own = resp.Responses[2].GetResponseRange().GetKvs()
+		}
+		mine := w.settleOwn(ctx, own, req.Owner)
+		switch {
+		case resp.Succeeded && mine != nil && string(mine.Key) == w.me:
+			w.rev, w.mod, w.lease = resp.Header.Revision, resp.Header.Revision, l.id
+			var preds []*mvccpb.KeyValue
+			for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+				if kv.CreateRevision < w.rev {
+					preds = append(preds, kv)
 				}
-				return preds, rev, nil
 			}
-			// An earlier attempt of this owner left an entry of this
-			// backend in the queue (its reply was lost and its clean-up
-			// failed): keep that entry's place and drop the one just put,
-			// or we would wait behind ourselves.
-			if _, err := w.b.deleteEntry(ctx, w.me, rev); err != nil {
-				w.rev, w.mod = rev, rev // acquireWait's clean-up retries
-				return nil, 0, err
-			}
-			w.adopt(mine)
-		} else if mine = firstOf(resp, 0); mine == nil {
-			continue // deleted in between: put it again
-		} else if ownerOf(mine) != req.Owner {
+			return preds, resp.Header.Revision, nil
+		case mine == nil && resp.Succeeded:
+			// Our put is not among the oldest maxOwn of the backend's
+			// entries: no older one of ours can be either.
+			w.rev, w.mod, w.lease = resp.Header.Revision, resp.Header.Revision, l.id
+			return w.predecessors(ctx)
+		case mine == nil:
 			// The name is taken by another owner's entry (one that a
 			// failed release of this backend left): try another name.
 			if tries++; tries >= maxSlotTries {
@@ -204,6 +226,9 @@ func (w *waiter) enqueue(ctx context.Context, req driver.AcquireRequest) ([]*mvc
 			w.slot(true)
 			attempt = -1
 			continue
+		}
+		if string(mine.Key) != w.me {
+			w.adopt(mine) // an older entry of ours: the one just put is deleted
 		}
 		if string(mine.Value) != entryValue(req.Owner, req.Metadata) || clientv3.LeaseID(mine.Lease) != l.id {
 			// Left by an earlier attempt on a lease we no longer keep
