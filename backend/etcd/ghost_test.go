@@ -22,30 +22,42 @@ type lossyKV struct {
 var errReplyLost = errors.New("test: reply lost after the server applied the transaction")
 
 func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
-	return &lossyTxn{Txn: k.KV.Txn(ctx), kv: k}
+	return &hookTxn{Txn: k.KV.Txn(ctx), commit: k.commit}
 }
 
-type lossyTxn struct {
+func (k *lossyKV) commit(writes bool, commit func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	resp, err := commit()
+	if err == nil && writes && k.drop.CompareAndSwap(true, false) {
+		return nil, errReplyLost
+	}
+	return resp, err
+}
+
+// hookTxn is a transaction that notes whether it writes (a put, delete or
+// nested transaction in either branch) and commits through commit, which
+// gets that and the plain commit: the fault-injecting KVs of these tests
+// wrap their transactions in it.
+type hookTxn struct {
 	clientv3.Txn
-	kv     *lossyKV
 	writes bool
+	commit func(writes bool, commit func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error)
 }
 
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
 
-func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	t.note(ops)
 	t.Txn = t.Txn.Then(ops...)
 	return t
 }
 
-func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+func (t *hookTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 	t.note(ops)
 	t.Txn = t.Txn.Else(ops...)
 	return t
 }
 
-func (t *lossyTxn) note(ops []clientv3.Op) {
+func (t *hookTxn) note(ops []clientv3.Op) {
 	for _, op := range ops {
 		if op.IsPut() || op.IsDelete() || op.IsTxn() {
 			t.writes = true
@@ -53,12 +65,29 @@ func (t *lossyTxn) note(ops []clientv3.Op) {
 	}
 }
 
-func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if err == nil && t.writes && t.kv.drop.CompareAndSwap(true, false) {
-		return nil, errReplyLost
+func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) { return t.commit(t.writes, t.Txn.Commit) }
+
+// backendVia returns a backend on other's prefix (closed at the end of the
+// test) whose client's KV is wrap of a fresh client's, and that client.
+func backendVia(t *testing.T, other *Backend, wrap func(clientv3.KV) clientv3.KV) (*Backend, *clientv3.Client) {
+	t.Helper()
+	cli := rawClient(t, other)
+	cli.KV = wrap(cli.KV)
+	b, err := New(t.Context(), cli, &Options{Prefix: other.prefix})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return resp, err
+	t.Cleanup(func() { b.Close() })
+	return b, cli
+}
+
+// lossyBackend returns a backend on other's prefix whose client drops the
+// reply of the next writing transaction when lossy.drop is set.
+func lossyBackend(t *testing.T, other *Backend) (*Backend, *lossyKV) {
+	t.Helper()
+	lossy := new(lossyKV)
+	b, _ := backendVia(t, other, func(kv clientv3.KV) clientv3.KV { lossy.KV = kv; return lossy })
+	return b, lossy
 }
 
 // A rotation whose reply is lost leaves the owner's entry re-put under a
@@ -72,14 +101,8 @@ func TestRotationWithLostReplyOwnerCleanupFreesKey(t *testing.T) {
 	ctx := ctxT(t)
 	const key, owner = "ghost", "owner"
 	other := open(t) // another client on the same prefix
-	cli := rawClient(t, other)
-	lossy := &lossyKV{KV: cli.KV}
-	cli.KV = lossy
-	b, err := New(ctx, cli, &Options{Prefix: other.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	lossy := new(lossyKV)
+	b, cli := backendVia(t, other, func(kv clientv3.KV) clientv3.KV { lossy.KV = kv; return lossy })
 
 	// A second lock keeps the backend's shared lease renewed throughout.
 	keeper, err := b.Acquire(ctx, lockReq("ghost-keeper", "keeper"))
@@ -165,14 +188,7 @@ func TestSettlingRePutWithLostReplyOwnerCleanupFreesKey(t *testing.T) {
 	ctx := ctxT(t)
 	const key, owner = "ghost-settle", "waiter"
 	other := open(t)
-	cli := rawClient(t, other)
-	lossy := &lossyKV{KV: cli.KV}
-	cli.KV = lossy
-	b, err := New(ctx, cli, &Options{Prefix: other.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b, lossy := lossyBackend(t, other)
 
 	h, err := other.Acquire(ctx, lockReq(key, "holder"))
 	if err != nil {

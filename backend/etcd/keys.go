@@ -131,16 +131,19 @@ type slotTable struct {
 
 // take reserves a slot of key for owner: the one owner already holds, if
 // any, else the lowest free one.
-func (t *slotTable) take(key, owner string) int {
+func (t *slotTable) take(key, owner string) int { return t.reserve(key, owner, true) }
+
+// takeNew reserves for owner the lowest free slot of key, even if owner
+// already holds one.
+func (t *slotTable) takeNew(key, owner string) int { return t.reserve(key, owner, false) }
+
+func (t *slotTable) reserve(key, owner string, reuse bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.keys == nil {
-		t.keys = make(map[string][]string)
-	}
-	slots := t.keys[key]
+	slots := t.slotsLocked(key)
 	free := -1
 	for i, o := range slots {
-		if o == owner {
+		if reuse && o == owner {
 			return i
 		}
 		if o == "" && free < 0 {
@@ -160,10 +163,7 @@ func (t *slotTable) take(key, owner string) int {
 func (t *slotTable) claim(key string, i int, owner string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.keys == nil {
-		t.keys = make(map[string][]string)
-	}
-	slots := t.keys[key]
+	slots := t.slotsLocked(key)
 	for len(slots) <= i {
 		slots = append(slots, "")
 	}
@@ -175,23 +175,12 @@ func (t *slotTable) claim(key string, i int, owner string) bool {
 	return true
 }
 
-// takeNew reserves for owner the lowest free slot of key, even if owner
-// already holds one.
-func (t *slotTable) takeNew(key, owner string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// slotsLocked returns key's slots; t.mu is held.
+func (t *slotTable) slotsLocked(key string) []string {
 	if t.keys == nil {
 		t.keys = make(map[string][]string)
 	}
-	slots := t.keys[key]
-	for i, o := range slots {
-		if o == "" {
-			slots[i] = owner
-			return i
-		}
-	}
-	t.keys[key] = append(slots, owner)
-	return len(slots)
+	return t.keys[key]
 }
 
 // free releases slot i of key if owner still holds it.

@@ -48,48 +48,23 @@ func (k *faultKV) left() int {
 }
 
 func (k *faultKV) Txn(ctx context.Context) clientv3.Txn {
-	return &faultTxn{Txn: k.KV.Txn(ctx), kv: k}
+	return &hookTxn{Txn: k.KV.Txn(ctx), commit: k.commit}
 }
 
-type faultTxn struct {
-	clientv3.Txn
-	kv     *faultKV
-	writes bool
-}
-
-func (t *faultTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *faultTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.note(ops)
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.note(ops)
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-func (t *faultTxn) note(ops []clientv3.Op) {
-	for _, op := range ops {
-		if op.IsPut() || op.IsDelete() || op.IsTxn() {
-			t.writes = true
-		}
-	}
-}
-
-func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.kv.mu.Lock()
+func (k *faultKV) commit(writes bool, commit func() (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	k.mu.Lock()
 	step := faultPass
 	var before func()
-	if t.writes && len(t.kv.plan) > 0 {
-		step, t.kv.plan = t.kv.plan[0], t.kv.plan[1:]
+	if writes && len(k.plan) > 0 {
+		step, k.plan = k.plan[0], k.plan[1:]
 	}
-	if !t.writes && t.kv.before != nil {
-		before, t.kv.before = t.kv.before, nil
+	if !writes && k.before != nil {
+		before, k.before = k.before, nil
 	}
-	if t.writes && t.kv.beforeWrite != nil {
-		before, t.kv.beforeWrite = t.kv.beforeWrite, nil
+	if writes && k.beforeWrite != nil {
+		before, k.beforeWrite = k.beforeWrite, nil
 	}
-	t.kv.mu.Unlock()
+	k.mu.Unlock()
 	if before != nil {
 		before()
 	}
@@ -97,26 +72,20 @@ func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	case faultUnsent:
 		return nil, errUnsent
 	case faultLoseReply:
-		if _, err := t.Txn.Commit(); err != nil {
+		if _, err := commit(); err != nil {
 			return nil, err
 		}
 		return nil, errReplyLost
 	}
-	return t.Txn.Commit()
+	return commit()
 }
 
 // faultBackend returns a backend on other's prefix whose client applies
 // faultKV's plan.
 func faultBackend(t *testing.T, other *Backend) (*Backend, *faultKV) {
 	t.Helper()
-	cli := rawClient(t, other)
-	fk := &faultKV{KV: cli.KV}
-	cli.KV = fk
-	b, err := New(t.Context(), cli, &Options{Prefix: other.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	fk := new(faultKV)
+	b, _ := backendVia(t, other, func(kv clientv3.KV) clientv3.KV { fk.KV = kv; return fk })
 	return b, fk
 }
 

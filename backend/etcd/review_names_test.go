@@ -28,21 +28,6 @@ func slotsInUse(b *Backend, key string) []string {
 	return out
 }
 
-// lossyBackend returns a backend on other's prefix whose client drops the
-// reply of the next writing transaction when lossy.drop is set.
-func lossyBackend(t *testing.T, other *Backend) (*Backend, *lossyKV) {
-	t.Helper()
-	cli := rawClient(t, other)
-	lossy := &lossyKV{KV: cli.KV}
-	cli.KV = lossy
-	b, err := New(t.Context(), cli, &Options{Prefix: other.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b, lossy
-}
-
 // TestReviewEngineTryAcquireFailuresDoNotLeakSlots: the engine's
 // TryAcquire on a key another client holds, whose transaction's reply is
 // lost (what a timeout or a dropped connection looks like), is cleaned up
