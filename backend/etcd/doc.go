@@ -89,7 +89,9 @@
 //     every earlier one. Keys that never rotate never get a marker.
 //   - Release and ForceRelease delete an entry only if it still has the
 //     expected revision (never by key name alone: see
-//     etcd-io/etcd#22082, where a retried unlock deleted a newer holder).
+//     etcd-io/etcd#22082, where a retried unlock deleted a newer holder),
+//     and Release only if its value names the grant's owner (compared in
+//     etcd, or read before the delete of that very revision).
 //   - Expiry is judged by etcd's lease clock. Lease TTLs are whole seconds
 //     (at least etcd's minimum, 2s with default election settings); every
 //     grant reports in Grant.TTL how long etcd is sure to keep the lease,
