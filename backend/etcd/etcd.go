@@ -262,7 +262,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 				}
 				g.Token = tok
 			}
-			headName := string(mine.Key)[len(qp):]
+			headName := nameIn(qp, string(mine.Key))
 			keep = headName == name
 			g.TTL = ml.ttlLeft(start)
 			g.Handle = ml.handle(headName)
@@ -450,7 +450,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, lr.err
 	}
 	g.TTL = lr.l.ttlLeft(start)
-	g.Handle = lr.l.handle(string(mine.Key)[len(b.queuePrefix(g.Key)):])
+	g.Handle = lr.l.handle(nameIn(b.queuePrefix(g.Key), string(mine.Key)))
 	return g, nil
 }
 
@@ -508,7 +508,7 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 					continue
 				}
 				ids[i] = id
-				names[i] = string(mine.Key)[len(b.queuePrefix(grants[i].Key)):]
+				names[i] = nameIn(b.queuePrefix(grants[i].Key), string(mine.Key))
 			}
 		})
 	}
@@ -592,7 +592,7 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 		if len(resp.Kvs) == 0 || ownerOf(resp.Kvs[0]) != g.Owner {
 			return driver.ErrNotHeld
 		}
-		name = string(resp.Kvs[0].Key)[len(qp):]
+		name = nameIn(qp, string(resp.Kvs[0].Key))
 		ok, err = b.deleteEntry(ctx, qp+name, tok)
 	}
 	// The slot is free again whatever the outcome: an entry left under

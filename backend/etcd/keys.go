@@ -54,6 +54,9 @@ func newBackendID() string {
 	return hex.EncodeToString(p[:])
 }
 
+// nameIn returns the name of entry k within the queue whose prefix is qp.
+func nameIn(qp, k string) string { return strings.TrimPrefix(k, qp) }
+
 // slotName returns the name of this backend's entry slot i.
 func (b *Backend) slotName(i int) string { return b.id + "." + strconv.Itoa(i) }
 

@@ -47,7 +47,8 @@ func TestSlotTable(t *testing.T) {
 	}
 }
 
-// names returns the entry names put in key's queue since revision from.
+// putNames returns how often each entry name was put in key's queue
+// between revisions from and to.
 func putNames(t *testing.T, ctx context.Context, cli *clientv3.Client, b *Backend, key string, from, to int64) map[string]int {
 	t.Helper()
 	names := make(map[string]int)

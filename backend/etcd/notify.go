@@ -26,9 +26,10 @@ const lossWatchDelay = 100 * time.Millisecond
 // revision after its creation, reports its deletion (by a force-release,
 // an operator, or its lease expiring or being revoked) as
 // driver.ErrNotHeld. Entry names are reused, but never while an entry has
-// the name, so the first deletion after the grant's revision is its own. The watch starts 100ms after the grant (a lease
-// released before that never starts one) and runs on one goroutine per
-// grant, ended by stop or Close.
+// the name, so the first deletion after the grant's revision is its own.
+// The watch starts 100ms after the grant (a lease released before that
+// never starts one) and runs on one goroutine per grant, ended by stop or
+// Close.
 func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
 	var done atomic.Bool
 	name, named := handleName(g.Handle)

@@ -119,7 +119,7 @@ func (w *waiter) slot(another bool) {
 func (w *waiter) adopt(kv *mvccpb.KeyValue) {
 	w.spare = append(w.spare, w.cur)
 	w.me, w.cur = string(kv.Key), -1
-	if i, ok := w.b.slotOf(w.me[len(w.qp):]); ok && w.b.slots.claim(w.key, i, w.owner) {
+	if i, ok := w.b.slotOf(nameIn(w.qp, w.me)); ok && w.b.slots.claim(w.key, i, w.owner) {
 		w.cur = i
 	}
 }
@@ -288,7 +288,7 @@ func (w *waiter) wait(ctx context.Context, req driver.AcquireRequest) (driver.Gr
 			// The token is final once Renew confirms the grant (the engine
 			// always does): if a holder rotated its token after we
 			// queued, Renew re-puts our entry to get a higher one.
-			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(w.mod), TTL: l.ttlLeft(start), Handle: l.handle(w.me[len(w.qp):])}, nil
+			return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(w.mod), TTL: l.ttlLeft(start), Handle: l.handle(nameIn(w.qp, w.me))}, nil
 		}
 		if len(preds) <= knownPreds {
 			// Every older entry is known, and none can be added: we are
