@@ -71,13 +71,17 @@
 // times are the server's: now() of each statement. A client's clock is never
 // sent or compared.
 //
-//   - Acquire is one statement: INSERT … ON CONFLICT (key) DO UPDATE … WHERE
-//     the row is free (expires_at <= now()) or already ours, RETURNING the
-//     token; when the key is held, a UNION ALL branch of the same statement
-//     returns the holder, its token and its remaining time for the
-//     *driver.HeldError. A new or changed owner gets nextval of the sequence;
-//     the same owner re-acquiring a live row keeps its token (an idempotent
-//     retry). The new holder's metadata is written by the same statement.
+//   - Acquire is one statement: INSERT … ON CONFLICT (key) DO UPDATE that
+//     takes the row if it is free (expires_at <= now()) or already ours,
+//     RETURNING the token, and otherwise RETURNING the holder, its token
+//     and its remaining time for the *driver.HeldError. A new or changed
+//     owner gets nextval of the sequence; the same owner re-acquiring a
+//     live row keeps its token (an idempotent retry). The new holder's
+//     metadata is written by the same statement. A key that this
+//     Backend's last attempt found held gets a form that answers a held
+//     key from its snapshot without writing (a waiter's attempts are
+//     read-only transactions); other keys get the bare upsert, the
+//     cheapest for a free key, which marks a held row contended.
 //   - Renew is an UPDATE checked by key, owner, token and expires_at > now()
 //     (never an upsert, so a late renewal cannot resurrect a released lock);
 //     with Rotate it also draws a new token from the sequence, and with
@@ -90,10 +94,10 @@
 //     for a call that had gone by the time the answer came is remembered,
 //     so that call's retry with the token it holds still finds its record.
 //   - Release marks the row free (expires_at moved back to locked_at, the
-//     metadata cleared) if
-//     key, owner and token match and it has not expired, and calls
-//     pg_notify(channel, key) in the same statement. ForceRelease does the
-//     same for any holder.
+//     metadata cleared) if key, owner and token match and it has not
+//     expired, and, if a contender marked the row, calls pg_notify(channel,
+//     key) in the same statement. ForceRelease does the same for any
+//     holder, and always notifies.
 //   - Inspect and List compute the remaining time on the server
 //     (expires_at − now()). List filters with starts_with(key, prefix): no
 //     LIKE, nothing to escape.

@@ -28,3 +28,20 @@ func LaneState(b *Backend, req driver.RenewRequest) (busy bool, gathering int) {
 	}
 	return lane.busy, gathering
 }
+
+// MaxHeldHints is maxHeldHints.
+const MaxHeldHints = maxHeldHints
+
+// SetHeldHint sets or clears key's held hint, which picks the statement
+// b's next Acquire of key sends: acquire if set, acquireFree if not.
+func SetHeldHint(b *Backend, key string, held bool) { b.held.note(key, held) }
+
+// HeldHint reports whether key's held hint is set.
+func HeldHint(b *Backend, key string) bool { return b.held.has(key) }
+
+// HeldHints is the number of keys with a held hint.
+func HeldHints(b *Backend) int {
+	b.held.mu.Lock()
+	defer b.held.mu.Unlock()
+	return len(b.held.keys)
+}

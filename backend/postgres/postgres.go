@@ -54,6 +54,7 @@ type Backend struct {
 	lis       *listener // nil when NoListen
 	batches   coalescer
 	rot       rotations
+	held      heldHints
 }
 
 var (
@@ -368,9 +369,10 @@ func remaining(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// Acquire implements driver.Backend with one statement: an upsert that
-// takes a free (expired or released) row or re-grants the same owner, and
-// otherwise reports the holder.
+// Acquire implements driver.Backend with an upsert that takes a free
+// (expired or released) row or re-grants the same owner, and otherwise
+// reports the holder, in one statement: acquireFree, unless this Backend's
+// last attempt on the key found it held, then acquire (see heldHints).
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -384,16 +386,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		owner string
 		rem   int64
 	)
-	err := b.pool.QueryRow(ctx, b.q.acquire, req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)).Scan(&ok, &tok, &owner, &rem)
+	q := b.q.acquireFree
+	if b.held.has(req.Key) {
+		q = b.q.acquire
+	}
+	err := b.pool.QueryRow(ctx, q, req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)).Scan(&ok, &tok, &owner, &rem)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Held, but the holder committed after this statement's snapshot.
+		b.held.note(req.Key, true)
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 	case err != nil:
 		return driver.Grant{}, err
 	case !ok:
+		b.held.note(req.Key, true)
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}}
 	}
+	b.held.note(req.Key, false)
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
 }
 

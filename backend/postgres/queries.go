@@ -5,7 +5,7 @@ import "strings"
 // queries are the backend's statements with the validated, quoted
 // identifiers filled in. Values always travel as parameters.
 type queries struct {
-	acquire, renew, renewBatch, release, forceRelease, inspect, list, sweep string
+	acquireFree, acquire, renew, renewBatch, release, forceRelease, inspect, list, sweep string
 }
 
 // remainingUS is the time a row has left, in microseconds, by the server's
@@ -18,36 +18,14 @@ const remainingUS = `(extract(epoch from (%E - now())) * 1000000)::bigint`
 // payload behind (its statements do not know the columns); this hides it.
 const metadataOf = `CASE WHEN metadata_owner = owner THEN metadata END`
 
-func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
-
-func buildQueries(n names) queries {
-	r := strings.NewReplacer("{T}", n.table, "{S}", n.seqLit)
-	q := queries{
-		// A held key is answered from the statement's snapshot (cur)
-		// without inserting or drawing a token: a waiter's failed attempt
-		// is a read-only transaction (no WAL, no commit flush), except that
-		// the first one per holder sets the row's contended flag (m), which
-		// tells the holder's release to NOTIFY. Otherwise the INSERT path
-		// draws its token when the row does not exist, and the conflict
-		// path draws a fresh token inside the DO UPDATE, that is, after the
-		// row lock is taken and the previous holder's statement has
-		// committed, so it is above every token issued before. The same
-		// owner re-acquiring a live row keeps its token (an idempotent
-		// retry). If another owner took the key between the snapshot and
-		// the insert, the DO UPDATE changes only the contended flag and
-		// RETURNING names that holder. The row's metadata is replaced
-		// wherever its owner is (a new holder, or the same owner's retry).
-		acquire: `WITH cur AS (
-  SELECT owner, token, expires_at FROM {T} WHERE key = $1
-), m AS (
-  UPDATE {T} SET contended = true
-  WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
-    AND EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
-), a AS (
-  INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
-  SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2
-  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
-  ON CONFLICT (key) DO UPDATE SET
+// takeOver is the DO UPDATE of both acquire statements. The conflict path
+// draws a fresh token inside it, that is, after the row lock is taken and
+// the previous holder's statement has committed, so it is above every
+// token issued before. The same owner re-acquiring a live row keeps its
+// token (an idempotent retry). A row another owner holds keeps everything
+// but gets its contended flag set. The metadata is replaced wherever its
+// owner is (a new holder, or the same owner's retry).
+const takeOver = `
     token      = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.token
                       WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN nextval({S})
                       ELSE l.token END,
@@ -60,7 +38,45 @@ func buildQueries(n names) queries {
     metadata   = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.metadata ELSE l.metadata END,
     metadata_owner = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.metadata_owner END,
     owner      = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.owner END,
-    expires_at = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END
+    expires_at = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END`
+
+func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
+
+func buildQueries(n names) queries {
+	r := strings.NewReplacer("{T}", n.table, "{S}", n.seqLit)
+	q := queries{
+		// acquireFree is acquire's INSERT (a below) alone: no snapshot
+		// read, no CTE, the cheapest statement for a key that is free (or
+		// ours). On a key another owner holds it goes through takeOver,
+		// which sets the contended flag (rewriting the row, a write and a
+		// commit flush, as acquire's m does for the first waiter per
+		// holder) and RETURNING names the holder. Acquire sends it only
+		// for keys it has not found held (heldHints), so a waiter's later
+		// attempts are acquire's read-only ones.
+		acquireFree: `INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
+  VALUES ($1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2)
+  ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at"),
+
+		// acquire answers every case in one statement. A held key is
+		// answered from the statement's snapshot (cur) without inserting
+		// or drawing a token: a waiter's failed attempt is a read-only
+		// transaction (no WAL, no commit flush), except that the first
+		// one per holder sets the row's contended flag (m), which tells
+		// the holder's release to NOTIFY. Otherwise the INSERT path (a)
+		// draws its token when the row does not exist, and the conflict
+		// path is takeOver.
+		acquire: `WITH cur AS (
+  SELECT owner, token, expires_at FROM {T} WHERE key = $1
+), m AS (
+  UPDATE {T} SET contended = true
+  WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
+    AND EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+), a AS (
+  INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
+  SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+  ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
   RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `
 )
 SELECT * FROM a
@@ -91,14 +107,13 @@ SELECT false, token, owner, ` + rem("expires_at") + ` FROM cur
 		// clock stepped back), which keeps the CHECK satisfied. Waiters are
 		// notified only if one has marked the row contended: NOTIFY
 		// serialises the commits of notifying transactions server-wide, so
-		// an uncontended release does not pay for it.
-		release: `WITH r AS (
-  UPDATE {T} SET locked_at = least(locked_at, now()), expires_at = least(locked_at, now()),
+		// an uncontended release does not pay for it. The NOTIFY is in
+		// the RETURNING, evaluated for the released row only, so the
+		// release is one statement without a CTE.
+		release: `UPDATE {T} SET locked_at = least(locked_at, now()), expires_at = least(locked_at, now()),
     metadata = NULL, metadata_owner = NULL
   WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
-  RETURNING key, contended
-)
-SELECT (SELECT pg_notify($4, r.key) WHERE r.contended) FROM r`,
+  RETURNING CASE WHEN contended THEN pg_notify($4, key)::text END`,
 
 		forceRelease: `WITH o AS (
   SELECT key, owner, token, expires_at FROM {T} WHERE key = $1 AND expires_at > now() FOR UPDATE
@@ -121,7 +136,7 @@ SELECT owner, token, ` + rem("expires_at") + `, pg_notify($2, key) FROM r`,
 
 		sweep: `DELETE FROM {T} WHERE expires_at < now() - $1::bigint * interval '1 microsecond'`,
 	}
-	for _, p := range []*string{&q.acquire, &q.renew, &q.renewBatch, &q.release, &q.forceRelease, &q.inspect, &q.list, &q.sweep} {
+	for _, p := range []*string{&q.acquireFree, &q.acquire, &q.renew, &q.renewBatch, &q.release, &q.forceRelease, &q.inspect, &q.list, &q.sweep} {
 		*p = r.Replace(*p)
 	}
 	return q
