@@ -381,16 +381,24 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, err
 	}
 	var (
-		ok    bool
-		tok   int64
-		owner string
-		rem   int64
+		ok, marked bool
+		tok        int64
+		owner      string
+		rem        int64
 	)
+	args := []any{req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)}
 	q := b.q.acquireFree
 	if b.held.has(req.Key) {
 		q = b.q.acquire
 	}
-	err := b.pool.QueryRow(ctx, q, req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)).Scan(&ok, &tok, &owner, &rem)
+	err := b.pool.QueryRow(ctx, q, args...).Scan(&ok, &tok, &owner, &rem, &marked)
+	if err == nil && !ok && !marked {
+		// acquire found the key held at its snapshot, but the row changed
+		// before it could be marked contended: a release that committed in
+		// between sent no NOTIFY, so this answer would leave a waiter
+		// asleep. acquireFree takes the row or marks it, under its lock.
+		err = b.pool.QueryRow(ctx, b.q.acquireFree, args...).Scan(&ok, &tok, &owner, &rem, &marked)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Held, but the holder committed after this statement's snapshot.

@@ -47,7 +47,8 @@ func buildQueries(n names) queries {
 	q := queries{
 		// acquireFree is acquire's INSERT (a below) alone: no snapshot
 		// read, no CTE, the cheapest statement for a key that is free (or
-		// ours). On a key another owner holds it goes through takeOver,
+		// ours). Its proposed row draws a token on every call, skipped on
+		// a conflict (a gap in the sequence); takeOver draws again. On a key another owner holds it goes through takeOver,
 		// which sets the contended flag (rewriting the row, a write and a
 		// commit flush, as acquire's m does for the first waiter per
 		// holder) and RETURNING names the holder. Acquire sends it only
@@ -56,7 +57,7 @@ func buildQueries(n names) queries {
 		acquireFree: `INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
   VALUES ($1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2)
   ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
-  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at"),
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true`,
 
 		// acquire answers every case in one statement. A held key is
 		// answered from the statement's snapshot (cur) without inserting
@@ -65,23 +66,29 @@ func buildQueries(n names) queries {
 		// one per holder sets the row's contended flag (m), which tells
 		// the holder's release to NOTIFY. Otherwise the INSERT path (a)
 		// draws its token when the row does not exist, and the conflict
-		// path is takeOver.
+		// path is takeOver. Both acquire statements return a fifth
+		// column, marked: false when acquire answered "held" from its
+		// snapshot but could not mark the row, because the row changed
+		// after the snapshot (a release committed in between, with no
+		// NOTIFY since nobody had marked it); Acquire then asks again
+		// with acquireFree, which decides under the row lock.
 		acquire: `WITH cur AS (
-  SELECT owner, token, expires_at FROM {T} WHERE key = $1
+  SELECT owner, token, expires_at, contended FROM {T} WHERE key = $1
 ), m AS (
   UPDATE {T} SET contended = true
   WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
     AND EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+  RETURNING 1
 ), a AS (
   INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
   SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
   ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
-  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true
 )
 SELECT * FROM a
 UNION ALL
-SELECT false, token, owner, ` + rem("expires_at") + ` FROM cur
+SELECT false, token, owner, ` + rem("expires_at") + `, contended OR EXISTS (SELECT 1 FROM m) FROM cur
   WHERE NOT EXISTS (SELECT 1 FROM a)`,
 
 		// With $6 (SetMetadata) the same owner- and token-checked UPDATE
