@@ -125,7 +125,11 @@ func (c config) serverCPU() (time.Duration, bool) {
 // rounds gives every Lib, one after the other, turn acquire+release cycles
 // spread over the given number of goroutines, each on its own key. On a
 // shared, busy machine every Lib then meets the same noise, so the ratios
-// are far steadier than those of separate runs. It reports each Lib's rate
+// are far steadier than those of separate runs. Round r starts with Lib r
+// (mod the number of Libs), so that every Lib runs in every place of the
+// order equally often: with a fixed order, fencelock on Redis, run right
+// after the raw operations, measured 0.88× raw over nine runs, and 0.94×
+// over five with the backend alone moved before it. It reports each Lib's rate
 // over the time it took ("<name>-acq+rel/s", see Rate) and, for all but the
 // first, its ratio to the first ("<name>/<first>"). Options: Rate,
 // FreshKeys.
@@ -141,10 +145,11 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 	spent := make([]time.Duration, len(libs))
 	b.ResetTimer()
 	for round := range b.N {
-		for li, lib := range libs {
+		for k := range libs {
+			li := (round + k) % len(libs)
 			el, _, err := cycles(locks[li], turn, round*turn, keys[li], false)
 			if err != nil {
-				b.Fatalf("%s: %v", lib.Name, err)
+				b.Fatalf("%s: %v", libs[li].Name, err)
 			}
 			spent[li] += el
 		}
