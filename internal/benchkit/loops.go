@@ -166,7 +166,8 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 
 // InterleavedContended is Contended for every Lib in turns within one
 // benchmark: each of the b.N rounds runs, for every Lib one after the
-// other, at least perRound handoffs among the given number of goroutines on
+// other (round r starting with Lib r, as in Interleaved), at least perRound
+// handoffs among the given number of goroutines on
 // one key. It reports each Lib's "<name>-handoffs/s" over the time it took,
 // for all but the first its ratio to the first ("<name>/<first>"), and each
 // Lib's "<name>-p50-wait-µs" and "<name>-p99-wait-µs" over all rounds.
@@ -185,11 +186,12 @@ func InterleavedContended(b *testing.B, goroutines, perRound int, libs []Lib, op
 	count := make([]int, len(libs))
 	lat := make([][]time.Duration, len(libs))
 	b.ResetTimer()
-	for range b.N {
-		for li, lib := range libs {
+	for round := range b.N {
+		for k := range libs {
+			li := (round + k) % len(libs) // every Lib in every place, as in Interleaved
 			r := handoffs(ctx, waits[li], keys[li], perRound, 0, c.barging)
 			if r.err != nil {
-				b.Fatalf("%s: %v", lib.Name, r.err)
+				b.Fatalf("%s: %v", libs[li].Name, r.err)
 			}
 			spent[li] += r.elapsed
 			count[li] += r.count
