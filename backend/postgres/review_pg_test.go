@@ -85,25 +85,15 @@ func reviewSetup(t *testing.T) (table string, holder, waiter *postgres.Backend) 
 	return table, openT(t, dsn), openT(t, dsn)
 }
 
-type reviewRow struct {
-	owner     string
-	token     int64
-	contended bool
-	live      bool
-	metadata  string
-}
-
-func reviewRowOf(t *testing.T, b *postgres.Backend, table, key string) reviewRow {
+// reviewInOrder starts first, waits until it is queued on the row lock
+// the test holds, then starts second and waits until both are queued:
+// PostgreSQL grants the lock in that order once the test lets go.
+func reviewInOrder(t *testing.T, b *postgres.Backend, table string, first, second func()) {
 	t.Helper()
-	var r reviewRow
-	var md []byte
-	err := b.Pool().QueryRow(ctxT(t), `SELECT owner, token, contended, expires_at > now(), metadata FROM "`+table+`" WHERE key = $1`, key).
-		Scan(&r.owner, &r.token, &r.contended, &r.live, &md)
-	if err != nil {
-		t.Fatalf("reading the row of %q: %v", key, err)
-	}
-	r.metadata = string(md)
-	return r
+	first()
+	reviewQueued(t, b, table, 1)
+	second()
+	reviewQueued(t, b, table, 2)
 }
 
 // The waiter invariant through the statements' row locks, for the orders
@@ -159,15 +149,10 @@ func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 			}
 			release := func() { rel = reviewErrAsync(func() error { return hb.Release(ctx, g) }) }
 			if c.attemptFirst {
-				attempt()
-				reviewQueued(t, wb, table, 1)
-				release()
+				reviewInOrder(t, wb, table, attempt, release)
 			} else {
-				release()
-				reviewQueued(t, wb, table, 1)
-				attempt()
+				reviewInOrder(t, wb, table, release, attempt)
 			}
-			reviewQueued(t, wb, table, 2)
 			unlock()
 			a := <-acq
 			if err := <-rel; err != nil {
@@ -186,7 +171,7 @@ func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 			if a.err != nil || a.g.Token <= g.Token {
 				t.Fatalf("the attempt queued after the release = %+v, %v; want a grant with a token above %d", a.g, a.err, g.Token)
 			}
-			if r := reviewRowOf(t, wb, table, key); r.owner != "w" || r.token != int64(a.g.Token) || !r.live || r.contended || r.metadata != "w-md" {
+			if r := rowOf(t, wb, table, key); r.owner != "w" || r.token != int64(a.g.Token) || !r.live || r.contended || r.metadata != "w-md" {
 				t.Fatalf("row after w's grant = %+v", r)
 			}
 		})
@@ -201,7 +186,7 @@ func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 		if _, err := wb.Acquire(ctx, driver.AcquireRequest{Key: "md", Owner: "w", TTL: time.Minute, Metadata: []byte("w-md")}); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("contender's Acquire = %v; want ErrNotAcquired", err)
 		}
-		if r := reviewRowOf(t, wb, table, "md"); r.owner != "h" || r.metadata != "h-md" || !r.contended {
+		if r := rowOf(t, wb, table, "md"); r.owner != "h" || r.metadata != "h-md" || !r.contended {
 			t.Fatalf("row after the contender's bare upsert = %+v; want h's, its metadata, contended", r)
 		}
 		if info, err := wb.Inspect(ctx, "md"); err != nil || info.Owner != "h" || string(info.Metadata) != "h-md" {
@@ -243,10 +228,15 @@ func TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
 	}
 	postgres.SetHeldHint(wb, key, true) // wb found the key held before (by an earlier holder)
 	unlock := lockRow(t, hb, table, key)
-	rel := reviewErrAsync(func() error { return hb.Release(ctx, g) })
-	reviewQueued(t, wb, table, 1)
-	acq := reviewAcquireAsync(ctx, wb, driver.AcquireRequest{Key: key, Owner: "w", TTL: time.Minute})
-	reviewQueued(t, wb, table, 2)
+	var (
+		rel <-chan error
+		acq <-chan reviewAcquired
+	)
+	reviewInOrder(t, wb, table,
+		func() { rel = reviewErrAsync(func() error { return hb.Release(ctx, g) }) },
+		func() {
+			acq = reviewAcquireAsync(ctx, wb, driver.AcquireRequest{Key: key, Owner: "w", TTL: time.Minute})
+		})
 	unlock()
 	a := <-acq
 	if err := <-rel; err != nil {
@@ -260,7 +250,7 @@ func TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
 		t.Fatalf("attempt = %v", a.err)
 	}
 	notified := reviewNotified(t, wb, table, ch)
-	r := reviewRowOf(t, wb, table, key)
+	r := rowOf(t, wb, table, key)
 	if !notified {
 		t.Fatalf("the attempt found the key held (HeldError naming %q, token %d, %v left) but the holder's release, "+
 			"which committed before the attempt returned, sent no NOTIFY (row now: live=%v contended=%v): the waiter is not woken",
@@ -320,15 +310,10 @@ func TestReviewPGAcquireRacingSweep(t *testing.T) {
 					}()
 				}
 				if attemptFirst {
-					attempt()
-					reviewQueued(t, wb, table, 1)
-					sweep()
+					reviewInOrder(t, wb, table, attempt, sweep)
 				} else {
-					sweep()
-					reviewQueued(t, wb, table, 1)
-					attempt()
+					reviewInOrder(t, wb, table, sweep, attempt)
 				}
-				reviewQueued(t, wb, table, 2)
 				unlock()
 				a, n := <-acq, <-swept
 				if a.err != nil || a.g.Token <= g.Token {
@@ -337,7 +322,7 @@ func TestReviewPGAcquireRacingSweep(t *testing.T) {
 				if want := map[bool]int64{true: 0, false: 1}[attemptFirst]; n != want {
 					t.Errorf("Sweep deleted %d rows; want %d", n, want)
 				}
-				if r := reviewRowOf(t, wb, table, key); r.owner != "w" || r.token != int64(a.g.Token) || !r.live {
+				if r := rowOf(t, wb, table, key); r.owner != "w" || r.token != int64(a.g.Token) || !r.live {
 					t.Fatalf("row after the race = %+v; want w's live row, token %d", r, a.g.Token)
 				}
 				if _, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "x", TTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) {
@@ -424,7 +409,7 @@ func TestReviewPGReleaseNotifiesOnlyForTheReleasedContendedRow(t *testing.T) {
 	if err := hb.Release(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	if r := reviewRowOf(t, wb, table, "quiet"); r.live {
+	if r := rowOf(t, wb, table, "quiet"); r.live {
 		t.Fatalf("row after release = %+v; want free", r)
 	}
 	if reviewNotified(t, wb, table, quiet) {
@@ -515,7 +500,7 @@ func TestReviewPGSameOwnerRetryKeepsContendersMark(t *testing.T) {
 			if err != nil || again.Token != g.Token {
 				t.Fatalf("the holder's retry = %+v, %v; want token %d kept", again, err, g.Token)
 			}
-			if r := reviewRowOf(t, hb, table, key); !r.contended || r.owner != "h" || r.metadata != "h-md" {
+			if r := rowOf(t, hb, table, key); !r.contended || r.owner != "h" || r.metadata != "h-md" {
 				t.Fatalf("row after the holder's retry = %+v; want h's, still contended", r)
 			}
 			if err := hb.Release(ctx, again); err != nil {

@@ -11,24 +11,43 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// rowOf reads what the table holds for key: the row's version (xmin), its
-// owner, token and contended flag.
+// row is what the table holds for a key: the row's version (xmin), owner,
+// token, contended flag, whether it is live by the server's clock, and
+// metadata.
 type row struct {
 	xmin      string
 	owner     string
 	token     int64
 	contended bool
+	live      bool
+	metadata  string
 }
 
 func rowOf(t *testing.T, b *postgres.Backend, table, key string) row {
 	t.Helper()
-	var r row
-	err := b.Pool().QueryRow(ctxT(t), `SELECT xmin::text, owner, token, contended FROM "`+table+`" WHERE key = $1`, key).
-		Scan(&r.xmin, &r.owner, &r.token, &r.contended)
+	var (
+		r  row
+		md []byte
+	)
+	err := b.Pool().QueryRow(ctxT(t), `SELECT xmin::text, owner, token, contended, expires_at > now(), metadata FROM "`+table+`" WHERE key = $1`, key).
+		Scan(&r.xmin, &r.owner, &r.token, &r.contended, &r.live, &md)
 	if err != nil {
 		t.Fatalf("reading the row of %q: %v", key, err)
 	}
+	r.metadata = string(md)
 	return r
+}
+
+// eachStatement runs f once for each acquire statement, on one Backend
+// and table: hinted false is acquireFree, true is acquire (the test sets
+// the key's hint before each Acquire).
+func eachStatement(t *testing.T, f func(t *testing.T, b *postgres.Backend, table string, hinted bool)) {
+	base := testURL(t)
+	table := uniqueTable(t, base)
+	b := openT(t, withParams(t, base, "table", table))
+	for _, hinted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hinted=%v", hinted), func(t *testing.T) { f(t, b, table, hinted) })
+	}
 }
 
 func lastToken(t *testing.T, b *postgres.Backend, table string) int64 {
@@ -48,60 +67,55 @@ func lastToken(t *testing.T, b *postgres.Backend, table string) int64 {
 // expired row (a new holder with a token above every earlier one). After
 // the call the hint says what the call found.
 func TestAcquireStatementsAgree(t *testing.T) {
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b := openT(t, withParams(t, base, "table", table))
-	ctx := ctxT(t)
-	for _, hinted := range []bool{false, true} {
-		t.Run(fmt.Sprintf("hinted=%v", hinted), func(t *testing.T) {
-			key := fmt.Sprintf("agree-%v", hinted)
-			acquire := func(owner string) (driver.Grant, error) {
-				t.Helper()
-				postgres.SetHeldHint(b, key, hinted)
-				g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute, Metadata: []byte(owner)})
-				if held := errors.Is(err, driver.ErrNotAcquired); (err == nil || held) && postgres.HeldHint(b, key) != held {
-					t.Fatalf("after Acquire by %s = %v: held hint %v; want %v", owner, err, !held, held)
-				}
-				return g, err
+	eachStatement(t, func(t *testing.T, b *postgres.Backend, table string, hinted bool) {
+		ctx := ctxT(t)
+		key := fmt.Sprintf("agree-%v", hinted)
+		acquire := func(owner string) (driver.Grant, error) {
+			t.Helper()
+			postgres.SetHeldHint(b, key, hinted)
+			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute, Metadata: []byte(owner)})
+			if held := errors.Is(err, driver.ErrNotAcquired); (err == nil || held) && postgres.HeldHint(b, key) != held {
+				t.Fatalf("after Acquire by %s = %v: held hint %v; want %v", owner, err, !held, held)
 			}
-			granted := func(owner string, above int64) driver.Grant {
-				t.Helper()
-				g, err := acquire(owner)
-				if err != nil || int64(g.Token) <= above {
-					t.Fatalf("Acquire by %s = %+v, %v; want a grant with a token above %d", owner, g, err, above)
-				}
-				if r := rowOf(t, b, table, key); r.owner != owner || r.token != int64(g.Token) || r.contended {
-					t.Fatalf("row after %s's grant = %+v; want owner %s, token %d, not contended", owner, r, owner, g.Token)
-				}
-				if info, err := b.Inspect(ctx, key); err != nil || string(info.Metadata) != owner {
-					t.Fatalf("Inspect after %s's grant = %+v, %v; want its metadata", owner, info, err)
-				}
-				return g
+			return g, err
+		}
+		granted := func(owner string, above int64) driver.Grant {
+			t.Helper()
+			g, err := acquire(owner)
+			if err != nil || int64(g.Token) <= above {
+				t.Fatalf("Acquire by %s = %+v, %v; want a grant with a token above %d", owner, g, err, above)
 			}
+			if r := rowOf(t, b, table, key); r.owner != owner || r.token != int64(g.Token) || r.contended {
+				t.Fatalf("row after %s's grant = %+v; want owner %s, token %d, not contended", owner, r, owner, g.Token)
+			}
+			if info, err := b.Inspect(ctx, key); err != nil || string(info.Metadata) != owner {
+				t.Fatalf("Inspect after %s's grant = %+v, %v; want its metadata", owner, info, err)
+			}
+			return g
+		}
 
-			a := granted("a", 0)
-			if g, err := acquire("a"); err != nil || g.Token != a.Token {
-				t.Fatalf("same owner's retry = %+v, %v; want token %d kept", g, err, a.Token)
-			}
-			_, err := acquire("b")
-			var he *driver.HeldError
-			if !errors.As(err, &he) || he.Holder.Owner != "a" || he.Holder.Token != a.Token || he.Holder.Remaining <= 0 {
-				t.Fatalf("Acquire by b on a's key = %v; want a HeldError naming a, token %d, time left", err, a.Token)
-			}
-			if r := rowOf(t, b, table, key); !r.contended || r.owner != "a" || r.token != int64(a.Token) {
-				t.Fatalf("row after b found it held = %+v; want a's, contended", r)
-			}
-			if err := b.Release(ctx, a); err != nil {
-				t.Fatal(err)
-			}
-			g := granted("b", int64(a.Token)) // a released row
+		a := granted("a", 0)
+		if g, err := acquire("a"); err != nil || g.Token != a.Token {
+			t.Fatalf("same owner's retry = %+v, %v; want token %d kept", g, err, a.Token)
+		}
+		_, err := acquire("b")
+		var he *driver.HeldError
+		if !errors.As(err, &he) || he.Holder.Owner != "a" || he.Holder.Token != a.Token || he.Holder.Remaining <= 0 {
+			t.Fatalf("Acquire by b on a's key = %v; want a HeldError naming a, token %d, time left", err, a.Token)
+		}
+		if r := rowOf(t, b, table, key); !r.contended || r.owner != "a" || r.token != int64(a.Token) {
+			t.Fatalf("row after b found it held = %+v; want a's, contended", r)
+		}
+		if err := b.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		g := granted("b", int64(a.Token)) // a released row
 
-			if _, err := b.Pool().Exec(ctx, `UPDATE "`+table+`" SET locked_at = now() - interval '1 hour', expires_at = now() - interval '1 minute' WHERE key = $1`, key); err != nil {
-				t.Fatal(err)
-			}
-			granted("c", int64(g.Token)) // an expired row
-		})
-	}
+		if _, err := b.Pool().Exec(ctx, `UPDATE "`+table+`" SET locked_at = now() - interval '1 hour', expires_at = now() - interval '1 minute' WHERE key = $1`, key); err != nil {
+			t.Fatal(err)
+		}
+		granted("c", int64(g.Token)) // an expired row
+	})
 }
 
 // A Backend's later attempts on a key it found held are read-only: they
@@ -170,53 +184,48 @@ func TestHeldHintsBounded(t *testing.T) {
 // take the row with the token it drew first (which is below the other
 // client's): its token is drawn again after the lock.
 func TestTakeoverTokenDrawnAfterTheRowLock(t *testing.T) {
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b := openT(t, withParams(t, base, "table", table))
-	ctx := ctxT(t)
-	for _, hinted := range []bool{false, true} {
-		t.Run(fmt.Sprintf("hinted=%v", hinted), func(t *testing.T) {
-			key := fmt.Sprintf("late-%v", hinted)
-			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Release(ctx, g); err != nil {
-				t.Fatal(err)
-			}
-			// The other client's takeover and release, as one transaction
-			// that holds the row lock while the acquisition waits.
-			tx, err := b.Pool().Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(context.Background())
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+table+`" WHERE key = $1 FOR UPDATE`, key); err != nil {
-				t.Fatal(err)
-			}
-			postgres.SetHeldHint(b, key, hinted)
-			type outcome struct {
-				g   driver.Grant
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "late", TTL: time.Minute})
-				done <- outcome{g, err}
-			}()
-			awaitT(t, "the acquisition to wait for the row lock", func() bool { return waitingOn(t, b, table) > 0 })
-			var other int64
-			if err := tx.QueryRow(ctx, `UPDATE "`+table+`" SET owner = 'other', token = nextval('"`+table+`_token_seq"'),
+	eachStatement(t, func(t *testing.T, b *postgres.Backend, table string, hinted bool) {
+		ctx := ctxT(t)
+		key := fmt.Sprintf("late-%v", hinted)
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		// The other client's takeover and release, as one transaction
+		// that holds the row lock while the acquisition waits.
+		tx, err := b.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+table+`" WHERE key = $1 FOR UPDATE`, key); err != nil {
+			t.Fatal(err)
+		}
+		postgres.SetHeldHint(b, key, hinted)
+		type outcome struct {
+			g   driver.Grant
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "late", TTL: time.Minute})
+			done <- outcome{g, err}
+		}()
+		awaitT(t, "the acquisition to wait for the row lock", func() bool { return waitingOn(t, b, table) > 0 })
+		var other int64
+		if err := tx.QueryRow(ctx, `UPDATE "`+table+`" SET owner = 'other', token = nextval('"`+table+`_token_seq"'),
   locked_at = now() - interval '1 second', expires_at = now() - interval '1 second' WHERE key = $1 RETURNING token`, key).Scan(&other); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			o := <-done
-			if o.err != nil || int64(o.g.Token) <= other {
-				t.Fatalf("the waiting acquisition = %+v, %v; want a grant with a token above the other client's %d", o.g, o.err, other)
-			}
-		})
-	}
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil || int64(o.g.Token) <= other {
+			t.Fatalf("the waiting acquisition = %+v, %v; want a grant with a token above the other client's %d", o.g, o.err, other)
+		}
+	})
 }
