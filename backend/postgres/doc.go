@@ -81,7 +81,10 @@
 //     Backend's last attempt found held gets a form that answers a held
 //     key from its snapshot without writing (a waiter's attempts are
 //     read-only transactions); other keys get the bare upsert, the
-//     cheapest for a free key, which marks a held row contended.
+//     cheapest for a free key, which marks a held row contended. If the
+//     snapshot form finds the key held but the row changed before it
+//     could mark it (a release committed in between), Acquire sends the
+//     bare upsert too, so that the answer is decided under the row lock.
 //   - Renew is an UPDATE checked by key, owner, token and expires_at > now()
 //     (never an upsert, so a late renewal cannot resurrect a released lock);
 //     with Rotate it also draws a new token from the sequence, and with
