@@ -281,13 +281,7 @@ func TestReviewPGAcquireRacingSweep(t *testing.T) {
 				table, hb, wb := reviewSetup(t)
 				ctx := ctxT(t)
 				const key = "swept"
-				g, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "h", TTL: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := hb.Release(ctx, g); err != nil {
-					t.Fatal(err)
-				}
+				g := released(t, hb, key, "h")
 				if _, err := hb.Pool().Exec(ctx, `UPDATE "`+table+`" SET locked_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE key = $1`, key); err != nil {
 					t.Fatal(err)
 				}
@@ -345,13 +339,7 @@ func TestReviewPGRaiseFloorWaitsForInFlightBareUpsert(t *testing.T) {
 	table, hb, wb := reviewSetup(t)
 	ctx := ctxT(t)
 	const key = "floor"
-	g, err := hb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "h", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hb.Release(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	g := released(t, hb, key, "h")
 	unlock := lockRow(t, hb, table, key)
 	acq := reviewAcquireAsync(ctx, wb, driver.AcquireRequest{Key: key, Owner: "w", TTL: time.Minute})
 	reviewQueued(t, wb, table, 1)

@@ -38,6 +38,22 @@ func rowOf(t *testing.T, b *postgres.Backend, table, key string) row {
 	return r
 }
 
+// released acquires key for owner and releases it: a free row that
+// exists, whose next taker goes through the conflict path. It returns
+// the released grant.
+func released(t *testing.T, b *postgres.Backend, key, owner string) driver.Grant {
+	t.Helper()
+	ctx := ctxT(t)
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // eachStatement runs f once for each acquire statement, on one Backend
 // and table: hinted false is acquireFree, true is acquire (the test sets
 // the key's hint before each Acquire).
@@ -187,13 +203,7 @@ func TestTakeoverTokenDrawnAfterTheRowLock(t *testing.T) {
 	eachStatement(t, func(t *testing.T, b *postgres.Backend, table string, hinted bool) {
 		ctx := ctxT(t)
 		key := fmt.Sprintf("late-%v", hinted)
-		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "first", TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Release(ctx, g); err != nil {
-			t.Fatal(err)
-		}
+		released(t, b, key, "first")
 		// The other client's takeover and release, as one transaction
 		// that holds the row lock while the acquisition waits.
 		tx, err := b.Pool().Begin(ctx)
