@@ -372,7 +372,9 @@ func remaining(us int64) time.Duration {
 // Acquire implements driver.Backend with an upsert that takes a free
 // (expired or released) row or re-grants the same owner, and otherwise
 // reports the holder, in one statement: acquireFree, unless this Backend's
-// last attempt on the key found it held, then acquire (see heldHints).
+// last attempt on the key found it held, then acquire (see heldHints). An
+// answer of acquire's that the key is held but that it could not mark the
+// row is asked again with acquireFree.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
