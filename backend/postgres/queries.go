@@ -48,12 +48,13 @@ func buildQueries(n names) queries {
 		// acquireFree is acquire's INSERT (a below) alone: no snapshot
 		// read, no CTE, the cheapest statement for a key that is free (or
 		// ours). Its proposed row draws a token on every call, skipped on
-		// a conflict (a gap in the sequence); takeOver draws again. On a key another owner holds it goes through takeOver,
-		// which sets the contended flag (rewriting the row, a write and a
-		// commit flush, as acquire's m does for the first waiter per
-		// holder) and RETURNING names the holder. Acquire sends it only
-		// for keys it has not found held (heldHints), so a waiter's later
-		// attempts are acquire's read-only ones.
+		// a conflict (a gap in the sequence); takeOver draws again. On a
+		// key another owner holds it goes through takeOver, which sets the
+		// contended flag (rewriting the row, a write and a commit flush,
+		// as acquire's m does for the first waiter per holder) and
+		// RETURNING names the holder. Acquire sends it only for keys it
+		// has not found held (heldHints), so a waiter's later attempts are
+		// acquire's read-only ones.
 		acquireFree: `INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
   VALUES ($1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2)
   ON CONFLICT (key) DO UPDATE SET ` + takeOver + `

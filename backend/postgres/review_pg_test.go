@@ -85,6 +85,18 @@ func reviewSetup(t *testing.T) (table string, holder, waiter *postgres.Backend) 
 	return table, openT(t, dsn), openT(t, dsn)
 }
 
+// reviewWatch watches key through b until the test ends.
+func reviewWatch(t *testing.T, b *postgres.Backend, key string) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	t.Cleanup(cancel)
+	ch, err := b.Watch(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 // reviewInOrder starts first, waits until it is queued on the row lock
 // the test holds, then starts second and waits until both are queued:
 // PostgreSQL grants the lock in that order once the test lets go.
@@ -132,12 +144,7 @@ func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			ch, err := wb.Watch(wctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := reviewWatch(t, wb, key)
 			postgres.SetHeldHint(wb, key, c.hinted)
 			unlock := lockRow(t, hb, table, key)
 			var (
@@ -220,12 +227,7 @@ func TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, err := wb.Watch(wctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := reviewWatch(t, wb, key)
 	postgres.SetHeldHint(wb, key, true) // wb found the key held before (by an earlier holder)
 	unlock := lockRow(t, hb, table, key)
 	var (
@@ -474,12 +476,7 @@ func TestReviewPGSameOwnerRetryKeepsContendersMark(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			ch, err := wb.Watch(wctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := reviewWatch(t, wb, key)
 			if _, err := wb.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "w", TTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) {
 				t.Fatalf("contender's Acquire = %v; want ErrNotAcquired", err)
 			}
