@@ -38,15 +38,15 @@ type Client struct {
 	life    context.Context // cancelled when Close begins
 	endLife context.CancelFunc
 	mu      sync.Mutex
-	closed  bool                               // no new leases
-	stopped bool                               // no new background work
-	leases  map[*Lease]*renewal                // held leases, with their scheduler entries
-	pending map[*Lease]struct{}                // released leases whose store release failed
-	calls   sync.WaitGroup                     // Acquire and TryAcquire calls in flight
-	calling map[uint64]context.CancelCauseFunc // their bound contexts' cancels, by call number
-	callSeq uint64                             // the last call number
-	queue   renewalQueue                       // entries of held leases not being renewed, by due time
-	armed   time.Time                          // when the scheduler's timer fires; zero if unset
+	closed  bool                // no new leases
+	stopped bool                // no new background work
+	leases  map[*Lease]*renewal // held leases, with their scheduler entries
+	pending map[*Lease]struct{} // released leases whose store release failed
+	calls   sync.WaitGroup      // Acquire and TryAcquire calls in flight
+	calling map[uint64]callEnds // how Close ends each, by call number
+	callSeq uint64              // the last call number
+	queue   renewalQueue        // entries of held leases not being renewed, by due time
+	armed   time.Time           // when the scheduler's timer fires; zero if unset
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -74,7 +74,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		ownerSuffix: "/" + hex.EncodeToString(nonce[:]) + ".",
 		leases:      make(map[*Lease]*renewal),
 		pending:     make(map[*Lease]struct{}),
-		calling:     make(map[uint64]context.CancelCauseFunc),
+		calling:     make(map[uint64]callEnds),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
@@ -140,12 +140,13 @@ func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	return &BackendError{Backend: c.name, Op: op, Err: err}
 }
 
-// begin registers an Acquire or TryAcquire call, so that Close waits for
-// it (its clean-up runs before the backend is closed), and returns ctx
-// bound to the client's life: Close ends the call with ErrClosed. done
-// must be called when the call returns.
+// begin registers a call that waits through other calls (a read-write
+// lock's, a semaphore's), so that Close waits for it (its clean-up runs
+// before the backend is closed), and returns ctx bound to the client's
+// life: Close ends the call with ErrClosed. done must be called when the
+// call returns.
 func (c *Client) begin(ctx context.Context) (bound context.Context, done func(), err error) {
-	bound, k, err := c.beginCall(ctx)
+	bound, k, err := c.beginCall(ctx, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -155,36 +156,76 @@ func (c *Client) begin(ctx context.Context) (bound context.Context, done func(),
 // call is a call registered by beginCall; end must be called when it
 // returns.
 type call struct {
-	c      *Client
-	id     uint64
-	cancel context.CancelCauseFunc
+	c        *Client
+	id       uint64
+	cancel   context.CancelCauseFunc
+	attempts context.Context // the backend requests' context (see attempt), or nil
+	ends     callEnds
+	stop     func() bool // stops the watch of the caller's context, or nil
+}
+
+// callEnds is how a call is ended: its bound context at once, its
+// attempts' context (if any) Options.ReleaseTimeout later.
+type callEnds struct {
+	bound    context.CancelCauseFunc
+	attempts context.CancelFunc
+}
+
+// end ends the call with cause: its bound context at once, and its
+// attempts' context once an attempt in flight has had
+// Options.ReleaseTimeout to be answered.
+func (e callEnds) end(c *Client, cause error) {
+	e.bound(cause)
+	if e.attempts != nil {
+		time.AfterFunc(c.o.ReleaseTimeout, e.attempts)
+	}
 }
 
 // beginCall is begin without a closure to allocate: Close finds the
-// call's cancel in c.calling (instead of a callback on c.life for every
-// call) and ends it with ErrClosed.
-func (c *Client) beginCall(ctx context.Context) (context.Context, call, error) {
+// call's ends in c.calling (instead of a callback on c.life for every
+// call) and ends it with ErrClosed. With attempts, the call also gets the
+// context its backend requests run on (see attempt): ctx's values without
+// its cancellation, ended Options.ReleaseTimeout after ctx ends or Close
+// begins.
+func (c *Client) beginCall(ctx context.Context, attempts bool) (context.Context, call, error) {
 	bound, cancel := context.WithCancelCause(ctx)
+	k := call{c: c, cancel: cancel, ends: callEnds{bound: cancel}}
+	if attempts {
+		k.attempts, k.ends.attempts = context.WithCancel(context.WithoutCancel(ctx))
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		cancel(nil)
+		if k.ends.attempts != nil {
+			k.ends.attempts()
+		}
 		return nil, call{}, ErrClosed
 	}
 	c.calls.Add(1)
 	c.callSeq++
-	k := call{c: c, id: c.callSeq, cancel: cancel}
-	c.calling[k.id] = cancel
+	k.id = c.callSeq
+	c.calling[k.id] = k.ends
 	c.mu.Unlock()
+	if attempts && ctx.Done() != nil {
+		ends := k.ends
+		k.stop = context.AfterFunc(ctx, func() { ends.end(c, context.Cause(ctx)) })
+	}
 	return bound, k, nil
 }
 
-// end unregisters the call and releases its context.
+// end unregisters the call and releases its contexts.
 func (k call) end() {
+	if k.stop != nil {
+		k.stop()
+	}
 	k.c.mu.Lock()
 	delete(k.c.calling, k.id)
 	k.c.mu.Unlock()
 	k.cancel(nil)
+	if k.ends.attempts != nil {
+		k.ends.attempts()
+	}
 	k.c.calls.Done()
 }
 
@@ -212,9 +253,13 @@ func (c *Client) ended(ctx context.Context, last error) error {
 
 // TryAcquire makes one attempt to take key. If the key is held by someone
 // else it returns an error matching ErrNotAcquired (a *HeldError that names
-// the holder where the backend knows it). If the attempt's outcome is
-// unknown (ctx ended, or the backend failed mid-request), any record it may
-// have left is removed before TryAcquire returns. opts override the
+// the holder where the backend knows it). If ctx ends while the attempt
+// is in flight, TryAcquire waits for the store's answer (a server may
+// apply a request after its sender gave up), for at most
+// Options.ReleaseTimeout, and releases a grant that comes after ctx
+// ended. If the attempt's outcome is still unknown then (or the backend
+// failed mid-request), any record it may have left is removed before
+// TryAcquire returns. opts override the
 // Client's Options for this call (WithWait does not apply: TryAcquire
 // never waits).
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
@@ -223,14 +268,14 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 		return nil, err
 	}
 	parent := ctx
-	ctx, call, err := c.beginCall(ctx)
+	ctx, k, err := c.beginCall(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	defer call.end()
+	defer k.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
 	start := c.now()
-	g, err := c.b.Acquire(ctx, req)
+	g, err := c.attempt(ctx, &k, req)
 	if err == nil {
 		var l *Lease
 		if l, err = c.newLease(parent, start, start, false, &cfg, req, g); err == nil || errors.Is(err, ErrClosed) {
@@ -256,8 +301,10 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 // holder's record is due to expire. Transient backend failures are retried.
 // When ctx ends first, Acquire returns ctx's error (joined with the store's
 // last failure, if the store was failing) and leaves nothing behind in the
-// backend: records or queue entries of its attempts are removed using a
-// fresh context bounded by Options.ReleaseTimeout. opts override the
+// backend: an attempt in flight then is answered first (as in TryAcquire,
+// for at most Options.ReleaseTimeout), and records or queue entries of
+// its attempts are removed using a fresh context bounded by
+// Options.ReleaseTimeout. opts override the
 // Client's Options for this call; with WithWait, Acquire gives up when the
 // bound passes, with an error matching ErrNotAcquired.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
@@ -271,14 +318,14 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
 		defer cancel()
 	}
-	ctx, call, err := c.beginCall(ctx)
+	ctx, k, err := c.beginCall(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	defer call.end()
+	defer k.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
 	begin := c.now()
-	g, err := c.b.Acquire(ctx, req)
+	g, err := c.attempt(ctx, &k, req)
 	if err == nil {
 		l, lerr := c.newLease(parent, begin, begin, false, &cfg, req, g)
 		if !errors.Is(lerr, errLateGrant) {
@@ -300,7 +347,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		if c.waiter != nil {
 			l, err = c.acquireQueued(ctx, parent, begin, &cfg, req)
 		} else {
-			l, err = c.acquirePolling(ctx, parent, begin, &cfg, req, err)
+			l, err = c.acquirePolling(ctx, parent, &k, begin, &cfg, req, err)
 		}
 	}
 	err = waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, ctx, err))
@@ -370,7 +417,7 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, cfg
 
 // acquirePolling retries Acquire, woken by the backend's notifications when
 // it has them, with capped exponential backoff as the safety net.
-func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, cfg *callConfig, req driver.AcquireRequest, last error) (*Lease, error) {
+func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, last error) (*Lease, error) {
 	var notify <-chan struct{}
 	if c.watcher != nil {
 		wctx, cancel := context.WithCancel(ctx)
@@ -430,7 +477,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, cf
 		immediate = false
 		start := c.now()
 		before := last
-		g, err := c.b.Acquire(ctx, req)
+		g, err := c.attempt(ctx, k, req)
 		if err == nil {
 			l, err := c.newLease(parent, begin, start, contended, cfg, req, g)
 			if !errors.Is(err, errLateGrant) {
@@ -459,6 +506,27 @@ func (c *Client) acquirePolling(ctx, parent context.Context, begin time.Time, cf
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
 		}
 	}
+}
+
+// attempt makes one Backend.Acquire for call k, whose bound context is
+// ctx. The request runs on k's attempt context (see beginCall), which the
+// end of ctx does not cut short: a store may apply a request after its
+// sender stopped waiting for the reply, and a record that lands after the
+// clean-up (abandon) looked for it would stay until its TTL. So the
+// request runs until the store answers, for at most
+// Options.ReleaseTimeout after ctx ended (an answer still missing then
+// is an unknown outcome, which the caller abandons). A grant that arrives
+// after ctx ended is released, and ctx's error returned.
+func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, err
+	}
+	g, err := c.b.Acquire(k.attempts, req)
+	if err == nil && ctx.Err() != nil {
+		c.releaseGrant(g)
+		return driver.Grant{}, ctx.Err()
+	}
+	return g, err
 }
 
 // errWaitBound is the cancellation cause of an Acquire whose WithWait
@@ -695,8 +763,8 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.endLife()
-	for _, cancel := range c.calling {
-		cancel(ErrClosed)
+	for _, e := range c.calling {
+		e.end(c, ErrClosed)
 	}
 	c.mu.Unlock()
 	// Acquire calls in flight end promptly (their contexts were just

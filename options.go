@@ -81,7 +81,9 @@ type Options struct {
 
 	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
 	// releases during Close, removal of a record left by an abandoned
-	// acquire, best-effort release of a lost lease. Default 5s.
+	// acquire, best-effort release of a lost lease; and how long an
+	// acquire attempt in flight when its call's context ends (or Close
+	// begins) may go on for the store's answer. Default 5s.
 	ReleaseTimeout time.Duration
 
 	// OnDanger, if set, is called when a lease enters its danger zone: its

@@ -648,3 +648,114 @@ func TestBackgroundCleanupNeverRemovesALaterLeaseOfTheSameAcquire(t *testing.T) 
 		}
 	})
 }
+
+// lateStore makes h a store whose Acquire requests, from the nth on,
+// arrive only when gate opens, and are applied then whether or not their
+// sender still waits for the reply: a request delayed in flight, which a
+// server (FerretDB, MongoDB, PostgreSQL, Redis) executes after its client
+// gave up on it (by store, whose backends Close does not close). sent is
+// closed when the nth request is on its way.
+func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
+	var calls atomic.Int32
+	s := make(chan struct{})
+	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+		switch k := calls.Add(1); {
+		case k < int32(n):
+			return h.Backend.Acquire(ctx, r)
+		case k == int32(n):
+			close(s)
+		}
+		select {
+		case <-gate:
+			return h.Backend.Acquire(context.WithoutCancel(ctx), r)
+		case <-ctx.Done():
+			go func() {
+				<-gate
+				_, _ = store.Backend().Acquire(context.Background(), r)
+			}()
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+	return s
+}
+
+// Defect: an acquire attempt cut short by its caller's context (or by
+// Close) returned at once; the engine's clean-up looked for the record
+// before the store had applied the request, found none, and the record
+// the request then left stayed until its TTL. The generative mode found
+// it on MongoDB (FerretDB): a read-write lock's gate left held after
+// every client had closed.
+func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int  // the first attempt that arrives late
+		held    bool // someone holds the key until the late attempt is sent
+		closing bool // Close, not the caller's context, ends the call
+		try     bool
+	}{
+		{name: "TryAcquire", n: 1, try: true},
+		{name: "Acquire/first attempt", n: 1},
+		{name: "Acquire/polling attempt", n: 2, held: true},
+		{name: "TryAcquire/Close", n: 1, try: true, closing: true},
+		{name: "Acquire/polling attempt/Close", n: 2, held: true, closing: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				gate := make(chan struct{})
+				h := &hook{Backend: store.Backend()}
+				sent := lateStore(h, store, tc.n, gate)
+				var other driver.Grant
+				if tc.held {
+					var err error
+					other, err = store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Hour})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				c := newClient(t, h, nil)
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				got := make(chan error, 1)
+				go func() {
+					var err error
+					if tc.try {
+						_, err = c.TryAcquire(ctx, "k")
+					} else {
+						_, err = c.Acquire(ctx, "k")
+					}
+					got <- err
+				}()
+				if tc.held {
+					synctest.Wait() // the first attempt found the key held
+					if err := store.Backend().Release(t.Context(), other); err != nil {
+						t.Fatal(err)
+					}
+				}
+				<-sent
+				synctest.Wait() // the late attempt is in flight
+				closed := make(chan error, 1)
+				if tc.closing {
+					go func() { closed <- c.Close() }()
+				} else {
+					cancel()
+				}
+				synctest.Wait()
+				close(gate) // the request reaches the store
+				err := <-got
+				want := context.Canceled
+				if tc.closing {
+					want = fencelock.ErrClosed
+					if cerr := <-closed; cerr != nil {
+						t.Fatalf("Close = %v", cerr)
+					}
+				}
+				if !errors.Is(err, want) {
+					t.Fatalf("err = %v; want %v", err, want)
+				}
+				synctest.Wait() // every request has landed
+				mustFree(t, store, "k")
+			})
+		})
+	}
+}
