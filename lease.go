@@ -478,7 +478,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		inFlight = l.renewed
 	}
 	l.endLocked(cause)
-	stop, g, unsure := l.stopLoss, l.grant, l.unsure
+	stop, g, unsure, validUntil := l.stopLoss, l.grant, l.unsure, l.validUntil
 	l.stopLoss = nil
 	l.mu.Unlock()
 
@@ -491,7 +491,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		stop()
 	}
 	if hold {
-		return l.holdForMinimum(ctx, l.c.now(), g, unsure, windowEnd, inFlight, closing)
+		return l.holdForMinimum(ctx, l.c.now(), g, unsure, windowEnd, inFlight, validUntil)
 	}
 	start := l.c.releaseStart()
 	err := l.c.releaseStore(ctx, g, unsure)
@@ -523,18 +523,28 @@ func (h heldForMinimum) Is(target error) bool {
 // ends. The lease has already ended for its holder.
 //
 // A renewal in flight at the release (inFlight, if not nil) asked for the
-// lease's TTL: landing after the hold renewal, it cuts the record's life
-// to that TTL. While the client lives, keepUntil renews the record again
-// as soon as that renewal has its answer. Released by Close (closing),
-// nothing renews it after Close returns, so the hold renewal itself waits
-// for that answer first (bounded by ctx; Close waits for renewals in
-// flight anyway). A renewal whose answer never came (a timeout) may still
-// land later; then only a live client's keepUntil repairs it.
-func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time, inFlight <-chan struct{}, closing bool) error {
+// lease's TTL, and may rotate the token. The hold renewal waits for its
+// answer first, so that it renews the record as that renewal left it: a
+// renewal applied while the hold renewal looks the record up by owner
+// can leave a composite store (migrate.Dual) between two tokens for a
+// moment, and the hold renewal would be told "not held" about its own
+// record. The wait lasts until the lease's local validity ends at most
+// (validUntil: the record lives at least that long, unless forced), and
+// ctx's end; then the hold renewal goes on (with a budget of its own),
+// and keepUntil renews the record again once that renewal has its
+// answer, for a renewal applied after the hold renewal cuts the record's
+// life to the lease's TTL. keepUntil does so once more when the client
+// is closing (Close waits for it). A renewal whose answer never came (a
+// timeout) may still land later; then only a live client's keepUntil
+// repairs it.
+func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Grant, unsure bool, end time.Time, inFlight <-chan struct{}, validUntil time.Time) error {
 	c := l.c
-	if inFlight != nil && closing {
+	if inFlight != nil {
+		t := time.NewTimer(max(0, validUntil.Sub(c.now())))
 		select {
 		case <-inFlight:
+			inFlight = nil
+		case <-t.C:
 		case <-ctx.Done():
 			// The wait used ctx up: the hold renewal gets a budget
 			// of its own.
@@ -542,7 +552,7 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
 			defer cancel()
 		}
-		inFlight = nil
+		t.Stop()
 	}
 	ng, err := c.holdRenew(ctx, g, unsure, end)
 	notHeld := errors.Is(err, ErrNotHeld)

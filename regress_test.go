@@ -39,6 +39,18 @@ func (h *hook) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest)
 	return h.Backend.Renew(ctx, g, r)
 }
 
+// releaseWhile releases l while a renewal of it is held in flight, and
+// lets that renewal go on (closing letGo) once Release waits for its
+// answer; it returns Release's error.
+func releaseWhile(t *testing.T, l *fencelock.Lease, letGo chan struct{}) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- l.Release(t.Context()) }()
+	synctest.Wait()
+	close(letGo)
+	return <-done
+}
+
 func mustFree(t *testing.T, store *memory.Store, key string) {
 	t.Helper()
 	info, err := store.Backend().Inspect(context.Background(), key)
