@@ -56,18 +56,10 @@ func TestMinHoldReleaseDuringRotatingRenewalOnDual(t *testing.T) {
 		oldStore, newStore := memory.NewStore(), memory.NewStore()
 		lr := &lateRotation{Backend: oldStore.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
 		d := mustDual(t, lr, newStore.Backend())
-		c, err := fencelock.New(d, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := minHoldLease(t, d)
 		first := l.Token()
 		<-lr.inFlight // both sides rotated; the old side's answer is late
-		err = releaseWhile(t, l, lr.reply)
+		err := releaseWhile(t, l, lr.reply)
 		if err != nil {
 			t.Fatalf("Release into the minimum hold during a rotation = %v; want nil", err)
 		}
@@ -122,15 +114,7 @@ func TestMinHoldRenewalWaitsForTheRenewalInFlight(t *testing.T) {
 		held, letGo := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		newSide := &hookNew{Backend: newStore.Backend(), renew: func() { once.Do(func() { close(held); <-letGo }) }}
-		c, err := fencelock.New(mustDual(t, oldSide, newSide), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := minHoldLease(t, mustDual(t, oldSide, newSide))
 		<-held // the rotation reached the old side; the new side's waits
 		before := oldSide.n.Load()
 		done := make(chan error, 1)
@@ -149,6 +133,23 @@ func TestMinHoldRenewalWaitsForTheRenewalInFlight(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 		onBothSides(t, "after the minimum hold", "", oldStore, newStore)
 	})
+}
+
+// minHoldLease returns a lease on "k" with a 10s minimum hold, from a
+// client of b that rotates the token every second (TTL 3s) and closes
+// when the test ends.
+func minHoldLease(t *testing.T, b driver.Backend) *fencelock.Lease {
+	t.Helper()
+	c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // releaseWhile releases l while a renewal of it is held in flight, and
@@ -481,18 +482,10 @@ func TestMinHoldReleaseBetweenSidesRotationsOnDual(t *testing.T) {
 		var once sync.Once
 		newSide := &hookNew{Backend: newStore.Backend(), renew: func() { once.Do(func() { close(held); <-letGo }) }}
 		d := mustDual(t, oldSide, newSide)
-		c, err := fencelock.New(d, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := minHoldLease(t, d)
 		<-oldSide.done // old rotated
 		<-held         // new's rotation waits
-		err = releaseWhile(t, l, letGo)
+		err := releaseWhile(t, l, letGo)
 		if err != nil {
 			t.Fatalf("Release into the minimum hold between the sides' rotations = %v; want nil", err)
 		}
