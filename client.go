@@ -345,7 +345,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		err = c.ended(ctx, err)
 	default:
 		if c.waiter != nil {
-			l, err = c.acquireQueued(ctx, parent, begin, &cfg, req)
+			l, err = c.acquireQueued(ctx, parent, &k, begin, &cfg, req)
 		} else {
 			l, err = c.acquirePolling(ctx, parent, &k, begin, &cfg, req, err)
 		}
@@ -358,8 +358,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 }
 
 // acquireQueued waits in the backend's queue. parent is the caller's
-// context, whose values the lease carries.
-func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, cfg *callConfig, req driver.AcquireRequest) (*Lease, error) {
+// context, whose values the lease carries. The confirmation of a grant
+// runs on k's attempt context, as an attempt does (see attempt).
+func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest) (*Lease, error) {
 	backoff := c.o.MinBackoff
 	var last error
 	for {
@@ -368,7 +369,13 @@ func (c *Client) acquireQueued(ctx, parent context.Context, begin time.Time, cfg
 			// Confirm the grant so the local-validity clock starts
 			// before a request the store answered.
 			start := c.now()
-			g2, err := c.b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL})
+			g2, err := c.b.Renew(k.attempts, g, driver.RenewRequest{TTL: req.TTL})
+			if err == nil && ctx.Err() != nil {
+				// The caller gave up while the confirmation was on its
+				// way: the lease is never handed out.
+				c.abandon(req)
+				return nil, c.ended(ctx, last)
+			}
 			if err == nil {
 				l, err := c.newLease(parent, begin, start, true, cfg, req, g2)
 				if !errors.Is(err, errLateGrant) {

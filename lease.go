@@ -529,8 +529,9 @@ func (h heldForMinimum) Is(target error) bool {
 // can leave a composite store (migrate.Dual) between two tokens for a
 // moment, and the hold renewal would be told "not held" about its own
 // record. The wait lasts until the lease's local validity ends at most
-// (validUntil: the record lives at least that long, unless forced), and
-// ctx's end; then the hold renewal goes on (with a budget of its own),
+// (validUntil: the record lives at least that long, unless forced), Close
+// begins, or ctx ends; then the hold renewal goes on (with a budget of its
+// own if ctx ended),
 // and keepUntil renews the record again once that renewal has its
 // answer, for a renewal applied after the hold renewal cuts the record's
 // life to the lease's TTL. keepUntil does so once more when the client
@@ -545,6 +546,11 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 		case <-inFlight:
 			inFlight = nil
 		case <-t.C:
+		case <-c.life.Done():
+			// Close has begun, and waits for this release before it
+			// stops: renew now, while the backend is open; keepUntil
+			// renews once more after the renewal's answer, and Close
+			// waits for it.
 		case <-ctx.Done():
 			// The wait used ctx up: the hold renewal gets a budget
 			// of its own.

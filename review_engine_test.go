@@ -1,0 +1,629 @@
+package fencelock_test
+
+// An adversarial review of 5a29699 (an acquire attempt cut short waits for
+// the store's answer) and 3e37232 (a hold renewal waits for the renewal in
+// flight, up to the validity). Tests that failed on the code under review
+// are marked "Defect" in their comment; the commit after them fixed both.
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// revClosing is a hook whose Close is observable: closed is closed when
+// the client closes its backend, and calls counts backend calls that
+// began after that.
+type revClosing struct {
+	*hook
+	closed     chan struct{}
+	closedOnce atomic.Bool
+	late       atomic.Int32 // requests that began after Close
+}
+
+func newRevClosing(h *hook) *revClosing {
+	return &revClosing{hook: h, closed: make(chan struct{})}
+}
+
+func (b *revClosing) isClosed() bool {
+	select {
+	case <-b.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *revClosing) Close() error {
+	if b.closedOnce.CompareAndSwap(false, true) {
+		close(b.closed)
+	}
+	return b.hook.Close()
+}
+
+func (b *revClosing) Release(ctx context.Context, g driver.Grant) error {
+	if b.isClosed() {
+		b.late.Add(1)
+	}
+	return b.hook.Release(ctx, g)
+}
+
+func (b *revClosing) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if b.isClosed() {
+		b.late.Add(1)
+	}
+	return b.hook.Inspect(ctx, key)
+}
+
+// revStoreEmpty fails the test if the store holds any record.
+func revStoreEmpty(t *testing.T, store *memory.Store) {
+	t.Helper()
+	infos, err := store.Backend().List(context.Background(), "")
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("List = %+v, %v; want an empty store", infos, err)
+	}
+}
+
+// Defect (3e37232): a holder releases its lease into the minimum hold
+// while a regular renewal is in flight, and Client.Close follows. The
+// holder's Release now waits for that renewal's answer (up to the lease's
+// validity) while holding the lease's release semaphore; Close's release
+// of the same (pending) lease waits for that semaphore only
+// Options.ReleaseTimeout and gives up with context.DeadlineExceeded, which
+// Close returns although nothing failed. Close then goes on: it waits for
+// the renewal goroutine, and closes the backend the moment the renewal
+// has its answer; the holder, woken by the same answer, sends its hold
+// renewal to a backend Close is closing (nothing tracks the holder's
+// Release). The renewal in flight has cut the record's life to the
+// lease's TTL, keepUntil is never started (the client has stopped), so
+// the key is free long before the minimum hold ends.
+//
+// Interleaving (TTL 15s, MinHold 30s, ReleaseTimeout 5s): 5s the renewal
+// is sent (it reaches the store at 12s); 6s Release waits for it; 6s
+// Close blocks on the release semaphore; 11s Close's release times out
+// (Close's error); Close stops the scheduler and waits for the renewal;
+// 12s the renewal lands (the record now expires at 27s) and answers;
+// Close closes the backend while the holder's hold renewal is on its
+// way: the hold renewal fails with ErrClosed; at 27s the key is free, 3s
+// before the minimum hold ends. Before 3e37232 the holder's Release sent
+// its hold renewal at once and left keepUntil to renew again after the
+// renewal's answer, which Close waited for: all three checks passed. Now
+// the wait also ends when Close begins, and keepUntil renews again.
+func TestReviewEngineCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store := memory.NewStore()
+		const ttl = 15 * time.Second
+		sent, land := make(chan struct{}), make(chan struct{})
+		var first atomic.Bool
+		h := &hook{Backend: store.Backend()}
+		b := newRevClosing(h)
+		h.renew = func(rctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			if r.TTL == ttl && first.CompareAndSwap(false, true) {
+				close(sent)
+				<-land // on the wire until the test lets it reach the store
+				return h.Backend.Renew(context.WithoutCancel(rctx), g, r)
+			}
+			if r.TTL != ttl {
+				// A hold renewal: a short trip to the store, during
+				// which a Close that does not wait for it closes the
+				// backend under it.
+				select {
+				case <-b.closed:
+					b.late.Add(1)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			return h.Backend.Renew(rctx, g, r)
+		}
+		c, err := fencelock.New(b, &fencelock.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		l, err := c.Acquire(ctx, "k", fencelock.WithMinHold(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-sent // 5s: the first renewal is in flight
+		time.Sleep(time.Second)
+		released := make(chan error, 1)
+		go func() { released <- l.Release(ctx) }()
+		synctest.Wait() // Release waits for the renewal's answer
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		synctest.Wait()
+		time.Sleep(6 * time.Second) // 12s
+		close(land)
+		if err := <-closed; err != nil {
+			t.Errorf("Close = %v; want nil (nothing failed)", err)
+		}
+		rerr := <-released
+		t.Logf("Release = %v", rerr)
+		synctest.Wait()
+		if n := b.late.Load(); n > 0 {
+			t.Errorf("%d backend request(s) sent after Close closed the backend (the holder's hold renewal)", n)
+		}
+		other := newClient(t, store.Backend(), nil)
+		for time.Since(start) < 29500*time.Millisecond {
+			if ol, err := other.TryAcquire(ctx, "k"); !errors.Is(err, fencelock.ErrNotAcquired) {
+				t.Errorf("at %v of a 30s minimum hold, another client's TryAcquire = %v; want ErrNotAcquired", time.Since(start), err)
+				if ol != nil {
+					_ = ol.Release(ctx)
+				}
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+}
+
+// revQueued is a Waiter over a hook: AcquireWait polls the store until
+// the key is free (a queue that moves when the holder leaves).
+type revQueued struct{ *hook }
+
+func (q revQueued) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	for {
+		g, err := q.hook.Backend.Acquire(ctx, req)
+		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Defect (5a29699 claims a lease is never handed out to a caller whose
+// context ended before the grant came back; acquireQueued does not keep
+// it): on a queueing store, the grant of AcquireWait is confirmed by a
+// Renew on the call's bound context, and the Renew's answer is used as is.
+// When the caller's context ends while that confirmation is in flight and
+// its (successful) answer comes back after, Acquire returns a held lease
+// and nil to a caller that had given up; attempt() checked ctx after the
+// store's answer, acquireQueued did not. Now the confirmation runs on the
+// call's attempt context and is checked the same way.
+func TestReviewEngineQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		other, err := store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		h := &hook{Backend: store.Backend()}
+		var confirms atomic.Int32
+		h.renew = func(rctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+			if confirms.Add(1) == 1 {
+				// The confirmation reaches the store; the caller
+				// gives up before its answer is back.
+				ng, err := h.Backend.Renew(rctx, g, r)
+				cancel()
+				return ng, err
+			}
+			return h.Backend.Renew(rctx, g, r)
+		}
+		c := newClient(t, revQueued{h}, nil)
+		type result struct {
+			l   *fencelock.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "k")
+			got <- result{l, err}
+		}()
+		synctest.Wait() // queued behind "other"
+		if err := store.Backend().Release(t.Context(), other); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.l != nil || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Acquire whose ctx ended while the confirmation was in flight = (lease %v), %v; want no lease and context.Canceled", r.l != nil, r.err)
+			if r.l != nil {
+				_ = r.l.Release(t.Context())
+			}
+			return
+		}
+		synctest.Wait()
+		mustFree(t, store, "k")
+	})
+}
+
+// A caller whose context ends as the grant comes back (the store granted,
+// the caller cancelled before the answer arrived) never gets the lease,
+// and the grant is released: TryAcquire, Acquire's first attempt, a
+// polling attempt (and one woken by the memory store's notifications),
+// and a WithWait bound that passes while the attempt is in flight.
+func TestReviewEngineGrantRacingTheCallersEndIsReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		try    bool
+		n      int  // the attempt that races
+		watch  bool // the memory store's notifications wake the waiter
+		bound  bool // a WithWait bound, not the caller's cancel, ends the call
+		wantIs error
+	}{
+		{name: "TryAcquire", try: true, n: 1, wantIs: context.Canceled},
+		{name: "Acquire/first", n: 1, wantIs: context.Canceled},
+		{name: "Acquire/polling", n: 2, wantIs: context.Canceled},
+		{name: "Acquire/watching", n: 2, watch: true, wantIs: context.Canceled},
+		{name: "Acquire/first/WithWait", n: 1, bound: true, wantIs: fencelock.ErrNotAcquired},
+		{name: "Acquire/polling/WithWait", n: 2, bound: true, wantIs: fencelock.ErrNotAcquired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var other driver.Grant
+				if tc.n > 1 {
+					var err error
+					other, err = store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Hour})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				h := &hook{Backend: store.Backend()}
+				var calls atomic.Int32
+				h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+					k := calls.Add(1)
+					if k == 1 && tc.n > 1 {
+						// The first attempt finds "other", which
+						// leaves as the answer comes back.
+						g, err := h.Backend.Acquire(actx, r)
+						if rerr := store.Backend().Release(context.Background(), other); rerr != nil {
+							t.Errorf("releasing other: %v", rerr)
+						}
+						return g, err
+					}
+					if int(k) != tc.n {
+						return h.Backend.Acquire(actx, r)
+					}
+					g, err := h.Backend.Acquire(context.WithoutCancel(actx), r)
+					if tc.bound {
+						// The bound passes while the answer is on its way.
+						time.Sleep(5 * time.Second)
+					} else {
+						cancel()
+					}
+					return g, err
+				}
+				var b driver.Backend = h
+				if tc.watch {
+					b = struct {
+						*hook
+						driver.Watcher
+					}{h, store.Backend()}
+				}
+				c := newClient(t, b, nil)
+				var opts []fencelock.AcquireOption
+				if tc.bound {
+					opts = append(opts, fencelock.WithWait(3*time.Second))
+				}
+				var l *fencelock.Lease
+				var err error
+				if tc.try {
+					l, err = c.TryAcquire(ctx, "k", opts...)
+				} else {
+					l, err = c.Acquire(ctx, "k", opts...)
+				}
+				if l != nil || !errors.Is(err, tc.wantIs) {
+					t.Fatalf("= (lease %v), %v; want no lease and %v", l != nil, err, tc.wantIs)
+				}
+				if tc.bound && errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("err %v matches DeadlineExceeded; the caller's ctx did not end", err)
+				}
+				if int(calls.Load()) != tc.n {
+					t.Fatalf("%d attempts; the test wanted attempt %d to race", calls.Load(), tc.n)
+				}
+				synctest.Wait()
+				mustFree(t, store, "k")
+			})
+		})
+	}
+}
+
+// Close begins while an attempt is in flight; the store's grant comes back
+// during the grace period (before ReleaseTimeout): the call returns
+// ErrClosed, the grant is released, the backend is closed only after the
+// attempt and its clean-up returned, and Close returns nil within the
+// grace period.
+func TestReviewEngineCloseDuringGraceReleasesTheGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		try  bool
+		n    int
+	}{
+		{name: "TryAcquire", try: true, n: 1},
+		{name: "Acquire/first", n: 1},
+		{name: "Acquire/polling", n: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				gate, sent := make(chan struct{}), make(chan struct{})
+				h := &hook{Backend: store.Backend()}
+				b := newRevClosing(h)
+				var calls atomic.Int32
+				var answeredAfterClose atomic.Bool
+				h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+					if int(calls.Add(1)) != tc.n {
+						return h.Backend.Acquire(actx, r)
+					}
+					close(sent)
+					select {
+					case <-gate:
+					case <-actx.Done():
+						t.Errorf("the attempt's context ended (%v) before the grace period did", context.Cause(actx))
+					}
+					g, err := h.Backend.Acquire(context.WithoutCancel(actx), r)
+					answeredAfterClose.Store(b.isClosed())
+					return g, err
+				}
+				var other driver.Grant
+				if tc.n > 1 {
+					var err error
+					other, err = store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Hour})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				c, err := fencelock.New(b, &fencelock.Options{ReleaseTimeout: 2 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				type result struct {
+					l   *fencelock.Lease
+					err error
+				}
+				got := make(chan result, 1)
+				go func() {
+					var r result
+					if tc.try {
+						r.l, r.err = c.TryAcquire(t.Context(), "k")
+					} else {
+						r.l, r.err = c.Acquire(t.Context(), "k")
+					}
+					got <- r
+				}()
+				if tc.n > 1 {
+					synctest.Wait()
+					if err := store.Backend().Release(t.Context(), other); err != nil {
+						t.Fatal(err)
+					}
+				}
+				<-sent
+				start := time.Now()
+				closed := make(chan error, 1)
+				go func() { closed <- c.Close() }()
+				time.Sleep(time.Second) // within the 2s grace
+				synctest.Wait()
+				select {
+				case err := <-closed:
+					t.Fatalf("Close returned (%v) while an attempt was in flight", err)
+				default:
+				}
+				if b.isClosed() {
+					t.Fatal("the backend was closed while an attempt was in flight")
+				}
+				close(gate)
+				r := <-got
+				if r.l != nil || !errors.Is(r.err, fencelock.ErrClosed) {
+					t.Errorf("= (lease %v), %v; want no lease and ErrClosed", r.l != nil, r.err)
+				}
+				if err := <-closed; err != nil {
+					t.Errorf("Close = %v", err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Errorf("Close took %v; want at most the 2s grace", d)
+				}
+				if answeredAfterClose.Load() {
+					t.Error("the attempt was answered after the backend was closed")
+				}
+				if n := b.late.Load(); n > 0 {
+					t.Errorf("%d clean-up request(s) after the backend was closed", n)
+				}
+				mustFree(t, store, "k")
+			})
+		})
+	}
+}
+
+// revClock calls hit (once, armed) on the first Now after arm: the
+// moment between an attempt's answer and newLease's clock reading.
+type revClock struct {
+	armed atomic.Bool
+	hit   func()
+}
+
+func (c *revClock) Now() time.Time {
+	if c.armed.CompareAndSwap(true, false) {
+		c.hit()
+	}
+	return time.Now()
+}
+
+// Close begins after attempt() saw the caller's context alive, before
+// newLease registers the lease: newLease sees the closed client, releases
+// the grant, and the call returns ErrClosed with nothing left.
+func TestReviewEngineCloseBetweenAnswerAndNewLease(t *testing.T) {
+	for _, try := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			store := memory.NewStore()
+			h := &hook{Backend: store.Backend()}
+			clk := &revClock{}
+			var c *fencelock.Client
+			closed := make(chan error, 1)
+			clk.hit = func() {
+				go func() { closed <- c.Close() }()
+				synctest.Wait() // Close waits for this call
+			}
+			h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+				g, err := h.Backend.Acquire(actx, r)
+				clk.armed.Store(true)
+				return g, err
+			}
+			var err error
+			c, err = fencelock.New(h, &fencelock.Options{Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // the scheduler is parked: the armed reading is the call's
+			var l *fencelock.Lease
+			if try {
+				l, err = c.TryAcquire(t.Context(), "k")
+			} else {
+				l, err = c.Acquire(t.Context(), "k")
+			}
+			if l != nil || !errors.Is(err, fencelock.ErrClosed) {
+				t.Errorf("try %v: = (lease %v), %v; want no lease and ErrClosed", try, l != nil, err)
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("try %v: Close = %v", try, err)
+			}
+			mustFree(t, store, "k")
+		})
+	}
+}
+
+// Close ends a read-write lock's Lock while the gate's acquire attempt
+// (nested in the lock's begin) is in flight, and the store grants the gate
+// during the grace period: the lock returns ErrClosed and leaves nothing
+// (the commit's own generative failure: a gate left held after Close).
+func TestReviewEngineCloseDuringNestedGateAttempt(t *testing.T) {
+	for _, write := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			store := memory.NewStore()
+			gate := make(chan struct{})
+			h := &hook{Backend: store.Backend()}
+			// Every acquire request (the gate's first) reaches the
+			// store only when gate opens, whether or not its sender
+			// still waits.
+			sent := lateStore(h, store, 1, gate)
+			c, err := fencelock.New(h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rw, err := c.RWLock("doc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				var g *fencelock.RWGrant
+				var err error
+				if write {
+					g, err = rw.Lock(t.Context())
+				} else {
+					g, err = rw.RLock(t.Context())
+				}
+				if g != nil {
+					t.Errorf("write %v: got a grant from a closed client", write)
+				}
+				got <- err
+			}()
+			<-sent
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			synctest.Wait()
+			close(gate)
+			if err := <-got; !errors.Is(err, fencelock.ErrClosed) {
+				t.Errorf("write %v: lock = %v; want ErrClosed", write, err)
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("write %v: Close = %v", write, err)
+			}
+			synctest.Wait()
+			revStoreEmpty(t, store)
+		})
+	}
+}
+
+// Close releases a held lease during its minimum hold while a renewal is
+// in flight (single and batched): Close's own hold renewal waits for the
+// renewal's answer (bounded by ReleaseTimeout), Close returns nil, and the
+// record stays until the hold ends, then goes.
+func TestReviewEngineCloseIntoHoldDuringRenewal(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := t.Context()
+			store := memory.NewStore()
+			sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
+			var b driver.Backend = sr
+			if !batch {
+				b = struct{ driver.Backend }{single{sr}}
+			}
+			c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			l, err := c.Acquire(ctx, "k", fencelock.WithMinHold(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-sr.inFlight
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			synctest.Wait()
+			close(sr.reply)
+			if err := <-closed; err != nil {
+				t.Errorf("batch %v: Close = %v", batch, err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, fencelock.ErrClosed) {
+				t.Errorf("batch %v: Release after Close = %v; want ErrClosed", batch, err)
+			}
+			time.Sleep(9*time.Second - time.Since(start))
+			if info, _ := store.Backend().Inspect(ctx, "k"); info.Owner != l.Owner() {
+				t.Errorf("batch %v: 9s into a 10s minimum hold, Inspect = %+v; want the lease's record", batch, info)
+			}
+			time.Sleep(10*time.Second + 100*time.Millisecond - time.Since(start))
+			mustFree(t, store, "k")
+		})
+	}
+}
+
+// A release into the minimum hold whose caller's context ends while it
+// waits for a renewal in flight: the hold renewal goes on with a budget
+// of its own, Release answers nil, and the record stays for the window.
+func TestReviewEngineHoldWaitCutByCallersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
+		c := newClient(t, struct{ driver.Backend }{single{sr}}, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		start := time.Now()
+		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-sr.inFlight
+		rctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- l.Release(rctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		close(sr.reply)
+		if err := <-done; err != nil {
+			t.Fatalf("Release whose ctx ended during the wait = %v; want nil", err)
+		}
+		time.Sleep(9*time.Second - time.Since(start))
+		if info, _ := store.Backend().Inspect(t.Context(), "k"); info.Owner != l.Owner() {
+			t.Errorf("9s into a 10s minimum hold, Inspect = %+v; want the lease's record", info)
+		}
+		time.Sleep(10*time.Second + 100*time.Millisecond - time.Since(start))
+		mustFree(t, store, "k")
+	})
+}
