@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,14 +85,7 @@ func genElection(t *rapid.T, o *Options) electionProg {
 	for range n {
 		c := campaignProg{rotate: rapid.Bool().Draw(t, "rotate")}
 		if !o.NoFaults {
-			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
-			case 1:
-				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
-			case 2:
-				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
-			}
-			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5}).Draw(t, "maxDelay")
-			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+			c.faults = drawFaults(t, []int{1, 5})
 		}
 		at := 0
 		for range rapid.IntRange(0, 4).Draw(t, "actions") {
@@ -194,7 +186,7 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 			TTL:            h.TTL,
 			MinBackoff:     2 * time.Millisecond,
 			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
-			ReleaseTimeout: max(h.TTL, 2*time.Second),
+			ReleaseTimeout: releaseTimeout(h.TTL),
 		}
 		if rotate {
 			o.RotateEvery = h.TTL / 3
@@ -237,18 +229,17 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 		}
 	}()
 
-	crashed, faulted := false, false
+	crashed := false
 	var wg sync.WaitGroup
 	clients := make([]*fencelock.Client, len(p.campaigners))
+	wrappers := make([]*faulty, 0, len(p.campaigners))
 	for i, cp := range p.campaigners {
 		inner, err := h.Open(ctx)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("Harness.Open: %w", err)
 		}
-		f := cp.faults
-		f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
-		faulted = faulted || f.any()
-		w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
+		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), rec, i)
+		wrappers = append(wrappers, w)
 		c, err := fencelock.New(wrap(w), opts(cp.rotate))
 		if err != nil {
 			inner.Close()
@@ -279,11 +270,15 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 			e.violate("ResignFreesKey", "campaigner %d: Close: %v", i, err)
 		}
 	}
+	for _, w := range wrappers {
+		w.settle()
+	}
 
 	// ResignFreesKey: the store frees the key (at once, or once a
 	// crashed or faulted campaigner's record expires), and the observer's
 	// last word is then "no leader".
 	bound := time.Duration(0)
+	faulted := rec.faultedBeyondLate()
 	if crashed || faulted {
 		bound = h.TTL + h.Slack
 	}

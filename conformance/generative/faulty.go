@@ -10,24 +10,61 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"pgregory.net/rapid"
 )
 
 // Faults is what the wrapping driver does to one client's calls. Each call
 // draws its fate independently: its reply is delayed, lost after the call
-// took effect (an ambiguous operation), or the call fails before it reaches
-// the store (a transient error).
+// took effect (an ambiguous operation), the call fails before it reaches
+// the store (a transient error), or the request itself is late: it
+// reaches the store after a delay, and if its caller gives up first, the
+// store still applies it when it arrives (as servers do with a request
+// their client stopped waiting for).
 type faults struct {
 	// Per mille of calls for each fault.
-	Delay, Lose, Fail int
+	Delay, Lose, Fail, Late int
 	// MaxDelay bounds a delayed reply.
 	MaxDelay time.Duration
+	// LateMax bounds a late request's delay: below the engine's
+	// ReleaseTimeout, for which an attempt in flight is answered after its
+	// caller's context ends, so that a late request leaves nothing the
+	// engine does not see.
+	LateMax time.Duration
 	// Seed seeds the client's fault draws.
 	Seed uint64
 
 	maxDelayTenths int // MaxDelay in tenths of the TTL, as generated
 }
 
-func (f faults) any() bool { return f.Delay+f.Lose+f.Fail > 0 }
+// drawFaults draws one client's faults: none, light, heavy, or late
+// requests alone (which excuse no record left behind: the engine waits
+// for an attempt's answer), with reply delays of up to one of maxDelays
+// tenths of the TTL.
+func drawFaults(t *rapid.T, maxDelays []int) faults {
+	var f faults
+	switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
+	case 1:
+		f = faults{Delay: 100, Lose: 30, Fail: 30, Late: 50}
+	case 2:
+		f = faults{Delay: 300, Lose: 100, Fail: 100, Late: 100}
+	case 3:
+		f = faults{Late: 200}
+	}
+	f.maxDelayTenths = rapid.SampledFrom(maxDelays).Draw(t, "maxDelay")
+	f.Seed = rapid.Uint64().Draw(t, "faultSeed")
+	return f
+}
+
+func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
+
+// newFaulty wraps inner for client i of a program with faults f: delays
+// drawn in tenths of the TTL (tenth), late requests bounded by half the
+// engine's releaseTimeout.
+func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Duration, rec *recorder, i int) *faulty {
+	f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
+	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
+	return &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
+}
 
 // errInjected is the transient error the wrapping driver injects.
 var errInjected = errors.New("generative: injected fault")
@@ -43,6 +80,7 @@ const (
 	delayReply
 	loseReply
 	failBefore
+	lateRequest
 )
 
 // faulty wraps a backend and injects faults into one client's calls. It
@@ -55,8 +93,9 @@ type faulty struct {
 	client int
 	dead   atomic.Bool
 
-	mu  sync.Mutex
-	rnd *rand.Rand
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	late sync.WaitGroup // late requests whose caller gave up, until applied
 }
 
 func (w *faulty) draw(op string) (fate, time.Duration) {
@@ -73,26 +112,59 @@ func (w *faulty) draw(op string) (fate, time.Duration) {
 		return loseReply, 0
 	case n < w.f.Fail+w.f.Lose+w.f.Delay:
 		return delayReply, time.Duration(w.rnd.Int64N(int64(w.f.MaxDelay) + 1))
+	case n < w.f.Fail+w.f.Lose+w.f.Delay+w.f.Late:
+		return lateRequest, time.Duration(w.rnd.Int64N(int64(w.f.LateMax) + 1))
 	}
 	return pass, 0
 }
 
+// settle waits until every late request whose caller gave up has been
+// applied.
+func (w *faulty) settle() { w.late.Wait() }
+
 // call runs op under the fate drawn for it. owners names the leases the
-// call concerns (for the history); rotate marks a rotating renewal.
-func (w *faulty) call(ctx context.Context, name string, rotate bool, owners []string, op func() error) error {
+// call concerns (for the history); rotate marks a rotating renewal. A
+// late request whose caller gave up runs op on in the background, with
+// a context of its own, and its result is dropped.
+func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owners []string, op func(context.Context) (T, error)) (T, error) {
+	var zero T
 	if w.dead.Load() {
-		return errCrashed
+		return zero, errCrashed
 	}
 	fate, d := w.draw(name)
-	if fate == failBefore {
-		w.rec.fault(w.client, name, "fail", owners, false)
-		return errInjected
+	if fate == lateRequest && name == "acquire-wait" {
+		// A wait in the queue has no late form: applied after its
+		// caller gave up, it would wait with nobody to end it.
+		fate = pass
 	}
-	err := op()
+	switch fate {
+	case failBefore:
+		w.rec.fault(w.client, name, "fail", owners, false)
+		return zero, errInjected
+	case lateRequest:
+		if d > 0 {
+			w.rec.fault(w.client, name, "late", owners, rotate)
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				// The request is on its way; its caller gave up.
+				w.rec.fault(w.client, name, "late-cut", owners, rotate)
+				w.late.Add(1)
+				go func() {
+					defer w.late.Done()
+					<-t.C
+					_, _ = op(context.WithoutCancel(ctx))
+				}()
+				return zero, ctx.Err()
+			}
+		}
+	}
+	v, err := op(ctx)
 	switch fate {
 	case loseReply:
 		w.rec.fault(w.client, name, "lose", owners, rotate)
-		return errInjected
+		return zero, errInjected
 	case delayReply:
 		if d > 0 {
 			w.rec.fault(w.client, name, "delay", owners, rotate)
@@ -103,53 +175,52 @@ func (w *faulty) call(ctx context.Context, name string, rotate bool, owners []st
 			case <-ctx.Done():
 				// The call took effect; its caller gave up waiting.
 				w.rec.fault(w.client, name, "delay-cut", owners, rotate)
-				return ctx.Err()
+				return zero, ctx.Err()
 			}
 		}
 	}
 	if w.dead.Load() {
-		return errCrashed
+		return zero, errCrashed
 	}
-	return err
+	return v, err
 }
 
-func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, err error) {
-	err = w.call(ctx, "acquire", false, []string{req.Owner}, func() error {
+func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return call(w, ctx, "acquire", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
 		w.rec.attempt(req.Owner)
-		g, err = w.b.Acquire(ctx, req)
+		g, err := w.b.Acquire(ctx, req)
 		if debug {
 			w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
 		}
-		return err
+		return g, err
 	})
-	return g, err
 }
 
-func (w *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (ng driver.Grant, err error) {
+func (w *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	// A metadata update may issue a new token as a rotation does (etcd and
 	// ZooKeeper re-put the record, whose version is the token): a fault
 	// that hides its outcome is treated like one hiding a rotation's.
-	err = w.call(ctx, "renew", req.Rotate || req.SetMetadata, []string{g.Owner}, func() error {
-		ng, err = w.b.Renew(ctx, g, req)
+	return call(w, ctx, "renew", req.Rotate || req.SetMetadata, []string{g.Owner}, func(ctx context.Context) (driver.Grant, error) {
+		ng, err := w.b.Renew(ctx, g, req)
 		if debug {
 			w.rec.note("renew rotate %v %v -> %v %v", req.Rotate, g, ng, err)
 		}
 		if err == nil && ng.Token != g.Token {
 			w.rec.rotated(g.Owner, ng.Token)
 		}
-		return err
+		return ng, err
 	})
-	return ng, err
 }
 
 func (w *faulty) Release(ctx context.Context, g driver.Grant) error {
-	return w.call(ctx, "release", false, []string{g.Owner}, func() error {
+	_, err := call(w, ctx, "release", false, []string{g.Owner}, func(ctx context.Context) (struct{}, error) {
 		err := w.b.Release(ctx, g)
 		if debug {
 			w.rec.note("release %v -> %v", g, err)
 		}
-		return err
+		return struct{}{}, err
 	})
+	return err
 }
 
 // debug, from FENCELOCK_GEN_DEBUG, adds every engine event and every
@@ -170,7 +241,12 @@ func (w *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return w.b.List(ctx, prefix)
 }
 
-func (w *faulty) Close() error { return w.b.Close() }
+// Close closes the wrapped backend once every late request in flight has
+// reached the store: a server applies what its connection delivered.
+func (w *faulty) Close() error {
+	w.settle()
+	return w.b.Close()
+}
 
 func (w *faulty) Describe() driver.Description {
 	if d, ok := w.b.(driver.Describer); ok {
@@ -179,13 +255,11 @@ func (w *faulty) Describe() driver.Description {
 	return driver.Description{Name: "backend"}
 }
 
-func (w *faulty) AcquireWait(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, err error) {
-	err = w.call(ctx, "acquire-wait", false, []string{req.Owner}, func() error {
+func (w *faulty) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return call(w, ctx, "acquire-wait", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
 		w.rec.attempt(req.Owner)
-		g, err = w.b.(driver.Waiter).AcquireWait(ctx, req)
-		return err
+		return w.b.(driver.Waiter).AcquireWait(ctx, req)
 	})
-	return g, err
 }
 
 func (w *faulty) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
@@ -195,13 +269,13 @@ func (w *faulty) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	return w.b.(driver.Watcher).Watch(ctx, key)
 }
 
-func (w *faulty) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) (res []driver.RenewResult, err error) {
+func (w *faulty) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	owners := make([]string, len(grants))
 	for i, g := range grants {
 		owners[i] = g.Owner
 	}
-	err = w.call(ctx, "renew-batch", req.Rotate, owners, func() error {
-		res, err = w.b.(driver.BatchRenewer).RenewBatch(ctx, grants, req)
+	return call(w, ctx, "renew-batch", req.Rotate, owners, func(ctx context.Context) ([]driver.RenewResult, error) {
+		res, err := w.b.(driver.BatchRenewer).RenewBatch(ctx, grants, req)
 		for i, r := range res {
 			if r.Err == nil && i < len(grants) && r.Grant.Token != grants[i].Token {
 				w.rec.rotated(grants[i].Owner, r.Grant.Token)
@@ -210,9 +284,8 @@ func (w *faulty) RenewBatch(ctx context.Context, grants []driver.Grant, req driv
 		if debug {
 			w.rec.note("renew-batch rotate %v grants %v -> %v %v", req.Rotate, grants, res, err)
 		}
-		return err
+		return res, err
 	})
-	return res, err
 }
 
 func (w *faulty) NotifyLoss(g driver.Grant, lost func(error)) func() {
@@ -346,3 +419,7 @@ func wrap(w *faulty) driver.Backend {
 		}{w, w, w, w, w}
 	}
 }
+
+// releaseTimeout is the engine's Options.ReleaseTimeout in every program
+// of a harness whose TTL is ttl.
+func releaseTimeout(ttl time.Duration) time.Duration { return max(ttl, 2*time.Second) }

@@ -16,7 +16,10 @@
 // work, or by crashing (nothing released, nothing renewed). An
 // administrator force-releases keys where the backend can. A wrapping
 // driver delays replies, loses replies after the call took effect
-// (ambiguous operations) and fails calls before they reach the store.
+// (ambiguous operations), fails calls before they reach the store, and
+// delays requests on their way to it: a late request whose caller gave up
+// is still applied when it arrives, as a server applies what its
+// connection delivered (some clients have late requests alone).
 // Where the backend is a driver.TokenFloorer, some programs start with
 // floors just below 2^53, where a token kept in a float loses precision,
 // and some raise a key's floor while the program runs, as a migration's
@@ -37,12 +40,13 @@
 //   - LiveHolderWritesAccepted: a holder's write while it holds the key
 //     gets through;
 //   - NoLossWithoutCause: a lease is told "not held" only when its key was
-//     forced or a fault hid the outcome of its rotation — a stale call or a
+//     forced, a fault hid the outcome of its rotation, or one of its
+//     renewals or releases reached the store late — a stale call or a
 //     race never disturbs a live holder;
 //   - StaleCallsRefused: Release and Renew with an ended grant are refused;
 //   - NothingLeftBehind: after every client ended, nothing is stored
-//     (at once when no client crashed and no fault was injected, else
-//     within TTL plus slack).
+//     (at once when no client crashed and no fault but late requests was
+//     injected, else within TTL plus slack).
 //
 // One program in five is a read-write program instead (rwlock.go):
 // clients taking read and write grants of one fencelock.RWLock through
@@ -81,7 +85,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -432,14 +435,7 @@ func genProgram(t *rapid.T, o *Options) program {
 			c.end = endClose // crashes are rarer than clean ends
 		}
 		if !o.NoFaults {
-			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
-			case 1:
-				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
-			case 2:
-				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
-			}
-			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5, 12}).Draw(t, "maxDelay")
-			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+			c.faults = drawFaults(t, []int{1, 5, 12})
 		}
 		workers := rapid.IntRange(1, 2).Draw(t, "workers")
 		for range workers {
@@ -559,20 +555,18 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		if err != nil {
 			return nil, fmt.Errorf("Harness.Open: %w", err)
 		}
-		f := cp.faults
-		f.MaxDelay = time.Duration(f.maxDelayTenths) * r.tenth
-		w := &faulty{b: inner, f: f, rec: r.rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
 		o := &fencelock.Options{
 			TTL:            h.TTL,
 			MinBackoff:     2 * time.Millisecond,
 			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
-			ReleaseTimeout: max(h.TTL, 2*time.Second),
+			ReleaseTimeout: releaseTimeout(h.TTL),
 			Observer:       r.rec.observer(),
 			Owner:          fmt.Sprintf("generative-client-%d", i),
 		}
 		if cp.rotate {
 			o.RotateEvery = h.TTL / 3
 		}
+		w := newFaulty(inner, cp.faults, r.tenth, o.ReleaseTimeout, r.rec, i)
 		c, err := fencelock.New(wrap(w), o)
 		if err != nil {
 			inner.Close()
@@ -670,18 +664,21 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	if err := r.drain(ctx, bound(time.Now()), "NoRecordOutlivesItsLease", "while the clients lived, after every lease had ended"); err != nil {
 		return nil, err
 	}
-	crashed, faulted := false, false
+	crashed := false
 	for i, cp := range p.clients {
 		end(i)
 		crashed = crashed || cp.end == endCrash
 	}
-	r.rec.mu.Lock()
-	faulted = len(r.rec.faults) > 0
-	r.rec.mu.Unlock()
+	for _, cl := range clients {
+		cl.w.settle()
+	}
+	faulted := r.rec.faultedBeyondLate()
 
 	// NothingLeftBehind: at once, or after TTL plus slack when a crash or
 	// a fault may have left a record for the store to expire; a record
 	// store keeps a record inside its minimum hold until the hold ends.
+	// A late request (answered within the engine's ReleaseTimeout, which
+	// an attempt cut short by its caller waits for) is no excuse.
 	deadline := time.Now()
 	if crashed || faulted {
 		deadline = bound(deadline)

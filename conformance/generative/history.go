@@ -292,6 +292,19 @@ func (r *recorder) violate(property, format string, args ...any) {
 	r.direct = append(r.direct, v)
 }
 
+// faultedBeyondLate reports whether a fault other than a late request
+// (kinds "late" and "late-cut") touched the program.
+func (r *recorder) faultedBeyondLate() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.faults {
+		if f.kind != "late" && f.kind != "late-cut" {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *recorder) fault(client int, op, kind string, owners []string, rotate bool) {
 	s := r.tick()
 	r.mu.Lock()
@@ -461,8 +474,9 @@ func (r *recorder) check() []violation {
 			}
 		}
 	}
-	// Owners whose rotation's outcome a fault hid from the engine: its
-	// reply was lost or cut short; or it was only delayed, but the
+	// Owners whose rotation's outcome a fault hid from the engine (its
+	// reply was lost or cut short), or whose renewal or release reached
+	// the store late; or whose rotation was only delayed, but the
 	// holder's release was itself delayed or failed, so that the record
 	// the rotation left may have expired before the engine found it.
 	unsure := make(map[string]bool)
@@ -471,9 +485,14 @@ func (r *recorder) check() []violation {
 	for _, f := range r.faults {
 		for _, o := range f.owners {
 			switch {
-			case f.rotate && (f.kind == "lose" || f.kind == "delay-cut"):
+			case f.rotate && (f.kind == "lose" || f.kind == "delay-cut" || f.kind == "late-cut"):
 				unsure[o] = true
-			case f.rotate && f.kind == "delay":
+			case (f.kind == "late" || f.kind == "late-cut") && f.op != "acquire":
+				// A renewal or release that reached the store late may
+				// have come after the record expired (a release into
+				// the minimum hold is a renewal too).
+				unsure[o] = true
+			case f.rotate && (f.kind == "delay" || f.kind == "late"):
 				delayedRotation[o] = true
 			case f.op == "release":
 				faultedRelease[o] = true

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,14 +100,7 @@ func genRW(t *rapid.T, o *Options) rwProg {
 			c.end = endClose
 		}
 		if !o.NoFaults {
-			switch rapid.IntRange(0, 3).Draw(t, "faultLevel") {
-			case 1:
-				c.faults = faults{Delay: 100, Lose: 30, Fail: 30}
-			case 2:
-				c.faults = faults{Delay: 300, Lose: 100, Fail: 100}
-			}
-			c.faults.maxDelayTenths = rapid.SampledFrom([]int{1, 5}).Draw(t, "maxDelay")
-			c.faults.Seed = rapid.Uint64().Draw(t, "faultSeed")
+			c.faults = drawFaults(t, []int{1, 5})
 		}
 		for range rapid.IntRange(1, 2).Draw(t, "workers") {
 			var w []rwStep
@@ -232,22 +224,19 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 		once sync.Once
 	}
 	clients := make([]*client, len(p.clients))
-	crashed, faulted := false, false
+	crashed := false
 	for i, cp := range p.clients {
 		inner, err := h.Open(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("Harness.Open: %w", err)
 		}
-		f := cp.faults
-		f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
-		faulted = faulted || f.any()
 		crashed = crashed || cp.end == endCrash
-		w := &faulty{b: inner, f: f, rec: run.rec, client: i, rnd: rand.New(rand.NewPCG(cp.faults.Seed, uint64(i)))}
+		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), run.rec, i)
 		o := &fencelock.Options{
 			TTL:            h.TTL,
 			MinBackoff:     2 * time.Millisecond,
 			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
-			ReleaseTimeout: max(h.TTL, 2*time.Second),
+			ReleaseTimeout: releaseTimeout(h.TTL),
 			Owner:          fmt.Sprintf("generative-rw-%d", i),
 			Observer:       run.observer(),
 		}
@@ -302,6 +291,9 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 	for i := range p.clients {
 		end(i)
 	}
+	for _, cl := range clients {
+		cl.w.settle()
+	}
 	// NothingLeftBehind: at once, or within the longest TTL plus slack
 	// when a crash or a fault may have left a record to expire.
 	maxTTL, slack := h.TTL, h.Slack
@@ -315,6 +307,7 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 		}
 	}
 	deadline := time.Now()
+	faulted := run.rec.faultedBeyondLate()
 	if crashed || faulted {
 		deadline = deadline.Add(maxTTL + slack)
 	}
