@@ -38,6 +38,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireReleaseCancellable is BenchmarkAcquireRelease with a
+// caller's context that can end, as a request's does: the engine then
+// watches it for the attempt's grace period (see Options.ReleaseTimeout).
+func BenchmarkAcquireReleaseCancellable(b *testing.B) {
+	c, err := fencelock.New(memory.New(), &fencelock.Options{TTL: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	defer benchkit.CPUPerOp(b)()
+	for b.Loop() {
+		l, err := c.TryAcquire(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkRawMemory(b *testing.B) {
 	m := memory.New()
 	ctx := context.Background()
