@@ -51,6 +51,28 @@ func releaseWhile(t *testing.T, l *fencelock.Lease, letGo chan struct{}) error {
 	return <-done
 }
 
+// acquired is what an Acquire or TryAcquire on its own goroutine returned.
+type acquired struct {
+	l   *fencelock.Lease
+	err error
+}
+
+// acquireAsync runs TryAcquire (try) or Acquire of key on its own
+// goroutine and delivers what it returned.
+func acquireAsync(ctx context.Context, c *fencelock.Client, key string, try bool) <-chan acquired {
+	got := make(chan acquired, 1)
+	go func() {
+		var r acquired
+		if try {
+			r.l, r.err = c.TryAcquire(ctx, key)
+		} else {
+			r.l, r.err = c.Acquire(ctx, key)
+		}
+		got <- r
+	}()
+	return got
+}
+
 func mustFree(t *testing.T, store *memory.Store, key string) {
 	t.Helper()
 	info, err := store.Backend().Inspect(context.Background(), key)
@@ -625,15 +647,7 @@ func TestBackgroundCleanupNeverRemovesALaterLeaseOfTheSameAcquire(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		type result struct {
-			l   *fencelock.Lease
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := c.Acquire(t.Context(), "k") // queues behind h
-			got <- result{l, err}
-		}()
+		got := acquireAsync(t.Context(), c, "k", false) // queues behind h
 		synctest.Wait()
 		if err := h.Release(t.Context()); err != nil {
 			t.Fatal(err)
@@ -728,16 +742,7 @@ func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
 				c := newClient(t, h, nil)
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				got := make(chan error, 1)
-				go func() {
-					var err error
-					if tc.try {
-						_, err = c.TryAcquire(ctx, "k")
-					} else {
-						_, err = c.Acquire(ctx, "k")
-					}
-					got <- err
-				}()
+				got := acquireAsync(ctx, c, "k", tc.try)
 				if tc.held {
 					synctest.Wait() // the first attempt found the key held
 					if err := store.Backend().Release(t.Context(), other); err != nil {
@@ -754,7 +759,7 @@ func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
 				}
 				synctest.Wait()
 				close(gate) // the request reaches the store
-				err := <-got
+				err := (<-got).err
 				want := context.Canceled
 				if tc.closing {
 					want = fencelock.ErrClosed

@@ -215,15 +215,7 @@ func TestReviewEngineQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
 			return h.Backend.Renew(rctx, g, r)
 		}
 		c := newClient(t, revQueued{h}, nil)
-		type result struct {
-			l   *fencelock.Lease
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := c.Acquire(ctx, "k")
-			got <- result{l, err}
-		}()
+		got := acquireAsync(ctx, c, "k", false)
 		synctest.Wait() // queued behind "other"
 		if err := store.Backend().Release(t.Context(), other); err != nil {
 			t.Fatal(err)
@@ -384,20 +376,7 @@ func TestReviewEngineCloseDuringGraceReleasesTheGrant(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				type result struct {
-					l   *fencelock.Lease
-					err error
-				}
-				got := make(chan result, 1)
-				go func() {
-					var r result
-					if tc.try {
-						r.l, r.err = c.TryAcquire(t.Context(), "k")
-					} else {
-						r.l, r.err = c.Acquire(t.Context(), "k")
-					}
-					got <- r
-				}()
+				got := acquireAsync(t.Context(), c, "k", tc.try)
 				if tc.n > 1 {
 					synctest.Wait()
 					if err := store.Backend().Release(t.Context(), other); err != nil {
