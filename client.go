@@ -156,28 +156,39 @@ func (c *Client) begin(ctx context.Context) (bound context.Context, done func(),
 // call is a call registered by beginCall; end must be called when it
 // returns.
 type call struct {
-	c        *Client
-	id       uint64
-	cancel   context.CancelCauseFunc
-	attempts context.Context // the backend requests' context (see attempt), or nil
-	ends     callEnds
-	stop     func() bool // stops the watch of the caller's context, or nil
+	c    *Client
+	id   uint64
+	ends callEnds
+	stop func() bool // stops the watch of the caller's context, or nil
 }
 
 // callEnds is how a call is ended: its bound context at once, its
 // attempts' context (if any) Options.ReleaseTimeout later.
 type callEnds struct {
-	bound    context.CancelCauseFunc
-	attempts context.CancelFunc
+	bound          context.CancelCauseFunc
+	attempts       context.Context // the backend requests' context (see attempt), or nil
+	cancelAttempts context.CancelFunc
 }
 
 // end ends the call with cause: its bound context at once, and its
 // attempts' context once an attempt in flight has had
-// Options.ReleaseTimeout to be answered.
+// Options.ReleaseTimeout to be answered. The call's own end (call.end)
+// cancels the attempts' context sooner; the grace timer is then stopped,
+// so that a cancelled call does not keep its contexts (and the caller's
+// values) alive for the rest of ReleaseTimeout.
 func (e callEnds) end(c *Client, cause error) {
 	e.bound(cause)
-	if e.attempts != nil {
-		time.AfterFunc(c.o.ReleaseTimeout, e.attempts)
+	if e.cancelAttempts != nil {
+		t := time.AfterFunc(c.o.ReleaseTimeout, e.cancelAttempts)
+		context.AfterFunc(e.attempts, func() { t.Stop() })
+	}
+}
+
+// cancel releases both contexts at once.
+func (e callEnds) cancel() {
+	e.bound(nil)
+	if e.cancelAttempts != nil {
+		e.cancelAttempts()
 	}
 }
 
@@ -189,17 +200,14 @@ func (e callEnds) end(c *Client, cause error) {
 // begins.
 func (c *Client) beginCall(ctx context.Context, attempts bool) (context.Context, call, error) {
 	bound, cancel := context.WithCancelCause(ctx)
-	k := call{c: c, cancel: cancel, ends: callEnds{bound: cancel}}
+	k := call{c: c, ends: callEnds{bound: cancel}}
 	if attempts {
-		k.attempts, k.ends.attempts = context.WithCancel(context.WithoutCancel(ctx))
+		k.ends.attempts, k.ends.cancelAttempts = context.WithCancel(context.WithoutCancel(ctx))
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cancel(nil)
-		if k.ends.attempts != nil {
-			k.ends.attempts()
-		}
+		k.ends.cancel()
 		return nil, call{}, ErrClosed
 	}
 	c.calls.Add(1)
@@ -222,10 +230,7 @@ func (k call) end() {
 	k.c.mu.Lock()
 	delete(k.c.calling, k.id)
 	k.c.mu.Unlock()
-	k.cancel(nil)
-	if k.ends.attempts != nil {
-		k.ends.attempts()
-	}
+	k.ends.cancel()
 	k.c.calls.Done()
 }
 
@@ -369,7 +374,7 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			// Confirm the grant so the local-validity clock starts
 			// before a request the store answered.
 			start := c.now()
-			g2, err := c.b.Renew(k.attempts, g, driver.RenewRequest{TTL: req.TTL})
+			g2, err := c.b.Renew(k.ends.attempts, g, driver.RenewRequest{TTL: req.TTL})
 			if err == nil && ctx.Err() != nil {
 				// The caller gave up while the confirmation was on its
 				// way: the lease is never handed out.
@@ -528,7 +533,7 @@ func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	g, err := c.b.Acquire(k.attempts, req)
+	g, err := c.b.Acquire(k.ends.attempts, req)
 	if err == nil && ctx.Err() != nil {
 		c.releaseGrant(g)
 		return driver.Grant{}, ctx.Err()

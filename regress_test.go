@@ -6,11 +6,13 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
@@ -774,5 +776,42 @@ func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
 				mustFree(t, store, "k")
 			})
 		})
+	}
+}
+
+// Defect: a call whose context ended while its attempt was in flight
+// armed a grace timer (Options.ReleaseTimeout, after which the attempt's
+// context is cancelled) that outlived the call: the call's own end
+// cancelled that context at once, but the timer, and through it the
+// call's contexts and the caller's context values, stayed alive until it
+// fired. A service whose requests time out often kept every one of them
+// for ReleaseTimeout.
+func TestCancelledCallKeepsNothingAfterItReturns(t *testing.T) {
+	type payloadKey struct{}
+	store := memory.NewStore()
+	inFlight, answer := make(chan struct{}), make(chan struct{})
+	h := &hook{Backend: store.Backend(), acquire: func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+		close(inFlight)
+		<-answer // the store answers after the caller gave up
+		return store.Backend().Acquire(ctx, r)
+	}}
+	c := newClient(t, h, &fencelock.Options{ReleaseTimeout: time.Hour})
+	payload := new([4096]byte)
+	alive := weak.Make(payload)
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), payloadKey{}, payload))
+	payload = nil
+	got := acquireAsync(ctx, c, "k", true)
+	<-inFlight
+	cancel()
+	close(answer)
+	if err := (<-got).err; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire = %v; want context.Canceled", err)
+	}
+	ctx, cancel = nil, nil
+	mustFree(t, store, "k")
+	runtime.GC()
+	runtime.GC()
+	if alive.Value() != nil {
+		t.Fatal("a cancelled TryAcquire that returned still keeps its caller's context alive")
 	}
 }
