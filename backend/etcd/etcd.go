@@ -148,10 +148,18 @@ func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 
 // acquire is Acquire on native tokens (mod revisions; floor.go maps them
 // to the tokens callers see). It is one transaction: if key's queue is
-// empty, put the owner's entry (attached to the backend's lease) and read
-// the token floor key. The token is the entry's create revision. A key
-// found held costs one more round trip, a read-only transaction of the
-// queue's head and the floor key.
+// empty and the token floor key is the version this backend has cached
+// (its mod revision compared), put the owner's entry (attached to the
+// backend's lease); with nothing cached yet, the transaction reads the
+// floor key instead of comparing it. The token is the entry's create
+// revision, and the floor in force at it is the cached one. A failed
+// transaction costs one more round trip, a read-only transaction of the
+// queue's head and the floor key: a key found held, or (an empty queue,
+// the floor key moved) another attempt with the floor just read.
+//
+// Comparing the floor key instead of reading it costs the server less:
+// at 16 goroutines on free keys the read took about 0.04 of raw's rate
+// more than the compare (TxnForms, 2026-11-25).
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req); err != nil {
 		return driver.Grant{}, err
@@ -181,17 +189,24 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
 	}
-	for attempt := 0; ; attempt++ {
+	leaseRetried, floorMoves := false, 0
+	for {
 		l, err := s.fresh(ctx, 0, true)
 		if err != nil {
 			return driver.Grant{}, err
 		}
 		start := time.Now()
-		resp, err := b.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id)), clientv3.OpGet(b.floorKey())).
-			Commit()
-		if isLeaseNotFound(err) && attempt == 0 {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
+		ops := []clientv3.Op{clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id))}
+		fmod, cached := b.fl.known()
+		if cached {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(b.floorKey()), "=", fmod))
+		} else {
+			ops = append(ops, clientv3.OpGet(b.floorKey()))
+		}
+		resp, err := b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if isLeaseNotFound(err) && !leaseRetried {
+			leaseRetried = true
 			s.forget(l.id) // revoked from outside: grant a new one
 			continue
 		}
@@ -200,8 +215,12 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		g := driver.Grant{Key: req.Key, Owner: req.Owner}
 		if resp.Succeeded {
-			// The token offset, read in the same transaction (floor.go).
-			if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
+			// The token offset in force at the entry's revision: the
+			// cached floor, which the transaction compared, or the
+			// floor it read (floor.go).
+			if cached {
+				b.fl.held(resp.Header.Revision, fmod)
+			} else if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
 				return driver.Grant{}, err
 			}
 			g.Token = driver.Token(resp.Header.Revision)
@@ -229,6 +248,13 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		head := firstOf(resp, 0)
 		if head == nil {
+			if f := firstOf(resp, 1); cached && floorMoves < 3 && (f == nil && fmod != 0 || f != nil && f.ModRevision != fmod) {
+				// The queue is empty and the floor key moved: the
+				// compare on the floor may be what failed. Again, with
+				// the floor just read.
+				floorMoves++
+				continue
+			}
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
 		if mine := head; ownerOf(mine) == req.Owner {

@@ -169,11 +169,13 @@ func (h history) native(t driver.Token) int64 {
 }
 
 // floors caches the history as read at revision at: exact for every
-// revision up to at (a later raise starts a segment above at).
+// revision up to at (a later raise starts a segment above at). mod is the
+// floor key's mod revision in that read (0: absent).
 type floors struct {
-	mu sync.Mutex
-	at int64
-	h  history
+	mu  sync.Mutex
+	at  int64
+	h   history
+	mod int64
 }
 
 // observe records the floor key as read at revision at (kv nil: absent).
@@ -182,12 +184,37 @@ func (f *floors) observe(at int64, kv *mvccpb.KeyValue) error {
 	if err != nil {
 		return err
 	}
+	var mod int64
+	if kv != nil {
+		mod = kv.ModRevision
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if at > f.at {
-		f.at, f.h = at, h
+		f.at, f.h, f.mod = at, h, mod
 	}
 	return nil
+}
+
+// known returns the cached floor key's mod revision, if there is a cached
+// read: what acquire's transaction compares instead of reading the key.
+func (f *floors) known() (mod int64, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mod, f.h.starts != nil
+}
+
+// held records that the floor key's mod revision was mod at revision at
+// (a transaction's compare said so): if the cache is that version of the
+// key, it is exact up to at. (A cache that moved on to a newer version
+// was read at a revision at or above that version's, which is above at,
+// since the key was still at mod then.)
+func (f *floors) held(at, mod int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.h.starts != nil && f.mod == mod && at > f.at {
+		f.at = at
+	}
 }
 
 // cached returns the history if it is exact up to revision r.
@@ -282,7 +309,7 @@ func (b *Backend) tokenErr(ctx context.Context, err error) error {
 var _ driver.TokenFloorer = (*Backend)(nil)
 
 // Acquire implements driver.Backend (see acquire); the token offset is
-// read in the acquiring transaction itself.
+// the cached one, checked in the acquiring transaction itself.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := b.acquire(ctx, req)
 	if err != nil {

@@ -11,13 +11,14 @@ import (
 )
 
 // rawForm is raw with parts of the backend's acquire transaction added:
-// the entry under a queue prefix, the compare over the whole prefix, and
-// the floor read (in Then) and the Else branch's reads (sent, not run, on
-// a free key): 2 as the backend sends them (the queue's head and the
-// floor), or the 4 it sent before 2026-11-24 (also the owner's entry and
-// the key's rotation marker). It finds which part of the backend's
-// transaction costs what raw's does not.
-func rawForm(name string, prefixCompare, floorRead bool, elseReads int) benchkit.Lib {
+// the entry under a queue prefix, the compare over the whole prefix, the
+// token floor read (in Then, as the backend did until 2026-11-25) or
+// compared by its mod revision (as it does now), and the Else branch's
+// reads (sent, not run, on a free key): 2 as the backend sent them (the
+// queue's head and the floor), or the 4 it sent before 2026-11-24 (also
+// the owner's entry and the key's rotation marker). It finds which part
+// of the backend's transaction costs what raw's does not.
+func rawForm(name string, prefixCompare, floorRead, floorCompare bool, elseReads int) benchkit.Lib {
 	return benchkit.Lib{Name: name, Setup: func(b *testing.B) benchkit.Lockers {
 		cli := client(b)
 		lease, err := cli.Grant(context.Background(), int64(ttl.Seconds()))
@@ -44,6 +45,10 @@ func rawForm(name string, prefixCompare, floorRead bool, elseReads int) benchkit
 				}
 				then := []clientv3.Op{clientv3.OpPut(me, "bench/0123456789ab."+strconv.Itoa(n), clientv3.WithLease(lease.ID))}
 				var els []clientv3.Op
+				cmps := []clientv3.Cmp{cmp}
+				if floorCompare {
+					cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(floor), "=", 0))
+				}
 				if floorRead {
 					then = append(then, clientv3.OpGet(floor))
 				}
@@ -53,7 +58,7 @@ func rawForm(name string, prefixCompare, floorRead bool, elseReads int) benchkit
 				case 4:
 					els = []clientv3.Op{clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(me), clientv3.OpGet(prefix + "m/" + key), clientv3.OpGet(floor)}
 				}
-				resp, err := cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
+				resp, err := cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 				if err != nil {
 					return nil, err
 				}
@@ -77,10 +82,11 @@ func rawForm(name string, prefixCompare, floorRead bool, elseReads int) benchkit
 // interleaved.
 func BenchmarkTxnForms(b *testing.B) {
 	shared := backendOnlyShared
-	libs := []benchkit.Lib{raw, rawForm("entry", false, false, 0), rawForm("entry+prefix-compare", true, false, 0),
-		rawForm("entry+prefix-compare+floor-read", true, true, 0),
-		rawForm("entry+prefix-compare+floor-read+else-2-reads", true, true, 2),
-		rawForm("entry+prefix-compare+floor-read+else-4-reads", true, true, 4), shared, backendOnly}
+	libs := []benchkit.Lib{raw, rawForm("entry", false, false, false, 0), rawForm("entry+prefix-compare", true, false, false, 0),
+		rawForm("entry+prefix-compare+floor-compare", true, false, true, 0),
+		rawForm("entry+prefix-compare+floor-read", true, true, false, 0),
+		rawForm("entry+prefix-compare+floor-read+else-2-reads", true, true, false, 2),
+		rawForm("entry+prefix-compare+floor-read+else-4-reads", true, true, false, 4), shared, backendOnly}
 	for _, g := range []int{1, 16} {
 		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 50*g, libs) })
 	}
