@@ -189,7 +189,12 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
 	}
-	leaseRetried, floorMoves := false, 0
+	// leaseRetried: a lease revoked from outside was replaced once.
+	// readFloor: the floor key moved under the cached version; the next
+	// transaction reads it instead of comparing it, and so cannot fail on
+	// it (a raise per round trip would otherwise keep a free key
+	// refused).
+	leaseRetried, readFloor := false, false
 	for {
 		l, err := s.fresh(ctx, 0, true)
 		if err != nil {
@@ -199,6 +204,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
 		ops := []clientv3.Op{clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id))}
 		fmod, cached := b.fl.known()
+		cached = cached && !readFloor
 		if cached {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(b.floorKey()), "=", fmod))
 		} else {
@@ -221,6 +227,13 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			if cached {
 				b.fl.held(resp.Header.Revision, fmod)
 			} else if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
+				// A floor key that does not parse: no token can be
+				// mapped, and the entry just put must not stay.
+				cctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+				if _, derr := b.deleteEntry(cctx, me, resp.Header.Revision); derr != nil {
+					b.orphan(me, resp.Header.Revision)
+				}
+				cancel()
 				return driver.Grant{}, err
 			}
 			g.Token = driver.Token(resp.Header.Revision)
@@ -237,8 +250,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// Reading after the compare failed only makes the head newer,
 		// which every use below allows for (a head that is gone reads as
 		// a key held by nobody known; our own entry is re-checked by its
-		// mod revision).
-		b.hot.Mark(req.Key)
+		// mod revision). The key is marked hot only if it is held.
 		resp, err = b.cli.Txn(ctx).Then(clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(b.floorKey())).Commit()
 		if err != nil {
 			return driver.Grant{}, err
@@ -248,15 +260,16 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		head := firstOf(resp, 0)
 		if head == nil {
-			if f := firstOf(resp, 1); cached && floorMoves < 3 && (f == nil && fmod != 0 || f != nil && f.ModRevision != fmod) {
+			if f := firstOf(resp, 1); cached && (f == nil && fmod != 0 || f != nil && f.ModRevision != fmod) {
 				// The queue is empty and the floor key moved: the
-				// compare on the floor may be what failed. Again, with
-				// the floor just read.
-				floorMoves++
+				// compare on the floor may be what failed. Again,
+				// reading the floor this time.
+				readFloor = true
 				continue
 			}
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
+		b.hot.Mark(req.Key)
 		if mine := head; ownerOf(mine) == req.Owner {
 			// A retry of an acquisition that succeeded (the queue's head
 			// is the owner's own entry, under the name it was put with;
