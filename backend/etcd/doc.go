@@ -114,9 +114,10 @@
 //     segments that RaiseFloor only appends to, each with a larger offset,
 //     starting at the revision of its own write. The offset is a
 //     non-decreasing function of the revision, so tokens keep the order of
-//     revisions and everything above holds for them; Acquire reads the
-//     offset in its own transaction, and a waiter that queued before a
-//     raise re-puts its entry when it is granted. The floor is per prefix
+//     revisions and everything above holds for them; Acquire's
+//     transaction compares the floor key with the version the backend has
+//     cached (or reads it, with nothing cached), and a waiter that queued
+//     before a raise re-puts its entry when it is granted. The floor is per prefix
 //     (RaiseFloor of any key raises all of them), below 2^62; see
 //     docs/migration.md for the argument.
 //
