@@ -450,10 +450,15 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 	// followed a notification and found the same holder as the attempt
 	// before it, so the notification was about a change that did not
 	// free the key (a composite backend such as migrate.Dual taking and
-	// giving back one side, maybe this waiter's own attempt): the next
-	// attempt waits for the backoff timer, or waiters would wake each
-	// other, and themselves, in a loop that spins the store.
+	// giving back one side, maybe this waiter's own attempt), or it came
+	// late, about a release the attempt before had already seen past.
+	// While quiet, a notification leads to an attempt only after a pause
+	// (pause, doubled at every such wake-up, reset when an attempt finds
+	// another holder): waiters woken by their own attempts do not spin
+	// the store, and a late notification does not make the waiter miss
+	// the release that comes next for longer than the pause.
 	woke, quiet := false, false
+	pause := c.o.MinBackoff
 	for {
 		if !immediate {
 			wait := jitter(backoff)
@@ -462,27 +467,41 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 				wait = held.Holder.Remaining + time.Millisecond
 			}
 			t := time.NewTimer(wait)
-			wake := notify
-			if quiet {
-				wake = nil
-			}
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				if ambiguous {
-					c.abandon(req)
+			deadline := time.Now().Add(wait)
+			wake, paused := notify, false
+			for done := false; !done; {
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					if ambiguous {
+						c.abandon(req)
+					}
+					return nil, c.ended(ctx, last)
+				case _, ok := <-wake:
+					switch {
+					case !ok:
+						// The watch ended: try at once, then poll.
+						notify = nil
+						woke, done = false, true
+					case quiet:
+						// Maybe a change that did not free the key:
+						// try after the pause (or the timer, if
+						// sooner), listening no more this round.
+						if p := jitter(pause); p < time.Until(deadline) {
+							t.Reset(p)
+						}
+						pause = min(2*pause, c.o.MaxBackoff)
+						wake, paused = nil, true
+					default:
+						// Try at once; the safety-net backoff keeps
+						// growing, so a waiter that loses the race
+						// does not poll hard.
+						woke, done = true, true
+					}
+				case <-t.C:
+					backoff = min(2*backoff, c.o.MaxBackoff)
+					woke, done = paused, true
 				}
-				return nil, c.ended(ctx, last)
-			case _, ok := <-wake:
-				// Try at once; the safety-net backoff keeps growing,
-				// so a waiter that loses the race does not poll hard.
-				if !ok {
-					notify = nil
-				}
-				woke = ok
-			case <-t.C:
-				backoff = min(2*backoff, c.o.MaxBackoff)
-				woke = false
 			}
 			t.Stop()
 		}
@@ -508,6 +527,9 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		}
 		contended = contended || !ambiguous
 		quiet = woke && sameHolder(before, err)
+		if !quiet {
+			pause = c.o.MinBackoff
+		}
 		if ctx.Err() != nil {
 			if ambiguous {
 				c.abandon(req)
