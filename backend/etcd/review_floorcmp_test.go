@@ -189,6 +189,29 @@ func fcCache(b *Backend) (mod, at, off int64) {
 }
 
 // fcWarm acquires and releases a key on b: b has a cached floor after it.
+// fcPair opens two fresh backends a and c on one prefix, and b, a third
+// on a's prefix whose acquiring transactions are hooked (fcBackend), with
+// a floor cached (fcWarm).
+func fcPair(t *testing.T) (context.Context, *Backend, *Backend, *Backend, *fcKV) {
+	t.Helper()
+	ctx := ctxT(t)
+	bs := openFresh(t, 2)
+	a, c := bs[0], bs[1]
+	b, kv := fcBackend(t, a)
+	fcWarm(t, ctx, b)
+	return ctx, a, c, b, kv
+}
+
+// fcOne is fcPair with one fresh backend a beside b.
+func fcOne(t *testing.T) (context.Context, *Backend, *Backend, *fcKV) {
+	t.Helper()
+	ctx := ctxT(t)
+	a := openFresh(t, 1)[0]
+	b, kv := fcBackend(t, a)
+	fcWarm(t, ctx, b)
+	return ctx, a, b, kv
+}
+
 func fcWarm(t *testing.T, ctx context.Context, b *Backend) {
 	t.Helper()
 	g, err := b.Acquire(ctx, lockReq("fc-warm", "warm"))
@@ -226,11 +249,7 @@ func fcCheck(t *testing.T, ctx context.Context, b *Backend, g driver.Grant, othe
 func TestReviewFloorCmpRaiseElsewhereBetweenCacheAndAcquire(t *testing.T) {
 	for _, segment := range []bool{true, false} {
 		t.Run(fmt.Sprintf("segment=%v", segment), func(t *testing.T) {
-			ctx := ctxT(t)
-			bs := openFresh(t, 2)
-			a, c := bs[0], bs[1]
-			b, kv := fcBackend(t, a)
-			fcWarm(t, ctx, b)
+			ctx, a, c, b, kv := fcPair(t)
 			var floor driver.Token
 			if segment {
 				floor = fcRaise(t, ctx, a)
@@ -265,11 +284,7 @@ func TestReviewFloorCmpRaiseElsewhereBetweenCacheAndAcquire(t *testing.T) {
 // token must be above the floor (the mutation "cached floor trusted
 // without the compare" gives a token below it).
 func TestReviewFloorCmpRaiseInsideAcquireWindow(t *testing.T) {
-	ctx := ctxT(t)
-	bs := openFresh(t, 2)
-	a, c := bs[0], bs[1]
-	b, kv := fcBackend(t, a)
-	fcWarm(t, ctx, b)
+	ctx, a, c, b, kv := fcPair(t)
 	var floor driver.Token
 	var once sync.Once
 	kv.set(func(fcInfo) { once.Do(func() { floor = fcRaise(t, ctx, a) }) }, nil)
@@ -293,11 +308,7 @@ func TestReviewFloorCmpRaiseInsideAcquireWindow(t *testing.T) {
 // evaluated with g1's older snapshot. Both tokens are above the floor,
 // and g1's is above g2's (granted later).
 func TestReviewFloorCmpConcurrentSnapshotsOneBackend(t *testing.T) {
-	ctx := ctxT(t)
-	bs := openFresh(t, 2)
-	a, c := bs[0], bs[1]
-	b, kv := fcBackend(t, a)
-	fcWarm(t, ctx, b)
+	ctx, a, c, b, kv := fcPair(t)
 	var floor driver.Token
 	var g2 driver.Grant
 	var g2err error
@@ -435,11 +446,7 @@ func TestReviewFloorCmpObserveSameVersionInWindow(t *testing.T) {
 // request, and mapping its token reads nothing (so it cannot fail after
 // the entry was put).
 func TestReviewFloorCmpRaiseOnSameBackend(t *testing.T) {
-	ctx := ctxT(t)
-	bs := openFresh(t, 1)
-	a := bs[0]
-	b, kv := fcBackend(t, a)
-	fcWarm(t, ctx, b)
+	ctx, a, b, kv := fcOne(t)
 	kv.reset()
 	g, err := b.Acquire(ctx, lockReq("k0", "o"))
 	if err != nil {
@@ -576,11 +583,7 @@ func TestReviewFloorCmpLostReplyRetry(t *testing.T) {
 func TestReviewFloorCmpFreeKeyUnderFloorChurn(t *testing.T) {
 	for _, moves := range []int{1, 4, 10} {
 		t.Run(fmt.Sprintf("moves=%d", moves), func(t *testing.T) {
-			ctx := ctxT(t)
-			bs := openFresh(t, 2)
-			a, c := bs[0], bs[1]
-			b, kv := fcBackend(t, a)
-			fcWarm(t, ctx, b)
+			ctx, a, c, b, kv := fcPair(t)
 			kv.reset()
 			var mu sync.Mutex
 			done := 0
@@ -636,11 +639,7 @@ func TestReviewFloorCmpFreeKeyUnderFloorChurn(t *testing.T) {
 // first read the queue: two requests instead of one, although nobody
 // held it. A key is now marked hot only when the read finds it held.
 func TestReviewFloorCmpFloorMoveDoesNotMarkKeyHot(t *testing.T) {
-	ctx := ctxT(t)
-	bs := openFresh(t, 1)
-	a := bs[0]
-	b, kv := fcBackend(t, a)
-	fcWarm(t, ctx, b)
+	ctx, a, b, kv := fcOne(t)
 	fcRaise(t, ctx, a)
 	g, err := b.Acquire(ctx, lockReq("k", "o"))
 	if err != nil {
