@@ -447,18 +447,24 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 	// released between the first attempt and the subscription.
 	immediate := notify != nil
 	// woke: this attempt follows a notification. quiet: the last one
-	// followed a notification and found the same holder as the attempt
-	// before it, so the notification was about a change that did not
-	// free the key (a composite backend such as migrate.Dual taking and
-	// giving back one side, maybe this waiter's own attempt), or it came
-	// late, about a release the attempt before had already seen past.
-	// While quiet, a notification leads to an attempt only after a pause
-	// (pause, doubled at every such wake-up, reset when an attempt finds
-	// another holder): waiters woken by their own attempts do not spin
-	// the store, and a late notification does not make the waiter miss
-	// the release that comes next for longer than the pause.
+	// followed a notification and brought no news: it found a holder this
+	// call had seen before (or one the store did not name), so the
+	// notification was about a change that did not free the key (a
+	// composite backend such as migrate.Dual taking and giving back one
+	// side, maybe this waiter's own attempt, or another waiter's, whose
+	// brief grant it then found), or it came late, about a release the
+	// attempt before had already seen past. While quiet, a notification
+	// leads to an attempt only after a pause (pause, doubled at every such
+	// wake-up, back to MinBackoff when an attempt finds a holder not seen
+	// before, or after a whole backoff round without any notification):
+	// waiters woken by their own or each other's attempts do not spin the
+	// store, and a late notification does not make the waiter miss the
+	// release that comes next for longer than the pause. Owners are unique
+	// per lease, so a new holder is a new owner.
 	woke, quiet := false, false
 	pause := c.o.MinBackoff
+	var seen holdersSeen
+	seen.fresh(last)
 	for {
 		if !immediate {
 			wait := jitter(backoff)
@@ -500,6 +506,11 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 					}
 				case <-t.C:
 					backoff = min(2*backoff, c.o.MaxBackoff)
+					if !paused && wake != nil {
+						// A whole round without a notification:
+						// the next one is worth an attempt soon.
+						pause = c.o.MinBackoff
+					}
 					woke, done = paused, true
 				}
 			}
@@ -507,7 +518,6 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		}
 		immediate = false
 		start := c.now()
-		before := last
 		g, err := c.attempt(ctx, k, req)
 		if err == nil {
 			l, err := c.newLease(parent, begin, start, contended, cfg, req, g)
@@ -526,8 +536,9 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			c.emit(Event{Kind: EventWaiting, Key: req.Key, Owner: req.Owner, Err: err})
 		}
 		contended = contended || !ambiguous
-		quiet = woke && sameHolder(before, err)
-		if !quiet {
+		fresh := seen.fresh(err)
+		quiet = woke && !fresh
+		if fresh {
 			pause = c.o.MinBackoff
 		}
 		if ctx.Err() != nil {
@@ -582,12 +593,29 @@ func waitBoundErr(parent, ctx context.Context, wait time.Duration, err error) er
 	return e
 }
 
-// sameHolder reports whether two failed attempts found the key held by
-// the same holder, under the same token.
-func sameHolder(a, b error) bool {
-	var ha, hb *HeldError
-	return errors.As(a, &ha) && errors.As(b, &hb) &&
-		ha.Holder.Owner == hb.Holder.Owner && ha.Holder.Token == hb.Holder.Token
+// holdersSeen is the set of holders (by owner) one waiting call has found.
+type holdersSeen map[string]struct{}
+
+// maxHoldersSeen bounds holdersSeen: past it the set starts again (a long
+// wait through many hand-offs; a composite backend's herd of waiters is
+// a handful of owners).
+const maxHoldersSeen = 64
+
+// fresh reports whether err names a holder not seen before, and records
+// it. A holder the store does not name is never fresh.
+func (s *holdersSeen) fresh(err error) bool {
+	var held *HeldError
+	if !errors.As(err, &held) || held.Holder.Owner == "" {
+		return false
+	}
+	if _, ok := (*s)[held.Holder.Owner]; ok {
+		return false
+	}
+	if *s == nil || len(*s) >= maxHoldersSeen {
+		*s = make(holdersSeen)
+	}
+	(*s)[held.Holder.Owner] = struct{}{}
+	return true
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {
