@@ -185,7 +185,9 @@ func (s *session) fresh(ctx context.Context, want clientv3.LeaseID, grant bool) 
 		if err == nil && s.b.closed.Load() {
 			// Close ran meanwhile and revoked what it knew of: do not
 			// leave a lease behind.
-			s.b.revoke(id)
+			if s.b.revoking.Load() {
+				s.b.revoke(id)
+			}
 			err = driver.ErrClosed
 		}
 		s.mu.Lock()

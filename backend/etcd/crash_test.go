@@ -1,0 +1,98 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/driver"
+)
+
+// heldKeepAlive is an etcd client's Lease whose next KeepAliveOnce, once
+// armed, reaches the server and then holds its answer back: it reports on
+// sent and answers when release is closed.
+type heldKeepAlive struct {
+	clientv3.Lease
+	armed   chan struct{} // closed by arm: the next keep-alive is held
+	sent    chan struct{} // closed once the held keep-alive got through
+	release chan struct{}
+}
+
+func (l *heldKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	resp, err := l.Lease.KeepAliveOnce(ctx, id)
+	select {
+	case <-l.armed:
+	default:
+		return resp, err
+	}
+	select {
+	case <-l.sent:
+		return resp, err // only the first armed one is held
+	default:
+	}
+	close(l.sent)
+	<-l.release
+	return resp, err
+}
+
+// A Backend that dies while a keep-alive of its lease is on the wire
+// leaves the lease to expire, as a dead process does: the crash used by
+// the conformance suite must not revoke it when the answer arrives. (Close
+// does revoke such a lease; a crash is not a Close.) In CI the suite's
+// PerCallTTLHonoured failed this way: a keep-alive of the long lease in
+// flight at the crash revoked it, and the long key was free 2.5s after the
+// crash instead of after its 8s TTL.
+func TestCrashWithKeepAliveInFlightRevokesNothing(t *testing.T) {
+	ctx := ctxT(t)
+	base := open(t)
+	cli := rawClient(t, base)
+	hl := &heldKeepAlive{Lease: cli.Lease, armed: make(chan struct{}), sent: make(chan struct{}), release: make(chan struct{})}
+	cli.Lease = hl
+	b, err := New(ctx, cli, &Options{Prefix: base.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Acquire(ctx, lockReq("crash-in-flight", "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := parseHandle(g.Handle)
+	if !ok {
+		t.Fatalf("grant handle %q names no lease", g.Handle)
+	}
+	// Make the session's keep-alive stale, so the next Renew sends one.
+	s := b.session(fenceTTL)
+	s.mu.Lock()
+	s.expiry = time.Now()
+	s.mu.Unlock()
+	close(hl.armed)
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := b.Renew(ctx, g, driver.RenewRequest{TTL: fenceTTL})
+		renewed <- err
+	}()
+	select {
+	case <-hl.sent:
+	case err := <-renewed:
+		t.Fatalf("Renew returned (%v) without sending a keep-alive", err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	b.crash()
+	close(hl.release)
+	<-renewed // whatever it says: the process is dead
+	ttl, err := base.cli.TimeToLive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL <= 0 {
+		t.Fatalf("lease %x of a crashed backend: TimeToLive %d; want it left to expire (a dead process revokes nothing)", int64(id), ttl.TTL)
+	}
+	other := open(t)
+	if _, err := other.Acquire(ctx, lockReq("crash-in-flight", "h2")); !errors.As(err, new(*driver.HeldError)) {
+		t.Fatalf("Acquire by another backend after the crash = %v; want the crashed holder's entry still there", err)
+	}
+}
