@@ -96,3 +96,59 @@ func TestCrashWithKeepAliveInFlightRevokesNothing(t *testing.T) {
 		t.Fatalf("Acquire by another backend after the crash = %v; want the crashed holder's entry still there", err)
 	}
 }
+
+// A Backend that dies while one of its calls waits in a queue leaves its
+// queue entry to expire with its lease, as a dead process does: the
+// crash ends the wait (it cancels the backend's context, as Close does)
+// but must not delete the entry the way a Close or a cancelled wait does.
+// Otherwise every conformance case that crashes a waiter would see the
+// queue freed at once and could not tell a backend that copes with a
+// dead waiter from one that does not.
+func TestCrashOfAWaiterDeletesNothing(t *testing.T) {
+	ctx := ctxT(t)
+	const key = "crash-waiter"
+	holder, waiter := open(t), open(t)
+	if _, err := holder.Acquire(ctx, lockReq(key, "h1")); err != nil {
+		t.Fatal(err)
+	}
+	qp := holder.queuePrefix(key)
+	// Watch the queue from the holder's revision on: the waiter's entry
+	// put is the event awaited.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := holder.cli.Watch(wctx, qp, clientv3.WithPrefix(), clientv3.WithFilterDelete())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireWait(ctx, lockReq(key, "w1"))
+		waited <- err
+	}()
+	var entry string
+	for entry == "" {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				t.Fatal("watch on the queue ended")
+			}
+			for _, ev := range resp.Events {
+				if ownerOf(ev.Kv) == "w1" {
+					entry = string(ev.Kv.Key)
+				}
+			}
+		case err := <-waited:
+			t.Fatalf("AcquireWait returned (%v) before queueing", err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	waiter.crash()
+	if err := <-waited; err == nil {
+		t.Fatal("AcquireWait of a crashed backend returned a grant")
+	}
+	resp, err := holder.cli.Get(ctx, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatalf("the crashed waiter's entry %q was deleted; want it left to expire with its lease", entry)
+	}
+}

@@ -35,11 +35,13 @@ type Backend struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // loss watchers; Add under mu while !closed
 	closed atomic.Bool    // set under mu
-	// revoking is set by Close just before closed: a lease granted or
-	// kept alive while Close runs is revoked too (session.fresh). The
-	// conformance suite's crash sets closed alone, as a dead process
-	// revokes nothing.
-	revoking atomic.Bool
+	// cleanClose is set by Close just before closed. The clean-ups that
+	// can run after closed is set (revoking a lease granted or kept alive
+	// while Close runs, session.fresh; deleting the entry of a wait that
+	// Close ended, acquireWait) run only if it is set: the conformance
+	// suite's crash sets closed alone, as a dead process cleans nothing
+	// up.
+	cleanClose atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds
@@ -852,7 +854,7 @@ func (b *Backend) Close() error {
 		b.mu.Unlock()
 		return nil
 	}
-	b.revoking.Store(true)
+	b.cleanClose.Store(true)
 	b.closed.Store(true)
 	b.cancel() // under b.mu: no loss watch starts after this
 	b.mu.Unlock()

@@ -185,7 +185,7 @@ func (s *session) fresh(ctx context.Context, want clientv3.LeaseID, grant bool) 
 		if err == nil && s.b.closed.Load() {
 			// Close ran meanwhile and revoked what it knew of: do not
 			// leave a lease behind.
-			if s.b.revoking.Load() {
+			if s.b.cleanClose.Load() {
 				s.b.revoke(id)
 			}
 			err = driver.ErrClosed
