@@ -236,11 +236,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			} else if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
 				// A floor key that does not parse: no token can be
 				// mapped, and the entry just put must not stay.
-				cctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
-				if _, derr := b.deleteEntry(cctx, me, resp.Header.Revision); derr != nil {
-					b.orphan(me, resp.Header.Revision)
-				}
-				cancel()
+				b.dropEntry(me, resp.Header.Revision)
 				return driver.Grant{}, err
 			}
 			g.Token = driver.Token(resp.Header.Revision)
@@ -668,6 +664,17 @@ func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64, also ...
 		return false, err
 	}
 	return resp.Succeeded, nil
+}
+
+// dropEntry deletes entry k (mod revision mod), which a failed call
+// leaves behind, with a context of its own bounded by CleanupTimeout; if
+// that fails, the orphan sweep retries it.
+func (b *Backend) dropEntry(k string, mod int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+	defer cancel()
+	if _, err := b.deleteEntry(ctx, k, mod); err != nil {
+		b.orphan(k, mod)
+	}
 }
 
 // maxSweep bounds the deletions one sweep sends.

@@ -63,25 +63,23 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return g, nil
 	}
 	b.slots.free(req.Key, w.cur, req.Owner)
-	cctx, ccancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
 	switch {
 	case b.closed.Load() && !b.cleanClose.Load():
 		// Not closed but crashed (a test's crash): a dead process
 		// deletes nothing; the entry goes with its lease.
 	case w.rev != 0:
-		if _, err := b.deleteEntry(cctx, w.me, w.mod); err != nil {
-			b.orphan(w.me, w.mod)
-		}
+		b.dropEntry(w.me, w.mod)
 	case w.sent != 0:
 		// The put's outcome is unknown: delete the entry if it is ours
 		// (its owner is in the value; the lease tells it is this
 		// attempt's).
+		cctx, ccancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
 		_, _ = b.cli.Txn(cctx).
 			If(append(ownedBy(w.me, req.Owner), clientv3.Compare(clientv3.LeaseValue(w.me), "=", w.sent))...).
 			Then(clientv3.OpDelete(w.me)).
 			Commit()
+		ccancel()
 	}
-	ccancel()
 	if b.closed.Load() {
 		return driver.Grant{}, driver.ErrClosed
 	}
