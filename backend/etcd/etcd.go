@@ -634,6 +634,12 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 		if len(resp.Kvs) == 0 || ownerOf(resp.Kvs[0]) != g.Owner {
 			return driver.ErrNotHeld
 		}
+		if b.closed.Load() {
+			// Closed while the entry was looked up: a closed backend
+			// writes nothing more (Close revokes its leases, which
+			// deletes their entries; a crashed one is dead).
+			return driver.ErrClosed
+		}
 		name = nameIn(qp, string(resp.Kvs[0].Key))
 		ok, err = b.deleteEntry(ctx, qp+name, tok)
 	}

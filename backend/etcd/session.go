@@ -161,6 +161,12 @@ func (s *session) fresh(ctx context.Context, want clientv3.LeaseID, grant bool) 
 			s.mu.Unlock()
 			return lease{}, errLeaseGone
 		}
+		if s.b.closed.Load() {
+			// Nothing is granted or kept alive once the backend is
+			// closed (Close revokes) or crashed (a dead process).
+			s.mu.Unlock()
+			return lease{}, driver.ErrClosed
+		}
 		c := &leaseCall{done: make(chan struct{})}
 		s.call = c
 		id := s.id
@@ -233,6 +239,9 @@ func (s *session) forget(id clientv3.LeaseID) {
 func (b *Backend) keepLease(ctx context.Context, id clientv3.LeaseID) (lease, error) {
 	if s := b.sessionOf(id); s != nil {
 		return s.fresh(ctx, id, false)
+	}
+	if b.closed.Load() {
+		return lease{}, driver.ErrClosed // as session.fresh
 	}
 	sent := time.Now()
 	resp, err := b.cli.KeepAliveOnce(ctx, id)
