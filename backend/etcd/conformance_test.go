@@ -30,8 +30,16 @@ func testURL(t testing.TB) string {
 }
 
 // crash makes b behave like a dead process: nothing is released, revoked
-// or kept alive any more, and its watches stop.
+// or kept alive any more, and its watches stop. closed is set without
+// cleanClose, so no clean-up of Close's runs. The connection of a client
+// the backend owns is cut, as a dead process's is: what a call in flight
+// has not sent yet never reaches etcd (a request already sent may still
+// be applied, as a dead process's last packets may be), and every later
+// request fails.
 func (b *Backend) crash() {
+	if b.own {
+		_ = b.cli.ActiveConnection().Close()
+	}
 	b.mu.Lock()
 	if b.closed.Load() {
 		b.mu.Unlock()
@@ -39,13 +47,11 @@ func (b *Backend) crash() {
 	}
 	b.closed.Store(true)
 	b.cancel()
-	for _, s := range b.sessions {
-		s.mu.Lock()
-		s.id = 0
-		s.mu.Unlock()
-	}
 	b.mu.Unlock()
 	b.wg.Wait()
+	if b.own {
+		_ = b.cli.Close() // the rest of the client (Close returns early now)
+	}
 }
 
 func TestConformance(t *testing.T) {

@@ -152,3 +152,63 @@ func TestCrashOfAWaiterDeletesNothing(t *testing.T) {
 		t.Fatalf("the crashed waiter's entry %q was deleted; want it left to expire with its lease", entry)
 	}
 }
+
+// A Renew with rotation whose read is on the wire at the crash does not
+// re-put the entry after it: the crash cuts the connection of the client
+// the backend owns, so the rotation's write, sent after its read came
+// back, fails. (No flag check stands between that read and that write;
+// the cut is what a dead process's is.)
+func TestCrashCutsARotationInFlight(t *testing.T) {
+	ctx := ctxT(t)
+	base := open(t)
+	cli := rawClient(t, base)
+	kv := &heldReadKV{KV: cli.KV, sent: make(chan struct{}), release: make(chan struct{})}
+	cli.KV = kv
+	b, err := New(ctx, cli, &Options{Prefix: base.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.own = true // as Open's: the crash cuts its connection
+	// A TTL that outlasts the failing write's retries (clientv3 retries a
+	// request that was never sent for about 2.5s): the entry must still be
+	// there, as it was, when Renew gives up.
+	const key, ttl = "crash-rotation", 30 * time.Second
+	req := lockReq(key, "h1")
+	req.TTL = ttl
+	g, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, ok := handleName(g.Handle)
+	if !ok {
+		t.Fatalf("grant handle %q names no entry", g.Handle)
+	}
+	entry := base.queuePrefix(key) + name
+	before, err := base.cli.Get(ctx, entry)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("entry %q before the rotation: %v, %v", entry, before, err)
+	}
+	kv.armed.Store(true)
+	rotated := make(chan error, 1)
+	go func() {
+		_, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true})
+		rotated <- err
+	}()
+	select {
+	case <-kv.sent:
+	case err := <-rotated:
+		t.Fatalf("Renew returned (%v) without reading the entry", err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	b.crash()
+	close(kv.release)
+	rerr := <-rotated
+	after, err := base.cli.Get(ctx, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Kvs) != 1 || after.Kvs[0].ModRevision != before.Kvs[0].ModRevision {
+		t.Fatalf("the crashed holder's entry changed after the crash (Renew returned %v): mod revision %d before, %v after; want it untouched", rerr, before.Kvs[0].ModRevision, after.Kvs)
+	}
+}

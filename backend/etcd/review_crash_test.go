@@ -62,14 +62,14 @@ func (l *keptAfterCrash) after() []string {
 	return append([]string(nil), l.kept...)
 }
 
-// TestReviewCrashInFlightAcquireRetryKeepsNoLeaseAlive: the crash hook
-// (conformance_test.go) zeroes every session's lease id. keepLease looks a
-// lease up among the sessions (sessionOf) and, finding none, keeps it alive
-// with a direct KeepAliveOnce, which never looks at closed and is not
-// limited to a stale lease. So a call in flight at the crash that reaches
-// keepLease afterwards sends a keep-alive of the dead backend's lease that
-// no uncrashed run would send (the session's keep-alive is recent), resets
-// the lease's TTL after the death, and even answers with a grant.
+// TestReviewCrashInFlightAcquireRetryKeepsNoLeaseAlive: a call in flight
+// at the crash sends no keep-alive of the dead backend's lease after it.
+// Until d2b39ab the crash hook zeroed every session's lease id, and
+// keepLease, finding the lease in no session (sessionOf), kept it alive
+// with a direct KeepAliveOnce that never looked at closed and was not
+// limited to a stale lease: it reset the lease's TTL after the death, and
+// the call even answered with a grant. (The hook no longer zeroes the ids;
+// session.fresh and keepLease refuse once closed.)
 //
 // The call here is an Acquire retry by the holder's own owner (the engine's
 // retry after a lost reply): its read of the queue's head is on the wire
