@@ -2,6 +2,8 @@ package redisbench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -88,8 +90,41 @@ var backendShared = benchkit.BackendLib("fencelock-backend-shared", true, ttl, f
 // on one client, as raw has, and the whole client.
 func BenchmarkScriptCost(b *testing.B) {
 	libs := []benchkit.Lib{raw, scripted("raw-script", scriptSetNX, nil), scripted("fenced-string", stringAcquire, stringRelease),
-		scripted("fenced-hash", hashAcquire, hashRelease), backendShared, fencelockLib("fencelock", true)}
+		scripted("fenced-hash", hashAcquire, hashRelease), backendScripts, backendShared, fencelockLib("fencelock", true)}
 	for _, g := range []int{1, 16} {
 		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 50*g, libs) })
 	}
 }
+
+// backendScripts is the backend's own acquire and release scripts
+// (backend/redis/lua), run as scripted's forms are: on one client, with
+// none of the backend's Go code. Against fenced-hash it is the cost of
+// what the backend's Lua does more (the holder's retry, the counter's
+// overflow check, metadata); against fencelock-backend-shared, the cost
+// of the backend's Go code.
+var backendScripts = benchkit.Lib{Name: "backend-scripts", Setup: func(b *testing.B) benchkit.Lockers {
+	src := func(name string) *goredis.Script {
+		p, err := os.ReadFile(filepath.Join("..", "..", "backend", "redis", "lua", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return goredis.NewScript(string(p))
+	}
+	acquire, release := src("acquire.lua"), src("release.lua")
+	rdb := client(b)
+	counter := "bench-counter-" + benchkit.RandomHex()
+	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
+	try := func(ctx context.Context, key string) (func() error, error) {
+		owner := token()
+		v, err := acquire.Run(ctx, rdb, []string{key, counter}, owner, ms, "").Result()
+		if err != nil {
+			return nil, err
+		}
+		tok, ok := v.(string)
+		if !ok {
+			return nil, benchkit.ErrHeld
+		}
+		return func() error { return release.Run(ctx, rdb, []string{key}, owner, tok, key+"-released").Err() }, nil
+	}
+	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
+}}
