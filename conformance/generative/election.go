@@ -389,10 +389,7 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 			}
 		case electCrash:
 			rec.note("%s crashes", id)
-			w.crash()
-			if h.Crash != nil {
-				h.Crash(w.b)
-			}
+			w.die(h.Crash)
 			wait(30)
 			stop()
 			return

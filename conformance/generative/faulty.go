@@ -63,7 +63,9 @@ func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
 func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Duration, rec *recorder, i int) *faulty {
 	f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
 	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
-	return &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
+	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
+	w.lateDone = sync.NewCond(&w.lateMu)
+	return w
 }
 
 // errInjected is the transient error the wrapping driver injects.
@@ -93,9 +95,15 @@ type faulty struct {
 	client int
 	dead   atomic.Bool
 
-	mu   sync.Mutex
-	rnd  *rand.Rand
-	late sync.WaitGroup // late requests whose caller gave up, until applied
+	mu  sync.Mutex
+	rnd *rand.Rand
+
+	// late counts the late requests whose caller gave up, until applied.
+	// Not a WaitGroup: die waits for them while the engine's calls go on,
+	// and one may start (0 → 1) during that wait.
+	lateMu   sync.Mutex
+	late     int
+	lateDone *sync.Cond // broadcast when late drops to 0
 }
 
 func (w *faulty) draw(op string) (fate, time.Duration) {
@@ -120,7 +128,28 @@ func (w *faulty) draw(op string) (fate, time.Duration) {
 
 // settle waits until every late request whose caller gave up has been
 // applied.
-func (w *faulty) settle() { w.late.Wait() }
+func (w *faulty) settle() {
+	w.lateMu.Lock()
+	for w.late > 0 {
+		w.lateDone.Wait()
+	}
+	w.lateMu.Unlock()
+}
+
+// lateBegins and lateEnds count a late request running in the background.
+func (w *faulty) lateBegins() {
+	w.lateMu.Lock()
+	w.late++
+	w.lateMu.Unlock()
+}
+
+func (w *faulty) lateEnds() {
+	w.lateMu.Lock()
+	if w.late--; w.late == 0 {
+		w.lateDone.Broadcast()
+	}
+	w.lateMu.Unlock()
+}
 
 // call runs op under the fate drawn for it. owners names the leases the
 // call concerns (for the history); rotate marks a rotating renewal. A
@@ -150,9 +179,9 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 			case <-ctx.Done():
 				// The request is on its way; its caller gave up.
 				w.rec.fault(w.client, name, "late-cut", owners, rotate)
-				w.late.Add(1)
+				w.lateBegins()
 				go func() {
-					defer w.late.Done()
+					defer w.lateEnds()
 					<-t.C
 					_, _ = op(context.WithoutCancel(ctx))
 				}()
@@ -295,6 +324,21 @@ func (w *faulty) NotifyLoss(g driver.Grant, lost func(error)) func() {
 // crash makes the client behave like a dead process: its calls fail
 // before reaching the store.
 func (w *faulty) crash() { w.dead.Store(true) }
+
+// die is a crash of the whole process: its calls fail from now on, the
+// requests already on their way (late requests whose callers gave up)
+// still land, and then hard (the Harness.Crash hook, if any) stops the
+// backend itself, as the store sees a dead process: its connection gone,
+// nothing more kept alive. Without the wait, a hook that cuts the
+// connection would drop those requests, and no program would ever see
+// a late request land after its client died.
+func (w *faulty) die(hard func(driver.Backend)) {
+	w.crash()
+	w.settle()
+	if hard != nil {
+		hard(w.b)
+	}
+}
 
 // The engine discovers capabilities by type assertion, so the wrapper
 // must have exactly the wrapped backend's. These types cover every

@@ -579,10 +579,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		cl.once.Do(func() {
 			if p.clients[i].end == endCrash {
 				r.rec.closing(i, "client %d crashes", i)
-				cl.w.crash()
-				if h.Crash != nil {
-					h.Crash(cl.inner)
-				}
+				cl.w.die(h.Crash)
 			} else {
 				r.rec.closing(i, "client %d closes", i)
 			}

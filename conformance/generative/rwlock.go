@@ -260,10 +260,7 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 		cl.once.Do(func() {
 			if p.clients[i].end == endCrash {
 				run.rec.closing(i, "client %d crashes", i)
-				cl.w.crash()
-				if h.Crash != nil {
-					h.Crash(cl.w.b)
-				}
+				cl.w.die(h.Crash)
 			} else {
 				run.rec.closing(i, "client %d closes", i)
 			}
