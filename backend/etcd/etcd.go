@@ -43,6 +43,11 @@ type Backend struct {
 	// up.
 	cleanClose atomic.Bool
 
+	// testHookLeaseAnswered, if set (tests only, before first use), runs
+	// in session.fresh when a grant or keep-alive has been answered,
+	// before the session takes its lock to record it.
+	testHookLeaseAnswered func()
+
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds
 

@@ -188,15 +188,22 @@ func (s *session) fresh(ctx context.Context, want clientv3.LeaseID, grant bool) 
 				ttl = resp.TTL
 			}
 		}
-		if err == nil && s.b.closed.Load() {
-			// Close ran meanwhile and revoked what it knew of: do not
-			// leave a lease behind.
-			if s.b.cleanClose.Load() {
-				s.b.revoke(id)
-			}
-			err = driver.ErrClosed
+		if h := s.b.testHookLeaseAnswered; h != nil {
+			h()
 		}
 		s.mu.Lock()
+		// Close ran meanwhile and revoked what it knew of: do not keep
+		// or hand out a lease it did not know of. Checked under s.mu:
+		// Close sets closed before it collects the sessions' ids, each
+		// under its s.mu, so either it collects this id or this sees
+		// closed. Checked before taking s.mu, a Close that ran between
+		// the check and the lock missed the id (s.id was still the old
+		// one) and the lease lived on, with the entry put on it.
+		revoke := false
+		if err == nil && s.b.closed.Load() {
+			revoke = s.b.cleanClose.Load()
+			err = driver.ErrClosed
+		}
 		switch {
 		case err == nil:
 			s.id, s.granted, s.expiry = id, time.Duration(ttl)*time.Second, sent.Add(time.Duration(ttl)*time.Second)
@@ -211,6 +218,9 @@ func (s *session) fresh(ctx context.Context, want clientv3.LeaseID, grant bool) 
 		close(c.done)
 		cur = lease{id: s.id, granted: s.granted, expiry: s.expiry}
 		s.mu.Unlock()
+		if revoke {
+			s.b.revoke(id)
+		}
 		switch {
 		case err == nil:
 			s.b.sweep(ctx)
