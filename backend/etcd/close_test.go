@@ -45,13 +45,11 @@ func (l *leaseGrants) granted() []clientv3.LeaseID {
 func TestCloseDuringAGrantLeavesNoLease(t *testing.T) {
 	ctx := ctxT(t)
 	base := open(t)
-	cli := rawClient(t, base)
-	gl := &leaseGrants{Lease: cli.Lease}
-	cli.Lease = gl
-	b, err := New(ctx, cli, &Options{Prefix: base.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var gl *leaseGrants
+	b := onClient(t, base, func(cli *clientv3.Client) {
+		gl = &leaseGrants{Lease: cli.Lease}
+		cli.Lease = gl
+	})
 	var once sync.Once
 	b.testHookLeaseAnswered = func() { once.Do(func() { _ = b.Close() }) }
 	g, err := b.Acquire(ctx, lockReq("close-during-grant", "h1"))

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,30 +12,94 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
+// hold holds back the answer of one request, once armed: the request
+// reaches the server, then hold reports on sent and answers when release
+// is closed. The fault-injecting clients of the crash tests share it.
+type hold struct {
+	armed   atomic.Bool
+	sent    chan struct{}
+	release chan struct{}
+}
+
+func newHold() *hold { return &hold{sent: make(chan struct{}), release: make(chan struct{})} }
+
+// answered runs once a request was answered: the first answer after the
+// hold was armed waits for release.
+func (h *hold) answered() {
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.sent)
+		<-h.release
+	}
+}
+
+// acrossCrash runs op with its held request across b's crash: op starts,
+// the held request gets through, b crashes, atCrash (if not nil) runs,
+// and then the answer arrives. It returns op's error.
+func acrossCrash(t *testing.T, ctx context.Context, b *Backend, h *hold, atCrash func(), op func() error) error {
+	t.Helper()
+	h.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case <-h.sent:
+	case err := <-done:
+		t.Fatalf("the call returned (%v) before its held request got through", err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	b.crash()
+	if atCrash != nil {
+		atCrash()
+	}
+	close(h.release)
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+		return nil
+	}
+}
+
+// onClient returns a Backend on base's prefix, on a client of its own
+// that wrap fits with faults; it is closed at the end of the test.
+func onClient(t *testing.T, base *Backend, wrap func(*clientv3.Client)) *Backend {
+	t.Helper()
+	cli := rawClient(t, base)
+	wrap(cli)
+	b, err := New(t.Context(), cli, &Options{Prefix: base.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// acquireEntry acquires on b and returns the grant and its entry's etcd
+// key.
+func acquireEntry(t *testing.T, ctx context.Context, b *Backend, req driver.AcquireRequest) (driver.Grant, string) {
+	t.Helper()
+	g, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, ok := handleName(g.Handle)
+	if !ok {
+		t.Fatalf("grant handle %q names no entry", g.Handle)
+	}
+	return g, b.queuePrefix(req.Key) + name
+}
+
 // heldKeepAlive is an etcd client's Lease whose next KeepAliveOnce, once
-// armed, reaches the server and then holds its answer back: it reports on
-// sent and answers when release is closed.
+// armed, is held (see hold).
 type heldKeepAlive struct {
 	clientv3.Lease
-	armed   chan struct{} // closed by arm: the next keep-alive is held
-	sent    chan struct{} // closed once the held keep-alive got through
-	release chan struct{}
+	*hold
 }
 
 func (l *heldKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
 	resp, err := l.Lease.KeepAliveOnce(ctx, id)
-	select {
-	case <-l.armed:
-	default:
-		return resp, err
-	}
-	select {
-	case <-l.sent:
-		return resp, err // only the first armed one is held
-	default:
-	}
-	close(l.sent)
-	<-l.release
+	l.answered()
 	return resp, err
 }
 
@@ -48,13 +113,8 @@ func (l *heldKeepAlive) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) 
 func TestCrashWithKeepAliveInFlightRevokesNothing(t *testing.T) {
 	ctx := ctxT(t)
 	base := open(t)
-	cli := rawClient(t, base)
-	hl := &heldKeepAlive{Lease: cli.Lease, armed: make(chan struct{}), sent: make(chan struct{}), release: make(chan struct{})}
-	cli.Lease = hl
-	b, err := New(ctx, cli, &Options{Prefix: base.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHold()
+	b := onClient(t, base, func(cli *clientv3.Client) { cli.Lease = &heldKeepAlive{cli.Lease, h} })
 	g, err := b.Acquire(ctx, lockReq("crash-in-flight", "h1"))
 	if err != nil {
 		t.Fatal(err)
@@ -68,22 +128,11 @@ func TestCrashWithKeepAliveInFlightRevokesNothing(t *testing.T) {
 	s.mu.Lock()
 	s.expiry = time.Now()
 	s.mu.Unlock()
-	close(hl.armed)
-	renewed := make(chan error, 1)
-	go func() {
+	// Whatever Renew says: the process is dead.
+	_ = acrossCrash(t, ctx, b, h, nil, func() error {
 		_, err := b.Renew(ctx, g, driver.RenewRequest{TTL: fenceTTL})
-		renewed <- err
-	}()
-	select {
-	case <-hl.sent:
-	case err := <-renewed:
-		t.Fatalf("Renew returned (%v) without sending a keep-alive", err)
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
-	b.crash()
-	close(hl.release)
-	<-renewed // whatever it says: the process is dead
+		return err
+	})
 	ttl, err := base.cli.TimeToLive(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -104,10 +153,16 @@ func TestCrashWithKeepAliveInFlightRevokesNothing(t *testing.T) {
 // Otherwise every conformance case that crashes a waiter would see the
 // queue freed at once and could not tell a backend that copes with a
 // dead waiter from one that does not.
+//
+// The waiter's client is one the crash does not cut (onClient's), so that
+// nothing but the backend's own check stands between the ended wait and
+// the deletion; and its TTL outlasts anything the test waits for, so
+// that the entry is not gone by expiry instead.
 func TestCrashOfAWaiterDeletesNothing(t *testing.T) {
 	ctx := ctxT(t)
-	const key = "crash-waiter"
-	holder, waiter := open(t), open(t)
+	key := "crash-waiter-" + newBackendID() // fresh under -count: open reuses the test's prefix
+	holder := open(t)
+	waiter := onClient(t, holder, func(*clientv3.Client) {})
 	if _, err := holder.Acquire(ctx, lockReq(key, "h1")); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +174,9 @@ func TestCrashOfAWaiterDeletesNothing(t *testing.T) {
 	wch := holder.cli.Watch(wctx, qp, clientv3.WithPrefix(), clientv3.WithFilterDelete())
 	waited := make(chan error, 1)
 	go func() {
-		_, err := waiter.AcquireWait(ctx, lockReq(key, "w1"))
+		req := lockReq(key, "w1")
+		req.TTL = 30 * time.Second
+		_, err := waiter.AcquireWait(ctx, req)
 		waited <- err
 	}()
 	var entry string
@@ -161,49 +218,25 @@ func TestCrashOfAWaiterDeletesNothing(t *testing.T) {
 func TestCrashCutsARotationInFlight(t *testing.T) {
 	ctx := ctxT(t)
 	base := open(t)
-	cli := rawClient(t, base)
-	kv := &heldReadKV{KV: cli.KV, sent: make(chan struct{}), release: make(chan struct{})}
-	cli.KV = kv
-	b, err := New(ctx, cli, &Options{Prefix: base.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHold()
+	b := onClient(t, base, func(cli *clientv3.Client) { cli.KV = &heldReadKV{cli.KV, h} })
 	b.own = true // as Open's: the crash cuts its connection
 	// A TTL that outlasts the failing write's retries (clientv3 retries a
 	// request that was never sent for about 2.5s): the entry must still be
 	// there, as it was, when Renew gives up.
-	const key, ttl = "crash-rotation", 30 * time.Second
+	const ttl = 30 * time.Second
+	key := "crash-rotation-" + newBackendID() // fresh under -count
 	req := lockReq(key, "h1")
 	req.TTL = ttl
-	g, err := b.Acquire(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, ok := handleName(g.Handle)
-	if !ok {
-		t.Fatalf("grant handle %q names no entry", g.Handle)
-	}
-	entry := base.queuePrefix(key) + name
+	g, entry := acquireEntry(t, ctx, b, req)
 	before, err := base.cli.Get(ctx, entry)
 	if err != nil || len(before.Kvs) != 1 {
 		t.Fatalf("entry %q before the rotation: %v, %v", entry, before, err)
 	}
-	kv.armed.Store(true)
-	rotated := make(chan error, 1)
-	go func() {
+	rerr := acrossCrash(t, ctx, b, h, nil, func() error {
 		_, err := b.Renew(ctx, g, driver.RenewRequest{TTL: ttl, Rotate: true})
-		rotated <- err
-	}()
-	select {
-	case <-kv.sent:
-	case err := <-rotated:
-		t.Fatalf("Renew returned (%v) without reading the entry", err)
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
-	b.crash()
-	close(kv.release)
-	rerr := <-rotated
+		return err
+	})
 	after, err := base.cli.Get(ctx, entry)
 	if err != nil {
 		t.Fatal(err)
