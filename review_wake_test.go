@@ -199,6 +199,16 @@ func notifyAndWaitAttempt(hub *wakeHub, lab *wakeLab) {
 	}
 }
 
+// releaseNotified releases h outside any client, notifies the release,
+// and waits (takeWithin) for the waiter to take the key within bound.
+func releaseNotified(t *testing.T, store *memory.Store, h driver.Grant, hub *wakeHub, got <-chan acquired, bound time.Duration, what string) time.Duration {
+	t.Helper()
+	releaseRaw(t, store, h)
+	released := time.Now()
+	hub.notify()
+	return takeWithin(t, got, released, bound, what)
+}
+
 // takeWithin waits for the waiter's result and fails unless it holds the
 // key within bound of since.
 func takeWithin(t *testing.T, got <-chan acquired, since time.Time, bound time.Duration, what string) time.Duration {
@@ -230,10 +240,7 @@ func TestReviewWakeReleaseDuringPauseIsPrompt(t *testing.T) {
 		hub.notify()                   // not freeing the key either: a pause starts
 		synctest.Wait()
 		time.Sleep(time.Millisecond) // inside the pause (at least MinBackoff/2)
-		releaseRaw(t, store, h)
-		released := time.Now()
-		hub.notify()
-		takeWithin(t, got, released, o.MinBackoff, "release during the pause")
+		releaseNotified(t, store, h, hub, got, o.MinBackoff, "release during the pause")
 	})
 }
 
@@ -258,10 +265,7 @@ func TestReviewWakeBurstInOneInstantThenRelease(t *testing.T) {
 		if d := lab.attempts.Load() - n; d > 3 {
 			t.Errorf("a burst of 100 notifications in one instant led to %d attempts; want at most 3", d)
 		}
-		releaseRaw(t, store, h)
-		released := time.Now()
-		hub.notify()
-		takeWithin(t, got, released, 4*o.MinBackoff, "release after a burst")
+		releaseNotified(t, store, h, hub, got, 4*o.MinBackoff, "release after a burst")
 	})
 }
 
@@ -284,10 +288,7 @@ func TestReviewWakeStaleRunThenReleaseIsPrompt(t *testing.T) {
 				for range k {
 					notifyAndWaitAttempt(hub, lab)
 				}
-				releaseRaw(t, store, h)
-				released := time.Now()
-				hub.notify()
-				d := takeWithin(t, got, released, o.MinBackoff<<(k-1), fmt.Sprintf("after %d stale notifications", k))
+				d := releaseNotified(t, store, h, hub, got, o.MinBackoff<<(k-1), fmt.Sprintf("after %d stale notifications", k))
 				t.Logf("after %d notifications that did not free the key, the release was taken after %v", k, d)
 			})
 		})
@@ -365,10 +366,7 @@ func TestReviewWakeMinEqualsMaxStaleRunThenRelease(t *testing.T) {
 		for range 5 {
 			notifyAndWaitAttempt(hub, lab)
 		}
-		releaseRaw(t, store, h)
-		released := time.Now()
-		hub.notify()
-		takeWithin(t, got, released, o.MinBackoff, "MinBackoff == MaxBackoff")
+		releaseNotified(t, store, h, hub, got, o.MinBackoff, "MinBackoff == MaxBackoff")
 	})
 }
 
@@ -402,10 +400,7 @@ func TestReviewWakeTinyMinBackoffStaleThenRelease(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		synctest.Wait()
 		notifyAndWaitAttempt(hub, lab)
-		releaseRaw(t, store, h)
-		released := time.Now()
-		hub.notify()
-		takeWithin(t, got, released, 2*o.MinBackoff, "MinBackoff 1µs")
+		releaseNotified(t, store, h, hub, got, 2*o.MinBackoff, "MinBackoff 1µs")
 	})
 }
 
@@ -658,10 +653,7 @@ func TestReviewWakeNotificationAtTimerInstant(t *testing.T) {
 						// the waiter's select finds both cases ready.
 						synctest.Wait()
 					}
-					releaseRaw(t, store, h)
-					released := time.Now()
-					hub.notify()
-					worst = max(worst, takeWithin(t, got, released, 2*o.MinBackoff, "notification at the timer's instant"))
+					worst = max(worst, releaseNotified(t, store, h, hub, got, 2*o.MinBackoff, "notification at the timer's instant"))
 					orders[min(lab.attempts.Load()-n, 2)]++
 				})
 			}
