@@ -30,6 +30,7 @@ var mutants = []mutant{
 	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain{s.Backend()}, s} }},
 	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain{s.Backend()}} }},
 	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain{s.Backend()}} }},
+	{"store-ttl-shorter-than-granted", "Options", func(s *memory.Store) driver.Backend { return shortLived{plain{s.Backend()}} }},
 	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain{s.Backend()}} }},
 }
 
@@ -109,6 +110,34 @@ func (b immortal) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.
 		r.TTL = time.Hour
 	}
 	return b.Backend.Acquire(ctx, r)
+}
+
+// shortLived keeps every record at most a second (the harness's TTL),
+// whatever TTL it reports in its grants: a store that applies a shorter
+// TTL than it grants. PerCallTTLHonoured's long lease is lost while it is
+// renewed at a third of the TTL it was told.
+type shortLived struct{ driver.Backend }
+
+const shortLife = time.Second
+
+func (b shortLived) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	asked := r.TTL
+	r.TTL = min(r.TTL, shortLife)
+	g, err := b.Backend.Acquire(ctx, r)
+	if err == nil {
+		g.TTL = asked
+	}
+	return g, err
+}
+
+func (b shortLived) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	asked := r.TTL
+	r.TTL = min(r.TTL, shortLife)
+	ng, err := b.Backend.Renew(ctx, g, r)
+	if err == nil {
+		ng.TTL = asked
+	}
+	return ng, err
 }
 
 // anyMetadata lets any grant set the metadata: refused, it sets it as the

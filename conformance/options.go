@@ -188,6 +188,10 @@ func testPerCallTTL(t *testing.T, s *suite) {
 	gs, gl := cb.last(short), cb.last(long)
 	crashed := time.Now()
 	cb.crash()
+	// What the store says of the long key from the crash on, for the
+	// failure message below only (no assertion rests on it).
+	probe := watchHolder(ctx, other, long, crashed)
+	defer probe.stop()
 	// The short key's record was last renewed before the crash, with the
 	// short TTL: it is gone within that TTL (as granted) plus slack.
 	shortBound := s.expiryBound(gs, s.h.TTL)
@@ -202,10 +206,12 @@ func testPerCallTTL(t *testing.T, s *suite) {
 	if longTTL-longTTL/3 > shortBound+s.h.Slack && longTTL > shortTTL {
 		if time.Since(crashed) < longTTL-longTTL/3 {
 			if l, err := other.TryAcquire(ctx, long); err == nil {
-				t.Errorf("long key (TTL %v) acquired (token %d) %v after its holder crashed: the store applied a shorter TTL than the lease's", o.TTL, l.Token(), time.Since(crashed))
+				t.Errorf("long key (TTL %v) acquired (token %d) %v after its holder crashed: the store applied a shorter TTL than the lease's (the crashed holder's last grant: owner %q, token %d, TTL %v; %s)", o.TTL, l.Token(), time.Since(crashed), gl.Owner, gl.Token, gl.TTL, probe.stop())
 				mustRelease(t, l)
 			} else if !errors.Is(err, fencelock.ErrNotAcquired) {
 				t.Fatal(err)
+			} else {
+				t.Logf("long key still held %v after the crash (%s)", time.Since(crashed), probe.stop())
 			}
 		}
 	} else {
@@ -391,4 +397,78 @@ func testMetadataThroughClient(t *testing.T, s *suite) {
 		mustRelease(t, l)
 		t.Log("capability ForceReleaser not implemented: the taken-holder part not run")
 	}
+}
+
+// holderProbe inspects a key from a moment on until it is found free, and
+// reports what it saw: the holder the store named first (with the time to
+// live the store gave it) and when the key was first seen free. It serves
+// failure messages: when a record vanished early, whether it was on a
+// short clock from the start or went away later.
+type holderProbe struct {
+	since  time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	first driver.Info // the first answer naming a holder
+	at    time.Duration
+	free  time.Duration // when first seen free; 0 if not yet
+	err   error
+	polls int
+}
+
+// watchHolder starts a holderProbe of key with c, timed from since. It
+// asks every 20ms: a probe, not a synchronization.
+func watchHolder(ctx context.Context, c *fencelock.Client, key string, since time.Time) *holderProbe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &holderProbe{since: since, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			info, err := c.Inspect(ctx, key)
+			if ctx.Err() != nil {
+				return
+			}
+			p.mu.Lock()
+			p.polls++
+			switch {
+			case err != nil:
+				p.err = err
+			case info.Owner == "":
+				p.free = time.Since(since)
+			case p.first.Owner == "":
+				p.first, p.at = info, time.Since(since)
+			}
+			stop := p.free != 0
+			p.mu.Unlock()
+			if stop {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the probe, waits for its goroutine, and describes what it saw.
+func (p *holderProbe) stop() string {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	msg := fmt.Sprintf("%d inspections from the crash on", p.polls)
+	if p.first.Owner != "" {
+		msg += fmt.Sprintf("; +%v: held by %q, token %d, remaining %v by the store", p.at.Round(time.Millisecond), p.first.Owner, p.first.Token, p.first.Remaining)
+	}
+	if p.free != 0 {
+		msg += fmt.Sprintf("; first seen free +%v", p.free.Round(time.Millisecond))
+	}
+	if p.err != nil {
+		msg += fmt.Sprintf("; last error %v", p.err)
+	}
+	return msg
 }
