@@ -405,7 +405,6 @@ func testMetadataThroughClient(t *testing.T, s *suite) {
 // failure messages: when a record vanished early, whether it was on a
 // short clock from the start or went away later.
 type holderProbe struct {
-	since  time.Time
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -421,7 +420,7 @@ type holderProbe struct {
 // asks every 20ms: a probe, not a synchronization.
 func watchHolder(ctx context.Context, c *fencelock.Client, key string, since time.Time) *holderProbe {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &holderProbe{since: since, cancel: cancel, done: make(chan struct{})}
+	p := &holderProbe{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for {
