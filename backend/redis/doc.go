@@ -57,7 +57,7 @@
 // Each lock key K lives in three Redis names that share one hash tag, so
 // they share a Cluster slot and one Lua script may touch them together:
 //
-//	{fencelock:K}:lock      hash {owner, token[, meta]}, PEXPIRE'd to the lease's TTL
+//	{fencelock:K}:lock      string "<token>\n<owner>\n<meta>", with the lease's TTL
 //	{fencelock:K}:token     the key's fencing-token counter; never expires
 //	{fencelock:K}:released  pub/sub channel a release publishes on
 //
@@ -68,13 +68,14 @@
 // trip and atomically:
 //
 //   - acquire: if the lock is missing (expired locks are missing: Redis's
-//     own clock judges expiry), INCR the counter and HSET owner, token and
-//     meta (the metadata, if any) with PEXPIRE; if the same owner holds it
-//     (a retried request), extend it, replace its meta and return its
+//     own clock judges expiry), INCR the counter and SET the record (token,
+//     owner and the metadata, if any) with PX; if the same owner holds it
+//     (a retried request), extend it, replace its metadata and return its
 //     token; otherwise return the holder and its PTTL.
-//   - renew: if owner and token match, PEXPIRE, with rotation take a new
-//     token from the counter, and with the set-metadata flag replace meta
-//     (same script, after the check). It never creates a lock.
+//   - renew: if owner and token match, PEXPIRE; with rotation take a new
+//     token from the counter, and with the set-metadata flag replace the
+//     metadata, rewriting the record (same script, after the check). It
+//     never creates a lock.
 //   - release: if owner and token match, DEL and PUBLISH on the release
 //     channel. The counter stays, so tokens keep increasing.
 //   - inspect, force (DEL whoever holds it, PUBLISH, counter kept).

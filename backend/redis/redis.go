@@ -245,6 +245,17 @@ func parseHolder(key string, v []any) (driver.Info, error) {
 	return info, nil
 }
 
+// recordHead is the start of the lock record a grant wrote:
+// "<token>\n<owner>\n" (the record is that and the metadata).
+func recordHead(g driver.Grant) string {
+	buf := make([]byte, 0, 22+len(g.Owner))
+	buf = strconv.AppendUint(buf, uint64(g.Token), 10)
+	buf = append(buf, '\n')
+	buf = append(buf, g.Owner...)
+	buf = append(buf, '\n')
+	return string(buf)
+}
+
 // renewArgs are renew.lua's arguments; setMeta and md are
 // RenewRequest.SetMetadata and Metadata.
 func renewArgs(g driver.Grant, ms int64, rotate, setMeta bool, md []byte) []any {
@@ -313,11 +324,34 @@ func (e *overflowError) Is(target error) bool {
 	return target == ErrTokenOverflow || target == driver.ErrUnsupported
 }
 
+// ErrOldFormat reports a lock record in the layout of an earlier
+// development version of this backend (a hash {owner, token[, meta]};
+// records are strings "<token>\n<owner>\n<meta>" since). The scripts
+// refuse to read it (Redis answers WRONGTYPE) and change nothing, so a
+// fleet that mixes the two versions never grants a key both think they
+// hold: each refuses the other's records until they expire or are
+// released. No version with the hash layout was released.
+var ErrOldFormat = errors.New("fencelock/redis: lock record in an earlier development format (a hash)")
+
+// oldFormatError is the error for key's record in the hash layout.
+type oldFormatError struct{ key string }
+
+func (e *oldFormatError) Error() string {
+	return fmt.Sprintf("fencelock/redis: the lock record of %q is a hash, the layout of an earlier development version; this version reads only string records (nothing was changed: wait for it to expire or be released)", e.key)
+}
+
+func (e *oldFormatError) Is(target error) bool { return target == ErrOldFormat }
+
 // scriptError turns the scripts' FENCELOCK_TOKEN_OVERFLOW reply into an
-// error matching ErrTokenOverflow; other errors pass through.
+// error matching ErrTokenOverflow, and Redis's WRONGTYPE (a record in the
+// old hash layout) into one matching ErrOldFormat; other errors pass
+// through.
 func scriptError(key string, err error) error {
-	if goredis.HasErrorPrefix(err, "FENCELOCK_TOKEN_OVERFLOW") {
+	switch {
+	case goredis.HasErrorPrefix(err, "FENCELOCK_TOKEN_OVERFLOW"):
 		return &overflowError{key: key}
+	case goredis.HasErrorPrefix(err, "WRONGTYPE"):
+		return &oldFormatError{key: key}
 	}
 	return err
 }
@@ -388,9 +422,9 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		return err
 	}
 	lock, _, channel := b.ks.names(g.Key)
-	n, err := releaseScript.Run(ctx, b.c, []string{lock}, g.Owner, strconv.FormatUint(uint64(g.Token), 10), channel).Int64()
+	n, err := releaseScript.Run(ctx, b.c, []string{lock}, recordHead(g), channel).Int64()
 	if err != nil {
-		return err
+		return scriptError(g.Key, err)
 	}
 	if n != 1 {
 		return driver.ErrNotHeld
@@ -411,7 +445,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	lock, _, channel := b.ks.names(key)
 	v, err := forceScript.Run(ctx, b.c, []string{lock}, channel).Slice()
 	if err != nil {
-		return driver.Info{}, err
+		return driver.Info{}, scriptError(key, err)
 	}
 	return parseHolder(key, v)
 }
@@ -426,7 +460,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	}
 	v, err := inspectScript.Run(ctx, b.c, []string{b.ks.lockName(key)}).Slice()
 	if err != nil {
-		return driver.Info{}, err
+		return driver.Info{}, scriptError(key, err)
 	}
 	return parseHolder(key, v)
 }
@@ -473,7 +507,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 				for i, cmd := range cmds {
 					v, err := cmd.Slice()
 					if err != nil {
-						return err
+						return scriptError(keys[i], err)
 					}
 					info, err := parseHolder(keys[i], v)
 					if err != nil {

@@ -1,30 +1,32 @@
 -- acquire: one attempt to take a lock.
--- KEYS[1] lock hash {owner, token[, meta]}, with a TTL
+-- KEYS[1] lock record, a string "<token>\n<owner>\n<meta>", with a TTL
 -- KEYS[2] token counter (never expires)
 -- ARGV[1] owner, ARGV[2] TTL in milliseconds, ARGV[3] metadata (any bytes;
--- empty: none, and no meta field)
+-- empty: none)
 -- Returns the token (a decimal string) on success, or {owner, token, pttl}
 -- of the current holder; an error reply FENCELOCK_TOKEN_OVERFLOW, with
 -- nothing changed, if the counter is at 2^63-1. Expiry is judged by Redis
--- itself: an expired hash reads as missing.
+-- itself: an expired record reads as missing.
+--
+-- The record is split at its first two newlines: tokens are decimal
+-- digits and owners have no control characters (driver.ValidateOwner), so
+-- the metadata, any bytes, is everything after the second.
 --
 -- Tokens never pass through a Lua number (a double) where it is not exact:
 -- INCR counts exactly in C; its reply is used as a number only below 2^53,
 -- and read back with GET, as a string, above.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] then
-  -- A retry by the holder (an ambiguous earlier reply): same grant, and
-  -- the retry's metadata.
-  if ARGV[3] == '' then
-    redis.call('HDEL', KEYS[1], 'meta')
-  else
-    redis.call('HSET', KEYS[1], 'meta', ARGV[3])
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local a = string.find(cur, '\n', 1, true)
+  local b = string.find(cur, '\n', a + 1, true)
+  local tok, owner = string.sub(cur, 1, a - 1), string.sub(cur, a + 1, b - 1)
+  if owner == ARGV[1] then
+    -- A retry by the holder (an ambiguous earlier reply): same grant, and
+    -- the retry's metadata.
+    redis.call('SET', KEYS[1], tok .. '\n' .. owner .. '\n' .. ARGV[3], 'PX', ARGV[2])
+    return tok
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return cur[2]
-end
-if cur[1] then
-  return {cur[1], cur[2], redis.call('PTTL', KEYS[1])}
+  return {owner, tok, redis.call('PTTL', KEYS[1])}
 end
 local r = redis.pcall('INCR', KEYS[2])
 if type(r) == 'table' and r.err then
@@ -44,12 +46,5 @@ if r < 9007199254740992 then
 else
   tok = redis.call('GET', KEYS[2])
 end
--- The hash does not exist here (it expires or is deleted whole), so there
--- is no earlier holder's meta field to remove.
-if ARGV[3] == '' then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok)
-else
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'meta', ARGV[3])
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], tok .. '\n' .. ARGV[1] .. '\n' .. ARGV[3], 'PX', ARGV[2])
 return tok

@@ -1,13 +1,15 @@
 -- force: remove the lock whoever holds it (an administrator's tool).
--- KEYS[1] lock hash
+-- KEYS[1] lock record "<token>\n<owner>\n<meta>"
 -- ARGV[1] release channel
 -- Returns {owner, token, pttl} of what was removed, or an empty array.
 -- The counter is left alone, so the next grant's token is still higher.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if not cur[1] then
+local cur = redis.call('GET', KEYS[1])
+if not cur then
   return {}
 end
+local a = string.find(cur, '\n', 1, true)
+local b = string.find(cur, '\n', a + 1, true)
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], 'forced')
-return {cur[1], cur[2], pttl}
+return {string.sub(cur, a + 1, b - 1), string.sub(cur, 1, a - 1), pttl}

@@ -1,9 +1,15 @@
 -- inspect: the current holder, read atomically.
--- KEYS[1] lock hash
+-- KEYS[1] lock record "<token>\n<owner>\n<meta>"
 -- Returns {owner, token, pttl, meta} (meta a nil reply when the record has
 -- none), or an empty array if the key is free.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'meta')
-if not cur[1] then
+local cur = redis.call('GET', KEYS[1])
+if not cur then
   return {}
 end
-return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3]}
+local a = string.find(cur, '\n', 1, true)
+local b = string.find(cur, '\n', a + 1, true)
+local meta = false
+if b < #cur then
+  meta = string.sub(cur, b + 1)
+end
+return {string.sub(cur, a + 1, b - 1), string.sub(cur, 1, a - 1), redis.call('PTTL', KEYS[1]), meta}

@@ -1,12 +1,13 @@
 -- release: delete the lock if owner and token match, and wake waiters.
--- KEYS[1] lock hash
--- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] release channel
+-- KEYS[1] lock record "<token>\n<owner>\n<meta>"
+-- ARGV[1] the grant's "<token>\n<owner>\n" (the record's head), ARGV[2]
+-- release channel
 -- Returns 1 if released, 0 if the grant is not current (nothing changed).
 -- The counter is left alone, so the next grant's token is still higher.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], 'released')
+redis.call('PUBLISH', ARGV[2], 'released')
 return 1

@@ -1,8 +1,8 @@
 -- renew: extend a grant that is still current; never creates a record.
--- KEYS[1] lock hash, KEYS[2] token counter
+-- KEYS[1] lock record "<token>\n<owner>\n<meta>", KEYS[2] token counter
 -- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds,
 -- ARGV[4] '1' to rotate the token, ARGV[5] '1' to set the metadata to
--- ARGV[6] (empty: remove it); otherwise the meta field is kept
+-- ARGV[6] (empty: remove it); otherwise the metadata is kept
 -- Returns the (possibly new) token as a decimal string, or 0 if the grant
 -- is not current (nothing changed); an error reply
 -- FENCELOCK_TOKEN_OVERFLOW, with nothing changed, if a rotation finds the
@@ -11,21 +11,18 @@
 -- Tokens never pass through a Lua number (a double) where it is not exact:
 -- INCR counts exactly in C; its reply is used as a number only below 2^53,
 -- and read back with GET, as a string, above.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+local cur = redis.call('GET', KEYS[1])
+local head = ARGV[2] .. '\n' .. ARGV[1] .. '\n'
+if not cur or string.sub(cur, 1, #head) ~= head then
   return 0
 end
--- Metadata is written below, after the check above and after anything
+-- The record is rewritten below, after the check above and after anything
 -- that can fail, by the same script: no read-then-write between them.
-local function setmeta()
-  if ARGV[5] == '1' then
-    if ARGV[6] == '' then
-      redis.call('HDEL', KEYS[1], 'meta')
-    else
-      redis.call('HSET', KEYS[1], 'meta', ARGV[6])
-    end
-  end
+local meta
+if ARGV[5] == '1' then
+  meta = ARGV[6]
 end
+local tok = ARGV[2]
 if ARGV[4] == '1' then
   -- INCR first: if it fails, nothing has been written.
   local r = redis.pcall('INCR', KEYS[2])
@@ -37,17 +34,18 @@ if ARGV[4] == '1' then
   end
   -- Exact below 2^53 as a number, read back as a string above (see
   -- acquire.lua).
-  local tok
   if r < 9007199254740992 then
     tok = string.format('%d', r)
   else
     tok = redis.call('GET', KEYS[2])
   end
-  redis.call('HSET', KEYS[1], 'token', tok)
-  setmeta()
+end
+if tok == ARGV[2] and not meta then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return tok
 end
-setmeta()
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return cur[2]
+if not meta then
+  meta = string.sub(cur, #head + 1)
+end
+redis.call('SET', KEYS[1], tok .. '\n' .. ARGV[1] .. '\n' .. meta, 'PX', ARGV[3])
+return tok
