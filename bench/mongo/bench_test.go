@@ -494,3 +494,51 @@ func BenchmarkFindByIDBesideOtherKeys(b *testing.B) {
 		}
 	})
 }
+
+// twoInserts is the ceiling of a lock whose every state change is an
+// insert (the "claim as state" record model of issue 18): an acquisition
+// inserts the claim of the key's next token, which is the record, and a
+// release inserts that claim's end; nothing is updated or deleted. Both
+// go into one collection that keeps every document (as such a design
+// would until its garbage collection, which is not run here), with raw's
+// write concern. No reads, no expiry, no garbage collection: the most such
+// a design could reach, not a lock.
+func twoInserts(s server) benchkit.Lib {
+	return benchkit.Lib{Name: "two-inserts", Setup: func(b *testing.B) benchkit.Lockers {
+		j := true
+		mc := connect(b, s, nil)
+		coll := mc.Database(database).Collection(collection(b, mc, "claims"),
+			options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &j}))
+		var seq atomic.Int64
+		try := func(ctx context.Context, key string) (func() error, error) {
+			n := strconv.FormatInt(seq.Add(1), 10)
+			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "t/" + key + "/" + n}, {Key: "owner", Value: "raw"}, {Key: "until", Value: time.Now().Add(ttl)}})
+			if mongo.IsDuplicateKeyError(err) {
+				return nil, benchkit.ErrHeld
+			}
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
+				_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "x/" + key + "/" + n}, {Key: "at", Value: time.Now()}})
+				return err
+			}, nil
+		}
+		return benchkit.Same(try, benchkit.Poll(try, time.Millisecond, 50*time.Millisecond))
+	}}
+}
+
+// BenchmarkTwoInserts compares raw (insert + delete) with twoInserts, the
+// ceiling of an insert-only lock, and the backend alone, in one
+// interleaved run per server: whether issue 18's goal (acquire + release
+// at 0.85x raw) is within reach of a design in which every state change is
+// an insert.
+func BenchmarkTwoInserts(b *testing.B) {
+	eachServer(b, func(b *testing.B, s server) {
+		for _, g := range []int{1, 16} {
+			b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) {
+				benchkit.Interleaved(b, g, 64, []benchkit.Lib{raw(s, nil), twoInserts(s), backendLib(s, nil)}, benchkit.Rate("ops/s"))
+			})
+		}
+	})
+}
