@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,11 +92,13 @@ func TestRecordLayout(t *testing.T) {
 
 // TestReleaseComparesWholeOwner: an owner that is a prefix of the
 // holder's, or has it as a prefix, releases and renews nothing (the record
-// is compared up to the newline after the owner).
+// is compared up to the newline after the owner), and so does an owner
+// with a newline that spells the holder's owner, the newline and the start
+// of its metadata.
 func TestReleaseComparesWholeOwner(t *testing.T) {
 	b, rdb := open(t)
 	ctx := t.Context()
-	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "own", TTL: time.Minute, Metadata: []byte("er")})
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "own", TTL: time.Minute, Metadata: []byte("er\nmore")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +113,10 @@ func TestReleaseComparesWholeOwner(t *testing.T) {
 		if _, err := b.Renew(ctx, bad, driver.RenewRequest{TTL: time.Minute}); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("Renew as %q = %v; want ErrNotHeld", owner, err)
 		}
+		res, err := b.RenewBatch(ctx, []driver.Grant{bad}, driver.RenewRequest{TTL: time.Minute})
+		if err != nil || !errors.Is(res[0].Err, driver.ErrNotHeld) {
+			t.Errorf("RenewBatch as %q = %v, %v; want ErrNotHeld", owner, res, err)
+		}
 	}
 	for _, tok := range []driver.Token{g.Token * 10, g.Token*10 + 1} {
 		bad := g
@@ -123,46 +130,68 @@ func TestReleaseComparesWholeOwner(t *testing.T) {
 	}
 }
 
-// TestOldHashRecordRefused: a lock record in the hash layout of earlier
-// development versions is refused by every call with an error matching
-// ErrOldFormat that names the key, and nothing stored changes: the hash,
-// its TTL and the counter stay, no token is drawn.
-func TestOldHashRecordRefused(t *testing.T) {
+// TestForeignRecordRefused: a lock record this backend did not write, a
+// hash in the layout of earlier development versions or a string without
+// the record's two newlines, is refused with an error matching
+// ErrForeignRecord that names the key, and nothing stored changes: the
+// value, its TTL and the counter stay, no token is drawn. (Renew and
+// Release of a string they cannot match answer ErrNotHeld, also changing
+// nothing.)
+func TestForeignRecordRefused(t *testing.T) {
 	b, rdb := open(t)
 	ctx := t.Context()
-	lock, counter := "{"+b.Prefix()+":old}:lock", "{"+b.Prefix()+":old}:token"
-	if err := rdb.HSet(ctx, lock, "owner", "old-owner", "token", "7").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.PExpire(ctx, lock, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Set(ctx, counter, "7", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	g := driver.Grant{Key: "old", Owner: "old-owner", Token: 7}
-	_, errAcquire := b.Acquire(ctx, driver.AcquireRequest{Key: "old", Owner: "new-owner", TTL: time.Minute})
-	_, errRetry := b.Acquire(ctx, driver.AcquireRequest{Key: "old", Owner: "old-owner", TTL: time.Minute})
-	_, errRenew := b.Renew(ctx, g, driver.RenewRequest{TTL: time.Hour, Rotate: true})
-	errRelease := b.Release(ctx, g)
-	_, errInspect := b.Inspect(ctx, "old")
-	_, errList := b.List(ctx, "old")
-	_, errForce := b.ForceRelease(ctx, "old")
-	for name, err := range map[string]error{"Acquire": errAcquire, "Acquire by its owner": errRetry, "Renew": errRenew,
-		"Release": errRelease, "Inspect": errInspect, "List": errList, "ForceRelease": errForce} {
-		if !errors.Is(err, fencelockredis.ErrOldFormat) {
-			t.Errorf("%s = %v; want ErrOldFormat", name, err)
-		} else if !bytes.Contains([]byte(err.Error()), []byte(`"old"`)) {
-			t.Errorf("%s: %q does not name the key", name, err)
-		}
-	}
-	if h := rdb.HGetAll(ctx, lock).Val(); h["owner"] != "old-owner" || h["token"] != "7" || len(h) != 2 {
-		t.Errorf("hash now %v", h)
-	}
-	if pttl := rdb.PTTL(ctx, lock).Val(); pttl <= 50*time.Second || pttl > time.Minute {
-		t.Errorf("hash PTTL %v; want the minute it was given", pttl)
-	}
-	if c := rdb.Get(ctx, counter).Val(); c != "7" {
-		t.Errorf("counter %s; want 7 (no token drawn)", c)
+	for _, kind := range []string{"hash", "string"} {
+		t.Run(kind, func(t *testing.T) {
+			lock, counter := "{"+b.Prefix()+":"+kind+"}:lock", "{"+b.Prefix()+":"+kind+"}:token"
+			if kind == "hash" {
+				if err := rdb.HSet(ctx, lock, "owner", "old-owner", "token", "7").Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := rdb.Set(ctx, lock, "7 old-owner", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.PExpire(ctx, lock, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Set(ctx, counter, "7", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			dump := func() string { return rdb.Dump(ctx, lock).Val() }
+			before := dump()
+			g := driver.Grant{Key: kind, Owner: "old-owner", Token: 7}
+			_, errAcquire := b.Acquire(ctx, driver.AcquireRequest{Key: kind, Owner: "new-owner", TTL: time.Minute})
+			_, errRetry := b.Acquire(ctx, driver.AcquireRequest{Key: kind, Owner: "old-owner", TTL: time.Minute})
+			_, errRenew := b.Renew(ctx, g, driver.RenewRequest{TTL: time.Hour, Rotate: true})
+			errRelease := b.Release(ctx, g)
+			_, errInspect := b.Inspect(ctx, kind)
+			_, errList := b.List(ctx, kind)
+			_, errForce := b.ForceRelease(ctx, kind)
+			refused := map[string]error{"Acquire": errAcquire, "Acquire by its owner": errRetry, "Inspect": errInspect, "List": errList, "ForceRelease": errForce}
+			if kind == "hash" {
+				refused["Renew"], refused["Release"] = errRenew, errRelease
+			} else {
+				for name, err := range map[string]error{"Renew": errRenew, "Release": errRelease} {
+					if !errors.Is(err, driver.ErrNotHeld) {
+						t.Errorf("%s = %v; want ErrNotHeld", name, err)
+					}
+				}
+			}
+			for name, err := range refused {
+				if !errors.Is(err, fencelockredis.ErrForeignRecord) {
+					t.Errorf("%s = %v; want ErrForeignRecord", name, err)
+				} else if !strings.Contains(err.Error(), strconv.Quote(kind)) {
+					t.Errorf("%s: %q does not name the key", name, err)
+				}
+			}
+			if after := dump(); after != before {
+				t.Errorf("record changed")
+			}
+			if pttl := rdb.PTTL(ctx, lock).Val(); pttl <= 50*time.Second || pttl > time.Minute {
+				t.Errorf("PTTL %v; want the minute it was given", pttl)
+			}
+			if c := rdb.Get(ctx, counter).Val(); c != "7" {
+				t.Errorf("counter %s; want 7 (no token drawn)", c)
+			}
+		})
 	}
 }

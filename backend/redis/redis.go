@@ -245,6 +245,21 @@ func parseHolder(key string, v []any) (driver.Info, error) {
 	return info, nil
 }
 
+// checkGrant checks a grant given to Renew, RenewBatch or Release: its key
+// (an *InvalidKeyError if invalid); an owner that Acquire would refuse (a
+// control character, which could reach into the record's metadata past
+// the newline that ends the owner) or a zero token is no current grant,
+// so ErrNotHeld, with nothing sent.
+func checkGrant(g driver.Grant) error {
+	if err := driver.ValidateKey(g.Key); err != nil {
+		return err
+	}
+	if g.Token == 0 || driver.ValidateOwner(g.Owner) != nil {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
 // recordHead is the start of the lock record a grant wrote:
 // "<token>\n<owner>\n" (the record is that and the metadata).
 func recordHead(g driver.Grant) string {
@@ -324,34 +339,46 @@ func (e *overflowError) Is(target error) bool {
 	return target == ErrTokenOverflow || target == driver.ErrUnsupported
 }
 
-// ErrOldFormat reports a lock record in the layout of an earlier
-// development version of this backend (a hash {owner, token[, meta]};
-// records are strings "<token>\n<owner>\n<meta>" since). The scripts
-// refuse to read it (Redis answers WRONGTYPE) and change nothing, so a
-// fleet that mixes the two versions never grants a key both think they
-// hold: each refuses the other's records until they expire or are
-// released. No version with the hash layout was released.
-var ErrOldFormat = errors.New("fencelock/redis: lock record in an earlier development format (a hash)")
+// ErrForeignRecord reports a lock record this backend did not write: a
+// hash {owner, token[, meta]}, the layout of earlier development versions
+// (records are strings "<token>\n<owner>\n<meta>" since; no version with
+// the hash was released), or a string without the two newlines, another
+// program's value under the backend's prefix. The scripts refuse to read
+// it and change nothing, so a fleet that mixes the two versions never
+// grants a key both think they hold: each refuses the other's records
+// until they expire or are released.
+var ErrForeignRecord = errors.New("fencelock/redis: lock record not written by this version of the backend")
 
-// oldFormatError is the error for key's record in the hash layout.
-type oldFormatError struct{ key string }
-
-func (e *oldFormatError) Error() string {
-	return fmt.Sprintf("fencelock/redis: the lock record of %q is a hash, the layout of an earlier development version; this version reads only string records (nothing was changed: wait for it to expire or be released)", e.key)
+// foreignError is the error for key's record that this backend did not
+// write; hash tells which kind.
+type foreignError struct {
+	key  string
+	hash bool
 }
 
-func (e *oldFormatError) Is(target error) bool { return target == ErrOldFormat }
+func (e *foreignError) Error() string {
+	if e.hash {
+		return fmt.Sprintf("fencelock/redis: the lock record of %q is a hash, the layout of an earlier development version; this version reads only string records (nothing was changed: wait for it to expire or be released)", e.key)
+	}
+	return fmt.Sprintf("fencelock/redis: the lock record of %q is not \"<token>\\n<owner>\\n<meta>\": another program wrote it (nothing was changed)", e.key)
+}
+
+// Is matches ErrForeignRecord.
+func (e *foreignError) Is(target error) bool { return target == ErrForeignRecord }
 
 // scriptError turns the scripts' FENCELOCK_TOKEN_OVERFLOW reply into an
 // error matching ErrTokenOverflow, and Redis's WRONGTYPE (a record in the
-// old hash layout) into one matching ErrOldFormat; other errors pass
+// old hash layout) and the scripts' FENCELOCK_BAD_RECORD (a string they
+// cannot split) into one matching ErrForeignRecord; other errors pass
 // through.
 func scriptError(key string, err error) error {
 	switch {
 	case goredis.HasErrorPrefix(err, "FENCELOCK_TOKEN_OVERFLOW"):
 		return &overflowError{key: key}
 	case goredis.HasErrorPrefix(err, "WRONGTYPE"):
-		return &oldFormatError{key: key}
+		return &foreignError{key: key, hash: true}
+	case goredis.HasErrorPrefix(err, "FENCELOCK_BAD_RECORD"):
+		return &foreignError{key: key}
 	}
 	return err
 }
@@ -367,7 +394,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	if err := driver.ValidateKey(g.Key); err != nil {
+	if err := checkGrant(g); err != nil {
 		return driver.Grant{}, err
 	}
 	ms, granted := ttlMillis(req.TTL)
@@ -392,7 +419,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	calls := make([]scriptCall, 0, len(grants))
 	idx := make([]int, 0, len(grants))
 	for i, g := range grants {
-		if err := driver.ValidateKey(g.Key); err != nil {
+		if err := checkGrant(g); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -418,7 +445,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	if err := driver.ValidateKey(g.Key); err != nil {
+	if err := checkGrant(g); err != nil {
 		return err
 	}
 	lock, _, channel := b.ks.names(g.Key)

@@ -18,7 +18,10 @@
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local a = string.find(cur, '\n', 1, true)
-  local b = string.find(cur, '\n', a + 1, true)
+  local b = a and string.find(cur, '\n', a + 1, true)
+  if not b then
+    return redis.error_reply('FENCELOCK_BAD_RECORD the lock record is not <token>\\n<owner>\\n<meta>')
+  end
   local tok, owner = string.sub(cur, 1, a - 1), string.sub(cur, a + 1, b - 1)
   if owner == ARGV[1] then
     -- A retry by the holder (an ambiguous earlier reply): same grant, and

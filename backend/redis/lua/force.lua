@@ -8,7 +8,10 @@ if not cur then
   return {}
 end
 local a = string.find(cur, '\n', 1, true)
-local b = string.find(cur, '\n', a + 1, true)
+local b = a and string.find(cur, '\n', a + 1, true)
+if not b then
+  return redis.error_reply('FENCELOCK_BAD_RECORD the lock record is not <token>\\n<owner>\\n<meta>')
+end
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], 'forced')
