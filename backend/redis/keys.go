@@ -9,7 +9,7 @@ import (
 
 // Key layout. For the lock key K under prefix P (default "fencelock"):
 //
-//	{P:E}:lock      hash {owner, token} with a PEXPIRE TTL
+//	{P:E}:lock      string "<token>\n<owner>\n<meta>" with a PX TTL
 //	{P:E}:token     the key's token counter (INCR), never expires
 //	{P:E}:released  pub/sub channel a release publishes on
 //
@@ -44,7 +44,7 @@ type keyspace struct {
 
 func (ks keyspace) base(key string) string { return "{" + ks.prefix + ":" + escapeKey(key) + "}" }
 
-// names returns the lock hash, the counter and the release channel of key.
+// names returns the lock record, the counter and the release channel of key.
 func (ks keyspace) names(key string) (lock, counter, channel string) {
 	b := ks.base(key)
 	return b + lockSuffix, b + tokenSuffix, b + releasedSuffix
@@ -54,7 +54,7 @@ func (ks keyspace) lockName(key string) string { return ks.base(key) + lockSuffi
 
 func (ks keyspace) channel(key string) string { return ks.base(key) + releasedSuffix }
 
-// pattern is the SCAN MATCH pattern for the lock hashes of every key that
+// pattern is the SCAN MATCH pattern for the lock records of every key that
 // starts with prefix.
 func (ks keyspace) pattern(prefix string) string { return ks.patternOf(prefix, lockSuffix) }
 
@@ -66,7 +66,7 @@ func (ks keyspace) patternOf(prefix, suffix string) string {
 	return "{" + globEscape(ks.prefix+":"+escapeKey(prefix)) + "*}" + suffix
 }
 
-// keyOf returns the lock key of a lock hash's name, if name is one.
+// keyOf returns the lock key of a lock record's name, if name is one.
 func (ks keyspace) keyOf(name string) (string, bool) { return ks.keyOfName(name, lockSuffix) }
 
 // keyOfCounter returns the lock key of a token counter's name, if name is

@@ -342,8 +342,9 @@ func (e *overflowError) Is(target error) bool {
 // ErrForeignRecord reports a lock record this backend did not write: a
 // hash {owner, token[, meta]}, the layout of earlier development versions
 // (records are strings "<token>\n<owner>\n<meta>" since; no version with
-// the hash was released), or a string without the two newlines, another
-// program's value under the backend's prefix. The scripts refuse to read
+// the hash was released), or a string that does not start with a token
+// (1 to 19 digits, no leading zero) and two newlines: another program's
+// value under the backend's prefix. The scripts refuse to read
 // it and change nothing, so a fleet that mixes the two versions never
 // grants a key both think they hold: each refuses the other's records
 // until they expire or are released.
@@ -495,7 +496,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // scanCount is the COUNT hint of List's SCAN calls.
 const scanCount = 1000
 
-// List implements driver.Backend with SCAN MATCH over the lock hashes (on
+// List implements driver.Backend with SCAN MATCH over the lock records (on
 // a Cluster, over every primary), then one pipeline of inspect.lua calls
 // per SCAN page. Keys come back sorted. SCAN is not a snapshot: a lock
 // taken or released during the scan may or may not be listed.

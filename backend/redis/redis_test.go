@@ -95,7 +95,7 @@ func TestScriptReloadAfterFlush(t *testing.T) {
 	}
 }
 
-// TestCounterSurvivesLockExpiry: the lock hash expires, the counter does
+// TestCounterSurvivesLockExpiry: the lock record expires, the counter does
 // not, and the next holder's token is higher.
 func TestCounterSurvivesLockExpiry(t *testing.T) {
 	b, rdb := open(t)
@@ -103,7 +103,7 @@ func TestCounterSurvivesLockExpiry(t *testing.T) {
 	g := acquire(t, b, "expiring", "o1", 50*time.Millisecond)
 	lockKeys, _ := rdb.Keys(ctx, "{"+b.Prefix()+":expiring}:*").Result()
 	if len(lockKeys) != 2 {
-		t.Fatalf("keys stored for one lock: %q; want the lock hash and the counter", lockKeys)
+		t.Fatalf("keys stored for one lock: %q; want the lock record and the counter", lockKeys)
 	}
 	lock, counter := "{"+b.Prefix()+":expiring}:lock", "{"+b.Prefix()+":expiring}:token"
 	if ttl := rdb.PTTL(ctx, counter).Val(); ttl != -1 {
@@ -112,7 +112,7 @@ func TestCounterSurvivesLockExpiry(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for rdb.Exists(ctx, lock).Val() == 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("lock hash did not expire")
+			t.Fatal("lock record did not expire")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -10,7 +10,10 @@
 --
 -- The record is split at its first two newlines: tokens are decimal
 -- digits and owners have no control characters (driver.ValidateOwner), so
--- the metadata, any bytes, is everything after the second.
+-- the metadata, any bytes, is everything after the second. A value whose
+-- first line is not a token (1 to 19 digits, no leading zero) is not a
+-- record this backend wrote: refused with FENCELOCK_BAD_RECORD before
+-- anything is written (inspect.lua and force.lua check the same).
 --
 -- Tokens never pass through a Lua number (a double) where it is not exact:
 -- INCR counts exactly in C; its reply is used as a number only below 2^53,
@@ -18,8 +21,8 @@
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local a = string.find(cur, '\n', 1, true)
-  local b = a and string.find(cur, '\n', a + 1, true)
-  if not b then
+  local b = a and a <= 20 and string.find(cur, '\n', a + 1, true)
+  if not b or not string.find(string.sub(cur, 1, a - 1), '^[1-9]%d*$') then
     return redis.error_reply('FENCELOCK_BAD_RECORD the lock record is not <token>\\n<owner>\\n<meta>')
   end
   local tok, owner = string.sub(cur, 1, a - 1), string.sub(cur, a + 1, b - 1)

@@ -8,8 +8,8 @@ if not cur then
   return {}
 end
 local a = string.find(cur, '\n', 1, true)
-local b = a and string.find(cur, '\n', a + 1, true)
-if not b then
+local b = a and a <= 20 and string.find(cur, '\n', a + 1, true)
+if not b or not string.find(string.sub(cur, 1, a - 1), '^[1-9]%d*$') then
   return redis.error_reply('FENCELOCK_BAD_RECORD the lock record is not <token>\\n<owner>\\n<meta>')
 end
 local pttl = redis.call('PTTL', KEYS[1])
