@@ -177,7 +177,18 @@ func progressBound(sess time.Duration) time.Duration { return 3*sess + 500*time.
 // session expires once the server is back), and where a waiter is cut
 // off for 3 session timeouts once the server is back (its session
 // expires; it must join the queue again).
-func TestWaitersProgressAfterServerRestart(t *testing.T) {
+//
+// A client that resumes its session with watches set (every waiter has
+// one, and a restarted server restores the sessions) trips a data race
+// inside go-zookeeper v1.0.4: Conn.lastZxid written by recvLoop while the
+// reconnecting loop reads it in sendSetWatches (go-zookeeper/zk PR #35,
+// unmerged). It failed a CI run once, in the holder-crashed case; so
+// under -race the test skips, and scripts/test runs it without -race, as
+// every test named *NoRace.
+func TestWaitersProgressAfterServerRestartNoRace(t *testing.T) {
+	if raceEnabled {
+		t.Skip("resuming a session with watches set trips a data race inside go-zookeeper (zk PR #35); runs without -race")
+	}
 	const sess = time.Second
 	e, u := ownServer(t, sess)
 	for _, tc := range []struct {
