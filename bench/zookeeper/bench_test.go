@@ -59,6 +59,18 @@ func (e env) conn(b *testing.B) *zk.Conn {
 	return c
 }
 
+// ensureParent creates the key's parent p, once per run (parents holds
+// the ones created), and returns it.
+func ensureParent(c *zk.Conn, parents *sync.Map, p string) (string, error) {
+	if _, ok := parents.Load(p); !ok {
+		if err := ensure(c, p); err != nil {
+			return "", err
+		}
+		parents.Store(p, true)
+	}
+	return p, nil
+}
+
 func ensure(c *zk.Conn, p string) error {
 	cur := ""
 	for _, seg := range strings.Split(p[1:], "/") {
@@ -77,12 +89,9 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	c := e.conn(b)
 	var parents sync.Map // parents created
 	return benchkit.Same(func(_ context.Context, key string) (func() error, error) {
-		parent := e.root + "/" + key
-		if _, ok := parents.Load(parent); !ok {
-			if err := ensure(c, parent); err != nil {
-				return nil, err
-			}
-			parents.Store(parent, true)
+		parent, err := ensureParent(c, &parents, e.root+"/"+key)
+		if err != nil {
+			return nil, err
 		}
 		p, err := c.Create(parent+"/lock-", []byte("owner"), zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 		if err != nil {

@@ -30,12 +30,9 @@ func multiForm(name string, steps int) benchkit.Lib {
 		}
 		var parents sync.Map
 		return benchkit.Same(func(_ context.Context, key string) (func() error, error) {
-			parent := e.root + "/" + key
-			if _, ok := parents.Load(parent); !ok {
-				if err := ensure(c, parent); err != nil {
-					return nil, err
-				}
-				parents.Store(parent, true)
+			parent, err := ensureParent(c, &parents, e.root+"/"+key)
+			if err != nil {
+				return nil, err
 			}
 			ops := []any{&zk.CreateRequest{Path: parent + "/lock-", Data: []byte("owner"), Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagEphemeralSequential}}
 			if steps >= 2 {
