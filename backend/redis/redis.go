@@ -369,9 +369,9 @@ func (e *foreignError) Is(target error) bool { return target == ErrForeignRecord
 
 // scriptError turns the scripts' FENCELOCK_TOKEN_OVERFLOW reply into an
 // error matching ErrTokenOverflow, and Redis's WRONGTYPE (a record in the
-// old hash layout) and the scripts' FENCELOCK_BAD_RECORD (a string they
-// cannot split) into one matching ErrForeignRecord; other errors pass
-// through.
+// old hash layout) and the scripts' FENCELOCK_BAD_RECORD (a string that
+// does not start with a token and two newlines) into one matching
+// ErrForeignRecord; other errors pass through.
 func scriptError(key string, err error) error {
 	switch {
 	case goredis.HasErrorPrefix(err, "FENCELOCK_TOKEN_OVERFLOW"):
