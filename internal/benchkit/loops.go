@@ -129,7 +129,12 @@ func (c config) serverCPU() (time.Duration, bool) {
 // (mod the number of Libs), so that every Lib runs in every place of the
 // order equally often: with a fixed order, fencelock on Redis, run right
 // after the raw operations, measured 0.88× raw over nine runs, and 0.94×
-// over five with the backend alone moved before it. It reports each Lib's rate
+// over five with the backend alone moved before it. Every Lib's keys have
+// the same length (they name the Lib by its place, not its name): until
+// 2026-11-28 they carried the Lib's name, so a Lib named
+// "fencelock-backend-shared" wrote keys 21 bytes longer than "raw"'s, and
+// on Redis at 16 goroutines 64 more bytes in raw's key names cost it 0.06
+// of its rate (bench/redis BenchmarkKeyLength). It reports each Lib's rate
 // over the time it took ("<name>-acq+rel/s", see Rate) and, for all but the
 // first, its ratio to the first ("<name>/<first>"). Options: Rate,
 // FreshKeys.
@@ -140,7 +145,7 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 	base := UniqueKey()
 	for li, lib := range libs {
 		locks[li] = lockers(b, lib, goroutines, false)
-		keys[li] = c.keyer(base + "-" + lib.Name)
+		keys[li] = c.keyer(base + "-" + libTag(li))
 	}
 	spent := make([]time.Duration, len(libs))
 	b.ResetTimer()
@@ -416,3 +421,7 @@ func (f *failure) set(i int, err error) {
 		f.cancel()
 	})
 }
+
+// libTag names the Lib in place li of an interleaved run inside its keys:
+// two digits, so every Lib's keys are as long as every other's.
+func libTag(li int) string { return fmt.Sprintf("L%02d", li) }
