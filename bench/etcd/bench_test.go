@@ -89,16 +89,13 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
 
-// fencelockURL returns the URL a user would write: the server's URL with
-// only a fresh prefix (its path) added, so that runs do not share keys.
-// Everything else (TTL, timeouts) is the URL's default.
+// fencelockURL returns the URL a user would write: the server's URL as it
+// is, so the backend runs under the default prefix ("/fencelock/") a URL
+// user gets, with key names as long as theirs. Runs do not share keys:
+// every benchmark's keys start with a fresh benchkit.UniqueKey. Everything
+// else (TTL, timeouts) is the URL's default too.
 func fencelockURL(b *testing.B) string {
-	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_BENCH_ETCD", "FENCELOCK_TEST_ETCD"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	u.Path = "/fencelock-bench-" + benchkit.RandomHex() + "/"
-	return u.String()
+	return benchkit.ServerURL(b, "FENCELOCK_BENCH_ETCD", "FENCELOCK_TEST_ETCD")
 }
 
 // fencelockLib is the fencelock client as a URL user gets it,

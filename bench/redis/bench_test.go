@@ -24,7 +24,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,18 +79,15 @@ var raw = benchkit.Lib{Name: "raw", Setup: func(b *testing.B) benchkit.Lockers {
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
 
-// fencelockURL returns the URL a user would write: the server's URL with
-// only a fresh prefix= added, so that runs do not share keys or counters.
-// Everything else (pool, TTL, the settings check) is the URL's default.
+// fencelockURL returns the URL a user would write: the server's URL as it
+// is, so the backend runs with the default prefix ("fencelock") a URL
+// user gets, and key names as long as theirs (a longer prefix lengthens
+// every name the scripts write: BenchmarkKeyLength). Runs do not share
+// keys or counters: every benchmark's keys start with a fresh
+// benchkit.UniqueKey. Everything else (pool, TTL, the settings check) is
+// the URL's default too.
 func fencelockURL(b *testing.B) string {
-	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_BENCH_REDIS", "FENCELOCK_TEST_REDIS"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("prefix", "bench-"+benchkit.RandomHex())
-	u.RawQuery = q.Encode()
-	return u.String()
+	return benchkit.ServerURL(b, "FENCELOCK_BENCH_REDIS", "FENCELOCK_TEST_REDIS")
 }
 
 // fencelockLib is the fencelock client as a URL user gets it,

@@ -29,21 +29,21 @@ const sessTO = 15 * time.Second
 type env struct {
 	url     string
 	servers []string
-	root    string // for raw and zk.Lock
+	root    string // for raw
+	zkRoot  string // for zk.Lock
 }
 
-// setup gives a run its own fencelock prefix (the only parameter added to
-// the server's URL) and root for raw and zk.Lock.
+// setup gives a run the server's URL as a URL user writes it, so
+// fencelock runs under its default prefix ("/fencelock"), and roots of
+// the same length for raw and zk.Lock: every library's znode paths are
+// equally long for equally long keys. Runs do not share keys: every
+// benchmark's keys start with a fresh benchkit.UniqueKey.
 func setup(b *testing.B) env {
 	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_TEST_ZOOKEEPER"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	id := benchkit.RandomHex()
-	q := u.Query()
-	q.Set("prefix", "fencelock-bench-"+id)
-	u.RawQuery = q.Encode()
-	return env{url: u.String(), servers: strings.Split(u.Host, ","), root: "/bench-raw-" + id}
+	return env{url: u.String(), servers: strings.Split(u.Host, ","), root: "/bench-raw", zkRoot: "/bench-zkl"}
 }
 
 func (e env) conn(b *testing.B) *zk.Conn {
@@ -116,7 +116,7 @@ func zklock(shared bool) benchkit.Lib {
 				c = e.conn(b)
 			}
 			return nil, func(_ context.Context, key string) (func() error, error) {
-				l := zk.NewLock(c, e.root+"/zklock/"+key, zk.WorldACL(zk.PermAll))
+				l := zk.NewLock(c, e.zkRoot+"/"+key, zk.WorldACL(zk.PermAll))
 				if err := l.Lock(); err != nil {
 					return nil, err
 				}
