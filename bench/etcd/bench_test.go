@@ -9,8 +9,8 @@
 // FENCELOCK_TEST_ETCD.
 //
 // fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
-// nil) with the server's URL and only a fresh prefix (the URL's path)
-// added; the raw transactions and concurrency.Mutex use a clientv3 client
+// nil) with the server's URL as it is (the default prefix); the raw
+// transactions and concurrency.Mutex use a clientv3 client
 // on the same endpoints.
 //
 // Three shapes: one goroutine uncontended (acquire+release of one key),

@@ -10,7 +10,7 @@
 // always), so its numbers measure the disk more than the lock.
 //
 // fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
-// nil) with the server's URL and only prefix= added; the raw operations
+// nil) with the server's URL as it is (the default prefix); the raw operations
 // and the peers use a go-redis client parsed from the same URL (go-redis's
 // default pool).
 //
