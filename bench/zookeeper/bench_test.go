@@ -35,8 +35,8 @@ type env struct {
 
 // setup gives a run the server's URL as a URL user writes it, so
 // fencelock runs under its default prefix ("/fencelock"), and roots of
-// the same length for raw and zk.Lock: every library's znode paths are
-// equally long for equally long keys. Runs do not share keys: every
+// the same length for raw and zk.Lock (the znodes' own names are each
+// library's: raw's lock-<seq>, zk.Lock's _c_<32 hex>-lock-<seq>). Runs do not share keys: every
 // benchmark's keys start with a fresh benchkit.UniqueKey.
 func setup(b *testing.B) env {
 	u, err := url.Parse(benchkit.ServerURL(b, "FENCELOCK_TEST_ZOOKEEPER"))

@@ -201,7 +201,7 @@ func TestInterleaved(t *testing.T) {
 // TestInterleavedKeysSameLength checks that Interleaved gives every Lib
 // keys of one length, whatever its name, and no key to two Libs: a longer
 // key name costs a store time (on Redis at 16 goroutines, 64 bytes cost
-// raw 0.06 of its rate), which a ratio would charge to the library.
+// raw 0.04–0.06 of its rate), which a ratio would charge to the library.
 func TestInterleavedKeysSameLength(t *testing.T) {
 	var (
 		mu   sync.Mutex

@@ -133,8 +133,8 @@ func (c config) serverCPU() (time.Duration, bool) {
 // the same length (they name the Lib by its place, not its name): until
 // 2026-11-28 they carried the Lib's name, so a Lib named
 // "fencelock-backend-shared" wrote keys 21 bytes longer than "raw"'s, and
-// on Redis at 16 goroutines 64 more bytes in raw's key names cost it 0.06
-// of its rate (bench/redis BenchmarkKeyLength). It reports each Lib's rate
+// on Redis at 16 goroutines 64 more bytes in raw's key names cost it
+// 0.04–0.06 of its rate (bench/redis BenchmarkKeyLength). It reports each Lib's rate
 // over the time it took ("<name>-acq+rel/s", see Rate) and, for all but the
 // first, its ratio to the first ("<name>/<first>"). Options: Rate,
 // FreshKeys.
