@@ -104,6 +104,14 @@ type faulty struct {
 	lateMu   sync.Mutex
 	late     int
 	lateDone *sync.Cond // broadcast when late drops to 0
+
+	// out is the store's outage as this client sees it (outage.go): none,
+	// stalled, refusing, or gone. Set by setOutage, read by every call.
+	outMu  sync.Mutex
+	out    outageKind
+	healed   chan struct{} // closed when a stall ends
+	capped   <-chan struct{}
+	capTimer *time.Timer
 }
 
 func (w *faulty) draw(op string) (fate, time.Duration) {
@@ -159,6 +167,21 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 	var zero T
 	if w.dead.Load() {
 		return zero, errCrashed
+	}
+	if healed, err := w.outage(ctx); err != nil {
+		if healed != nil && name != "acquire-wait" {
+			// A store that paused and answers again applies what
+			// reached it: the request runs once the pause ends. (A
+			// wait in the queue has no late form, as above.)
+			w.rec.fault(w.client, name, "late-cut", owners, rotate)
+			w.lateBegins()
+			go func() {
+				defer w.lateEnds()
+				<-healed
+				_, _ = op(context.WithoutCancel(ctx))
+			}()
+		}
+		return zero, err
 	}
 	fate, d := w.draw(name)
 	if fate == lateRequest && name == "acquire-wait" {
@@ -260,12 +283,18 @@ func (w *faulty) Inspect(ctx context.Context, key string) (info driver.Info, err
 	if w.dead.Load() {
 		return info, errCrashed
 	}
+	if _, err := w.outage(ctx); err != nil {
+		return info, err
+	}
 	return w.b.Inspect(ctx, key)
 }
 
 func (w *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if w.dead.Load() {
 		return nil, errCrashed
+	}
+	if _, err := w.outage(ctx); err != nil {
+		return nil, err
 	}
 	return w.b.List(ctx, prefix)
 }
@@ -294,6 +323,9 @@ func (w *faulty) AcquireWait(ctx context.Context, req driver.AcquireRequest) (dr
 func (w *faulty) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	if w.dead.Load() {
 		return nil, errCrashed
+	}
+	if _, err := w.outage(ctx); err != nil {
+		return nil, err
 	}
 	return w.b.(driver.Watcher).Watch(ctx, key)
 }

@@ -200,6 +200,7 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		stats Stats
 		first failures // the first failing stream's violations
 		begin = time.Now()
+		bs    boundStats // outage programs' overruns (outage.go)
 	)
 	t.Cleanup(func() {
 		// Last, even after rapid.Check's Fatal, so that it is in the
@@ -216,13 +217,18 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		if !failed.any() && (first.any() || time.Since(begin) > o.Budget) {
 			return
 		}
-		switch rapid.IntRange(0, 4).Draw(rt, "election") {
+		switch rapid.IntRange(0, 6).Draw(rt, "election") {
 		case 0:
 			electionCheck(rt, h, &o, &stats, failed) // election.go
 			return
 		case 1:
 			rwCheck(rt, h, &o, &stats, failed) // rwlock.go
 			return
+		case 2:
+			if !o.NoFaults {
+				outageCheck(rt, h, &o, &stats, &bs, failed) // outage.go
+				return
+			}
 		}
 		p := genProgram(rt, &o)
 		body := func(rt *rapid.T) {
@@ -289,6 +295,9 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	}
 	t.Logf("generative: %d programs, %d leases, %d fenced writes, %d injected faults, %d forced releases in %v",
 		stats.Programs, stats.Leases, stats.Writes, stats.Faults, stats.Forced, time.Since(begin).Round(time.Millisecond))
+	if bs.calls > 0 {
+		t.Logf("generative: %v", &bs)
+	}
 	if stats.Known > 0 {
 		t.Logf("generative: %d violations of known-violated properties (Options.Known)", stats.Known)
 	}

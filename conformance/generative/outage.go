@@ -1,0 +1,479 @@
+package generative
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
+	"pgregory.net/rapid"
+)
+
+// Outage programs: the store fails as a whole and every call must still
+// end within its bound (docs/generative.md, "Every call ends within its
+// bound"). Two clients; the first may hold the key when the outage
+// begins. Then the store, as the clients' wrapping drivers show it:
+//
+//   - stops answering: every request blocks until its context ends (as
+//     a SIGSTOPped server, or a proxy that stops forwarding);
+//   - refuses: every request fails at once with "connection refused"
+//     (nothing listens on the port any more);
+//   - vanishes: refuses from right after Open (the server stopped after
+//     the clients connected).
+//
+// During the outage the clients call TryAcquire and Acquire, with and
+// without a deadline, the holder releases, and both close. Each call's
+// start, end, deadline and error are recorded and checked for:
+//
+//   - CallEndsWithinBound: a call with a deadline D ends by D +
+//     ReleaseTimeout + slack; a TryAcquire without one within its TTL +
+//     ReleaseTimeout + slack; an Acquire without one within its TTL of
+//     continuous failure + ReleaseTimeout + slack; Release and Close
+//     within ReleaseTimeout + slack. Slack is at least 1s.
+//   - StoreCauseInError: an acquire that failed while the store refused
+//     says so (errors.Is(err, syscall.ECONNREFUSED), "connection
+//     refused" in its text); one that failed while it did not answer
+//     carries the store's error (not a bare context error).
+//
+// Run logs the largest overrun measured past each kind of call's nominal
+// end (its deadline; start + TTL; its start for Release and Close).
+
+type outageKind int
+
+const (
+	outageNone   outageKind = iota
+	outageStall             // requests block until their context ends
+	outageRefuse            // requests fail at once: connection refused
+	outageVanish            // refused from right after Open
+	outagePause             // requests wait until the pause ends (a paused store), or their context
+)
+
+var outageNames = [...]string{"none", "stall", "refuse", "vanish", "pause"}
+
+// verbs says what the store does in each outage, for messages.
+var outageVerbs = [...]string{"answers", "stops answering", "refuses connections", "vanished after Open", "pauses"}
+
+func (k outageKind) String() string { return outageNames[k] }
+
+// errNotAnswering is the store's cause for a request that got no answer
+// before its context ended: what a driver reports as an I/O timeout.
+var errNotAnswering = errors.New("generative: the store did not answer")
+
+// notAnswering is the error of a request the store left unanswered: it
+// matches errNotAnswering and the context's error.
+type notAnswering struct{ ctxErr error }
+
+func (e notAnswering) Error() string {
+	if e.ctxErr == nil {
+		return errNotAnswering.Error()
+	}
+	return errNotAnswering.Error() + ": " + e.ctxErr.Error()
+}
+func (e notAnswering) Is(target error) bool { return target == errNotAnswering }
+func (e notAnswering) Unwrap() error        { return e.ctxErr }
+
+// refused is the error of a request to a store nobody listens for, as
+// Go's net package reports it.
+func refused() error {
+	return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+}
+
+// setOutage makes the store, as this client sees it, fail with k from
+// now on (outageNone heals it). A stall ends its blocked requests after
+// limit at the latest, so that a call the engine does not bound still
+// ends (late, and reported).
+func (w *faulty) setOutage(k outageKind, limit time.Duration) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	if w.healed != nil && k != outageStall && k != outagePause {
+		close(w.healed)
+		w.healed = nil
+		if w.capTimer != nil {
+			w.capTimer.Stop()
+		}
+	}
+	w.out = k
+	switch k {
+	case outageStall, outagePause:
+		if w.healed == nil {
+			w.healed = make(chan struct{})
+		}
+		if limit > 0 && w.capTimer == nil {
+			capped := make(chan struct{})
+			w.capped = capped
+			w.capTimer = time.AfterFunc(limit, func() { close(capped) })
+		}
+	}
+}
+
+// outage applies the current outage to one request: nil at once if the
+// store answers; the refusal; or, for a stall, blocks until ctx ends (or
+// the stall's limit passes) and returns the unanswered request's error.
+// In a pause, it blocks until the pause ends (nil: the request goes on)
+// or ctx ends; then healed is the channel closed at the pause's end,
+// after which the store applies the request.
+func (w *faulty) outage(ctx context.Context) (healed <-chan struct{}, err error) {
+	w.outMu.Lock()
+	k, h, capped := w.out, w.healed, w.capped
+	w.outMu.Unlock()
+	switch k {
+	case outageRefuse, outageVanish:
+		return nil, refused()
+	case outageStall:
+		select {
+		case <-ctx.Done():
+			return nil, notAnswering{ctx.Err()}
+		case <-capped:
+			return nil, notAnswering{}
+		case <-h:
+			return nil, nil
+		}
+	case outagePause:
+		select {
+		case <-ctx.Done():
+			return h, notAnswering{ctx.Err()}
+		case <-h:
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
+type boundOp int
+
+const (
+	boundTry boundOp = iota
+	boundTryDeadline
+	boundAcquire
+	boundAcquireDeadline
+	boundRelease
+	boundClose
+)
+
+var boundOpNames = [...]string{"TryAcquire", "TryAcquire with deadline", "Acquire", "Acquire with deadline", "Release", "Close"}
+
+func (o boundOp) String() string { return boundOpNames[o] }
+
+type boundCall struct {
+	op       boundOp
+	client   int
+	start    int // tenths of the TTL after the outage began
+	deadline int // tenths of the TTL after the call's start (the *Deadline ops)
+}
+
+type outageProg struct {
+	kind   outageKind
+	at     int  // tenths of the TTL after the start when the outage begins
+	holder bool // client 0 holds the key when the outage begins
+	calls  []boundCall
+}
+
+func (p outageProg) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  the store %s at %d/10 TTL, holder %v\n", outageVerbs[p.kind], p.at, p.holder)
+	for _, c := range p.calls {
+		fmt.Fprintf(&b, "  client %d: %s at +%d/10 TTL", c.client, c.op, c.start)
+		if c.op == boundTryDeadline || c.op == boundAcquireDeadline {
+			fmt.Fprintf(&b, ", deadline +%d/10", c.deadline)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func genOutage(t *rapid.T) outageProg {
+	p := outageProg{kind: rapid.SampledFrom([]outageKind{outageStall, outageRefuse, outageVanish}).Draw(t, "outage")}
+	if p.kind != outageVanish {
+		p.at = rapid.IntRange(1, 5).Draw(t, "outageAt")
+		p.holder = rapid.Bool().Draw(t, "holder")
+	}
+	for range rapid.IntRange(1, 4).Draw(t, "boundCalls") {
+		c := boundCall{
+			op:       boundOp(rapid.IntRange(0, int(boundAcquireDeadline)).Draw(t, "boundOp")),
+			client:   rapid.IntRange(0, 1).Draw(t, "boundClient"),
+			start:    rapid.IntRange(0, 5).Draw(t, "boundStart"),
+			deadline: rapid.SampledFrom([]int{1, 5, 30}).Draw(t, "boundDeadline"),
+		}
+		p.calls = append(p.calls, c)
+	}
+	if p.holder {
+		p.calls = append(p.calls, boundCall{op: boundRelease, client: 0, start: rapid.IntRange(0, 15).Draw(t, "releaseAt")})
+	}
+	return p
+}
+
+// callRec is one call of an outage program as its caller saw it.
+type callRec struct {
+	op            boundOp
+	client        int
+	start, end    time.Time
+	deadline      time.Time // zero: none
+	outageAt      time.Time // when the outage began (zero: not yet when the call started)
+	ttl, overrun  time.Duration
+	err           error
+	bound, nomEnd time.Time
+}
+
+// boundStats keeps the largest overrun past each kind of call's nominal
+// end, across a Run.
+type boundStats struct {
+	mu    sync.Mutex
+	max   map[string]time.Duration
+	calls int64
+}
+
+func (b *boundStats) add(c callRec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.max == nil {
+		b.max = map[string]time.Duration{}
+	}
+	b.calls++
+	name := c.op.String()
+	if d, ok := b.max[name]; !ok || c.overrun > d {
+		b.max[name] = c.overrun
+	}
+}
+
+func (b *boundStats) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := make([]string, 0, len(b.max))
+	for n := range b.max {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %v", n, b.max[n].Round(time.Millisecond)))
+	}
+	return fmt.Sprintf("%d calls during outages; largest overrun past the nominal end: %s", b.calls, strings.Join(parts, ", "))
+}
+
+// boundSlack is the slack of CallEndsWithinBound: h.Slack, at least 1s.
+func boundSlack(h conformance.Harness) time.Duration { return max(h.Slack, time.Second) }
+
+// outageCheck runs one generated outage program as Run's property does
+// for lock programs.
+func outageCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, bs *boundStats, failed *failures) {
+	p := genOutage(rt)
+	body := func(rt *rapid.T) {
+		if o.Fresh != nil {
+			o.Fresh()
+		}
+		rec, calls, err := runOutage(rt.Context(), h, p)
+		if err != nil {
+			rt.Fatalf("generative: outage: %v", err)
+		}
+		atomic.AddInt64(&stats.Programs, 1)
+		var fail []string
+		for _, c := range calls {
+			bs.add(c)
+		}
+		for _, v := range checkBounds(calls, p.kind) {
+			if why, ok := o.Known[v.property]; ok {
+				atomic.AddInt64(&stats.Known, 1)
+				rt.Logf("known violation (%s): %s", why, v)
+				continue
+			}
+			fail = append(fail, v.String())
+		}
+		if len(fail) > 0 {
+			failed.add(fail)
+			rt.Fatalf("outage invariants violated:\n  %s\noutage program:\n%s\nhistory:\n%s", strings.Join(fail, "\n  "), p, rec.trace())
+		}
+	}
+	if o.SyncTest {
+		rapid.SyncTest(rt, body)
+	} else {
+		body(rt)
+	}
+}
+
+func runOutage(ctx context.Context, h conformance.Harness, p outageProg) (*recorder, []callRec, error) {
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	key := "generative-" + hex.EncodeToString(rnd[:]) + "/outage"
+	tenth := h.TTL / 10
+	rt := releaseTimeout(h.TTL)
+	rec := newRecorder()
+	limit := 2 * (h.TTL + rt + boundSlack(h))
+
+	type client struct {
+		c *fencelock.Client
+		w *faulty
+	}
+	var clients [2]client
+	for i := range clients {
+		inner, err := h.Open(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("Harness.Open: %w", err)
+		}
+		w := newFaulty(inner, faults{}, tenth, rt, rec, i)
+		c, err := fencelock.New(wrap(w), &fencelock.Options{
+			TTL:            h.TTL,
+			MinBackoff:     2 * time.Millisecond,
+			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
+			ReleaseTimeout: rt,
+			Owner:          fmt.Sprintf("generative-outage-%d", i),
+		})
+		if err != nil {
+			inner.Close()
+			return nil, nil, fmt.Errorf("fencelock.New: %w", err)
+		}
+		clients[i] = client{c, w}
+	}
+	defer func() {
+		for _, cl := range clients {
+			cl.w.setOutage(outageNone, 0)
+			cl.w.settle()
+			_ = cl.w.b.Close()
+		}
+	}()
+	var held *fencelock.Lease
+	if p.holder {
+		l, err := clients[0].c.TryAcquire(ctx, key)
+		if err != nil {
+			rec.note("holder's TryAcquire: %v", err)
+		} else {
+			held = l
+			rec.note("client 0 holds %q, token %d", key, l.Token())
+		}
+	}
+	start := time.Now()
+	sleepCtx(ctx, time.Duration(p.at)*tenth)
+	outageAt := time.Now()
+	for _, cl := range clients {
+		cl.w.setOutage(p.kind, limit)
+	}
+	rec.note("the store %s", outageVerbs[p.kind])
+	_ = start
+
+	var (
+		mu    sync.Mutex
+		calls []callRec
+		wg    sync.WaitGroup
+	)
+	record := func(c callRec) {
+		mu.Lock()
+		calls = append(calls, c)
+		mu.Unlock()
+		rec.note("client %d %s: %v after %v", c.client, c.op, c.err, c.end.Sub(c.start).Round(time.Millisecond))
+	}
+	for _, bc := range p.calls {
+		wg.Go(func() {
+			sleepCtx(ctx, time.Duration(bc.start)*tenth-time.Since(outageAt))
+			c := callRec{op: bc.op, client: bc.client, ttl: h.TTL, outageAt: outageAt}
+			// A watchdog ends a call the engine does not bound (it
+			// is then reported), without giving it a deadline.
+			cctx, stop := context.WithCancel(ctx)
+			defer stop()
+			watchdog := time.AfterFunc(limit, stop)
+			defer watchdog.Stop()
+			if bc.op == boundTryDeadline || bc.op == boundAcquireDeadline {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(cctx, time.Duration(bc.deadline)*tenth)
+				defer cancel()
+				c.deadline, _ = cctx.Deadline()
+			}
+			cl := clients[bc.client].c
+			c.start = time.Now()
+			var l *fencelock.Lease
+			switch bc.op {
+			case boundTry, boundTryDeadline:
+				l, c.err = cl.TryAcquire(cctx, key)
+			case boundAcquire, boundAcquireDeadline:
+				l, c.err = cl.Acquire(cctx, key)
+			case boundRelease:
+				if held == nil {
+					return
+				}
+				c.err = held.Release(cctx)
+			}
+			c.end = time.Now()
+			if l != nil {
+				rec.violate("NoGrantWithoutStore", "client %d %s returned a lease (token %d) while the store %s", bc.client, bc.op, l.Token(), outageVerbs[p.kind])
+				_ = l.Release(ctx)
+			}
+			record(c)
+		})
+	}
+	wg.Wait()
+	for i, cl := range clients {
+		c := callRec{op: boundClose, client: i, ttl: h.TTL, outageAt: outageAt, start: time.Now()}
+		c.err = cl.c.Close()
+		c.end = time.Now()
+		record(c)
+	}
+	for i := range calls {
+		calls[i].bound, calls[i].nomEnd = callBound(calls[i], h)
+		calls[i].overrun = calls[i].end.Sub(calls[i].nomEnd)
+	}
+	return rec, calls, nil
+}
+
+// callBound returns when c must have ended, and its nominal end (what
+// the bound adds ReleaseTimeout and slack to).
+func callBound(c callRec, h conformance.Harness) (bound, nominal time.Time) {
+	rt := releaseTimeout(h.TTL)
+	slack := boundSlack(h)
+	switch {
+	case !c.deadline.IsZero():
+		nominal = c.deadline
+	case c.op == boundTry:
+		nominal = c.start.Add(c.ttl)
+	case c.op == boundAcquire:
+		// Continuous failure from the outage's beginning, or the call's
+		// start if later.
+		from := c.start
+		if c.outageAt.After(from) {
+			from = c.outageAt
+		}
+		nominal = from.Add(c.ttl)
+	default: // Release, Close
+		nominal = c.start
+	}
+	return nominal.Add(rt + slack), nominal
+}
+
+// checkBounds checks an outage program's calls.
+func checkBounds(calls []callRec, kind outageKind) []violation {
+	var vs []violation
+	for _, c := range calls {
+		if c.end.After(c.bound) {
+			dl := "no deadline"
+			if !c.deadline.IsZero() {
+				dl = fmt.Sprintf("deadline +%v", c.deadline.Sub(c.start).Round(time.Millisecond))
+			}
+			vs = append(vs, violation{"CallEndsWithinBound", fmt.Sprintf("client %d's %s (%s, TTL %v) while the store %s took %v, %v past its bound (%v after its nominal end): %v",
+				c.client, c.op, dl, c.ttl, outageVerbs[kind], c.end.Sub(c.start).Round(time.Millisecond), c.end.Sub(c.bound).Round(time.Millisecond), c.bound.Sub(c.nomEnd), c.err)})
+		}
+		if c.err == nil || c.op == boundRelease || c.op == boundClose || c.start.Before(c.outageAt) {
+			continue
+		}
+		switch kind {
+		case outageRefuse, outageVanish:
+			if !errors.Is(c.err, syscall.ECONNREFUSED) || !strings.Contains(c.err.Error(), "connection refused") {
+				vs = append(vs, violation{"StoreCauseInError", fmt.Sprintf("client %d's %s while the store refused connections returned %q, which does not say so (errors.Is(err, syscall.ECONNREFUSED) %v)",
+					c.client, c.op, c.err, errors.Is(c.err, syscall.ECONNREFUSED))})
+			}
+		case outageStall:
+			if !errors.Is(c.err, errNotAnswering) {
+				vs = append(vs, violation{"StoreCauseInError", fmt.Sprintf("client %d's %s while the store did not answer returned %q, without the store's error %q",
+					c.client, c.op, c.err, errNotAnswering)})
+			}
+		}
+	}
+	return vs
+}
