@@ -53,6 +53,7 @@ type Lease struct {
 	releasePending  bool          // a backend release has not been confirmed
 	releaseFailed   bool          // a release attempt failed transiently
 	releaseRetrying bool          // a background retry of a failed release runs
+	unheld          bool          // released without its minimum hold (releaseUnheld)
 	releasing       chan struct{} // a one-slot semaphore: one release at a time
 	renewing        bool          // a renewal request is in flight
 	renewed         chan struct{} // closed when the renewal in flight has its answer
@@ -463,7 +464,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	// Released before its minimum hold has passed: the store keeps the
 	// record until the window ends, instead of removing it now.
 	windowEnd := l.granted.Add(l.minHold)
-	hold := l.minHold > 0 && l.c.now().Before(windowEnd)
+	hold := l.minHold > 0 && !l.unheld && l.c.now().Before(windowEnd)
 	closing := errors.Is(cause, ErrClosed)
 	if hold {
 		cause = heldForMinimum{closed: closing}

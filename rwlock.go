@@ -421,13 +421,27 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 // releaseAll releases every non-nil lease of ls at once, with a fresh
 // context bounded by Options.ReleaseTimeout; a failure is retried in the
 // background by the engine, and the record expires with its TTL anyway.
+// They are parts of a grant that was never handed out (a try refused, a
+// wait that ended, a gate lost), or the gate a reader passed: their
+// minimum hold does not apply, so that a refusal does not close the lock
+// to everyone for the window.
 func (c *Client) releaseAll(ctx context.Context, ls ...*Lease) {
+	c.releaseLeases(ctx, false, ls)
+}
+
+// releaseLeases releases every non-nil lease of ls at once, as releaseAll
+// does; with hold, each keeps its record until its minimum hold ends.
+func (c *Client) releaseLeases(ctx context.Context, hold bool, ls []*Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {
-		if l != nil {
+		switch {
+		case l == nil:
+		case hold:
 			wg.Go(func() { _ = l.Release(rctx) })
+		default:
+			wg.Go(func() { _ = l.releaseUnheld(rctx) })
 		}
 	}
 	wg.Wait()
@@ -478,7 +492,8 @@ func (g *RWGrant) partEnded(cause error) {
 	g.mu.Unlock()
 	g.cancel(cause)
 	c := g.rw.c
-	go c.goBackground(func() { c.releaseAll(context.Background(), g.leases...) }) // not under the lease's lock
+	// The grant was handed out: its other leases keep their minimum hold.
+	go c.goBackground(func() { c.releaseLeases(context.Background(), true, g.leases) }) // not under the lease's lock
 }
 
 // Key returns the read-write lock's key.

@@ -365,12 +365,27 @@ func (s *Semaphore) race(ctx context.Context, opts []AcquireOption) (*Lease, err
 	return nil, first
 }
 
-// release releases a permit that Acquire does not hand out, with a fresh
-// context bounded by Options.ReleaseTimeout.
+// release releases a permit that Acquire does not hand out (a losing
+// wait's, or one refused by the check of the number of permits), with a
+// fresh context bounded by Options.ReleaseTimeout, and at once: the
+// minimum hold belongs to the permit handed to the caller, and a permit
+// nobody received must not keep its slot for the window.
 func (s *Semaphore) release(ctx context.Context, l *Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.o.ReleaseTimeout)
 	defer cancel()
-	_ = l.Release(rctx) // a failure is retried in the background by the engine
+	_ = l.releaseUnheld(rctx) // a failure is retried in the background by the engine
+}
+
+// releaseUnheld releases a lease that a recipe took as part of a grant
+// and never handed out (a Semaphore's permit refused or not kept, an
+// RWLock's slots and gate of a grant that failed): at once, whatever its
+// minimum hold (WithMinHold, Options.MinHold), which applies only to what
+// the caller received.
+func (l *Lease) releaseUnheld(ctx context.Context) error {
+	l.mu.Lock()
+	l.unheld = true
+	l.mu.Unlock()
+	return l.Release(ctx)
 }
 
 // verify checks, after l was granted, that no holder uses another number
