@@ -56,7 +56,36 @@ type electAction struct {
 type campaignProg struct {
 	faults  faults
 	rotate  bool
+	cfg     clientCfg
+	ttl     int // each term's WithTTL in tenths of the TTL; 0: the Client's
+	minHold int // each term's WithMinHold in tenths of the TTL; 0: the Client's
+	wait    int // each term's WithWait in tenths of the TTL; 0: none
 	actions []electAction
+}
+
+// termOptions returns the campaigner's ElectOptions.Acquire.
+func (c campaignProg) termOptions(tenth time.Duration) []fencelock.AcquireOption {
+	var opts []fencelock.AcquireOption
+	if c.ttl > 0 {
+		opts = append(opts, fencelock.WithTTL(time.Duration(c.ttl)*tenth))
+	}
+	if c.minHold > 0 {
+		opts = append(opts, fencelock.WithMinHold(time.Duration(c.minHold)*tenth))
+	}
+	if c.wait > 0 {
+		opts = append(opts, fencelock.WithWait(time.Duration(c.wait)*tenth))
+	}
+	return opts
+}
+
+// longestHold returns the longest minimum hold of a term, per term or
+// the Client's default.
+func (p electionProg) longestHold(tenth time.Duration) time.Duration {
+	var d time.Duration
+	for _, c := range p.campaigners {
+		d = max(d, time.Duration(max(c.minHold, c.cfg.minHold))*tenth)
+	}
+	return d
 }
 
 type electionProg struct {
@@ -67,7 +96,7 @@ type electionProg struct {
 func (p electionProg) String() string {
 	var b strings.Builder
 	for i, c := range p.campaigners {
-		fmt.Fprintf(&b, "  campaigner %d: rotate=%v faults=%+v:", i, c.rotate, c.faults)
+		fmt.Fprintf(&b, "  campaigner %d: rotate=%v %v term ttl %d/10 minhold %d/10 wait %d/10 faults=%+v:", i, c.rotate, c.cfg, c.ttl, c.minHold, c.wait, c.faults)
 		for _, a := range c.actions {
 			fmt.Fprintf(&b, " %s@%d", electActionNames[a.kind], a.at)
 		}
@@ -83,7 +112,13 @@ func genElection(t *rapid.T, o *Options) electionProg {
 	var p electionProg
 	n := rapid.IntRange(2, max(2, o.Clients)).Draw(t, "campaigners")
 	for range n {
-		c := campaignProg{rotate: rapid.Bool().Draw(t, "rotate")}
+		c := campaignProg{
+			rotate:  rapid.Bool().Draw(t, "rotate"),
+			cfg:     drawClientCfg(t, o),
+			ttl:     rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "termTTL"),
+			minHold: rapid.SampledFrom([]int{0, 0, 0, 3, 12}).Draw(t, "termMinHold"),
+			wait:    rapid.SampledFrom([]int{0, 0, 2}).Draw(t, "termWait"),
+		}
 		if !o.NoFaults {
 			c.faults = drawFaults(t, []int{1, 5})
 		}
@@ -234,13 +269,13 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 	clients := make([]*fencelock.Client, len(p.campaigners))
 	wrappers := make([]*faulty, 0, len(p.campaigners))
 	for i, cp := range p.campaigners {
-		inner, err := h.Open(ctx)
+		inner, err := cp.cfg.open(ctx, h, o)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("Harness.Open: %w", err)
+			return nil, nil, 0, err
 		}
 		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), rec, i)
 		wrappers = append(wrappers, w)
-		c, err := fencelock.New(wrap(w), opts(cp.rotate))
+		c, err := fencelock.New(wrap(w), cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-elect-%d", i), nil))
 		if err != nil {
 			inner.Close()
 			return nil, nil, 0, err
@@ -277,10 +312,22 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 	// ResignFreesKey: the store frees the key (at once, or once a
 	// crashed or faulted campaigner's record expires), and the observer's
 	// last word is then "no leader".
+	// A term released into its minimum hold keeps the key until the
+	// hold ends.
 	bound := time.Duration(0)
 	faulted := rec.faultedBeyondLate()
+	var cfgs []clientCfg
+	var ttls []int
+	for _, cp := range p.campaigners {
+		cfgs = append(cfgs, cp.cfg)
+		ttls = append(ttls, cp.ttl)
+	}
 	if crashed || faulted {
-		bound = h.TTL + h.Slack
+		maxTTL, slack := longestTTL(h, cfgs, ttls)
+		bound = maxTTL + slack
+	}
+	if hold := p.longestHold(tenth); hold > 0 {
+		bound = max(bound, hold+h.Slack)
 	}
 	poll := max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
 	ended := time.Now()
@@ -363,7 +410,9 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 	run := func() (stop func()) {
 		ectx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- c.Elect(ectx, key, id, []byte(value), fn, nil) }()
+		go func() {
+			done <- c.Elect(ectx, key, id, []byte(value), fn, &fencelock.ElectOptions{Acquire: cp.termOptions(tenth)})
+		}()
 		return func() {
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {

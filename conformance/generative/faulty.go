@@ -107,8 +107,8 @@ type faulty struct {
 
 	// out is the store's outage as this client sees it (outage.go): none,
 	// stalled, refusing, or gone. Set by setOutage, read by every call.
-	outMu  sync.Mutex
-	out    outageKind
+	outMu    sync.Mutex
+	out      outageKind
 	healed   chan struct{} // closed when a stall ends
 	capped   <-chan struct{}
 	capTimer *time.Timer

@@ -133,6 +133,26 @@ type Options struct {
 	// store that claims every property.
 	Known map[string]string
 
+	// Variants, if set, are other ways to open a Backend on the
+	// harness's store, each with a configuration of its own (for
+	// MongoDB, another GarbageAfter or ClockResync): each client of a
+	// program opens its Backend with Harness.Open or one of these, drawn
+	// at random, so that differently configured clients share one store.
+	// Each must reach the same store and key space as Harness.Open.
+	Variants []func(ctx context.Context) (driver.Backend, error)
+
+	// Stall, if set, makes the store stop answering for d, every
+	// connection of every client at once, and returns at once (a
+	// process paused with SIGSTOP, a proxy that holds every byte): what
+	// reached the store is applied when it answers again. Some lock
+	// programs stall the store for one to three TTLs at a drawn instant;
+	// for a backend that estimates the server's clock (MongoDB's
+	// hello-based estimate) that stall lands in the middle of
+	// estimating. Without it, those programs pause every client's
+	// wrapping driver instead (requests wait until the pause ends or
+	// their context does, and then land).
+	Stall func(ctx context.Context, d time.Duration)
+
 	// Parallel is how many programs run at once, each in its own
 	// subtest with its own seeds. Default 4, or 1 with SyncTest (whose
 	// programs use the CPU, not the clock).
@@ -217,7 +237,11 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		if !failed.any() && (first.any() || time.Since(begin) > o.Budget) {
 			return
 		}
-		switch rapid.IntRange(0, 6).Draw(rt, "election") {
+		kind := rapid.IntRange(0, 6).Draw(rt, "election")
+		if k, ok := onlyKinds[only]; ok {
+			kind = k
+		}
+		switch kind {
 		case 0:
 			electionCheck(rt, h, &o, &stats, failed) // election.go
 			return
@@ -307,6 +331,13 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	return stats
 }
 
+// only, from FENCELOCK_GEN_ONLY, runs programs of one kind alone:
+// "election", "rw", "outage" or "lock" (for finding or replaying a
+// failure of one kind; CI runs every kind).
+var only = os.Getenv("FENCELOCK_GEN_ONLY")
+
+var onlyKinds = map[string]int{"election": 0, "rw": 1, "outage": 2, "lock": 3}
+
 // failures records the violations of a stream's first failing program,
 // and passes the first stream's to first (nil in first itself): a
 // failure stops the other streams starting programs while rapid shrinks
@@ -368,6 +399,7 @@ type step struct {
 	ttl     int  // the lease's TTL (WithTTL) in tenths of the harness's TTL; 0: the Client's
 	minHold int  // WithMinHold in tenths of TTL; 0: none
 	meta    bool // WithMetadata and WithLabel, a SetMetadata during the hold, then Inspect
+	wait    int  // WithWait in tenths of TTL (waiting kinds); 0: none
 }
 
 type endKind int
@@ -381,6 +413,8 @@ const (
 type clientProg struct {
 	rotate  bool
 	faults  faults
+	cfg     clientCfg
+	permits int // a semaphore program's permits, as this client uses them
 	workers [][]step
 	end     endKind
 	endAt   int // tenths of TTL after the start, for early ends
@@ -395,6 +429,9 @@ type forceOp struct {
 
 type program struct {
 	keys      int
+	permits   int // 0: locks on the keys; n: permits of Semaphore(key, n)
+	stallAt   int // tenths of TTL: the store stalls then…
+	stallFor  int // …for this long (0: never)
 	highFloor bool
 	clients   []clientProg
 	forces    []forceOp
@@ -403,13 +440,13 @@ type program struct {
 
 func (p program) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  keys %d, floors near 2^53 %v\n", p.keys, p.highFloor)
+	fmt.Fprintf(&b, "  keys %d, permits %d, floors near 2^53 %v, stall at %d/10 TTL for %d/10\n", p.keys, p.permits, p.highFloor, p.stallAt, p.stallFor)
 	for i, c := range p.clients {
-		fmt.Fprintf(&b, "  client %d: rotate %v, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.faults, c.end, c.endAt)
+		fmt.Fprintf(&b, "  client %d: rotate %v, %v, permits %d, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.cfg, c.permits, c.faults, c.end, c.endAt)
 		for j, w := range c.workers {
 			fmt.Fprintf(&b, "    worker %d:", j)
 			for _, s := range w {
-				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d ttl %d/10 minhold %d/10 meta %v)", s.kind, s.key, s.hold, s.late, s.stale, s.ttl, s.minHold, s.meta)
+				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d ttl %d/10 minhold %d/10 meta %v wait %d/10)", s.kind, s.key, s.hold, s.late, s.stale, s.ttl, s.minHold, s.meta, s.wait)
 			}
 			b.WriteByte('\n')
 		}
@@ -433,12 +470,25 @@ func genProgram(t *rapid.T, o *Options) program {
 		keys:      keys,
 		highFloor: rapid.IntRange(0, 3).Draw(t, "highFloor") == 0,
 	}
+	// One program in four takes permits of semaphores, one in eight
+	// stalls the store for one to three TTLs.
+	if rapid.IntRange(0, 3).Draw(t, "semaphore") == 0 {
+		p.permits = rapid.IntRange(1, 2).Draw(t, "permits")
+	}
+	if !o.NoFaults && rapid.IntRange(0, 7).Draw(t, "stall") == 0 {
+		p.stallAt = rapid.IntRange(0, 15).Draw(t, "stallAt")
+		p.stallFor = rapid.SampledFrom([]int{10, 20, 30}).Draw(t, "stallFor")
+	}
 	n := rapid.IntRange(2, o.Clients).Draw(t, "clients")
 	for range n {
 		c := clientProg{
 			rotate: rapid.Bool().Draw(t, "rotate"),
 			end:    endKind(rapid.IntRange(0, 4).Draw(t, "end") % 3),
 			endAt:  rapid.IntRange(0, 30).Draw(t, "endAt"),
+			cfg:    drawClientCfg(t, o),
+		}
+		if c.permits = p.permits; p.permits > 0 && rapid.IntRange(0, 3).Draw(t, "permitsMismatch") == 0 {
+			c.permits++ // refused with ErrPermitsMismatch while the others hold
 		}
 		if c.end == endCrash && rapid.Bool().Draw(t, "crashLate") {
 			c.end = endClose // crashes are rarer than clean ends
@@ -460,6 +510,7 @@ func genProgram(t *rapid.T, o *Options) program {
 					ttl:     rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "ttl"),
 					minHold: rapid.SampledFrom([]int{0, 0, 0, 3, 12}).Draw(t, "minHold"),
 					meta:    rapid.Bool().Draw(t, "meta"),
+					wait:    rapid.SampledFrom([]int{0, 0, 2}).Draw(t, "wait"),
 				})
 			}
 			c.workers = append(c.workers, w)
@@ -484,6 +535,10 @@ func genProgram(t *rapid.T, o *Options) program {
 // runner holds one program's run.
 type runner struct {
 	h      conformance.Harness
+	sems   [][]*fencelock.Semaphore // per client and key (semaphore programs)
+	faults []bool                   // per client: its driver injects faults
+	closed []atomic.Bool            // per client: it began to close or crashed
+	stall  atomic.Bool              // the store stalled
 	rec    *recorder
 	fence  fencelock.Fence
 	raw    driver.Backend
@@ -559,33 +614,45 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		once  sync.Once
 	}
 	clients := make([]*client, len(p.clients))
+	r.sems = make([][]*fencelock.Semaphore, len(p.clients))
+	r.faults = make([]bool, len(p.clients))
+	r.closed = make([]atomic.Bool, len(p.clients))
 	for i, cp := range p.clients {
-		inner, err := h.Open(ctx)
+		inner, err := cp.cfg.open(ctx, h, o)
 		if err != nil {
-			return nil, fmt.Errorf("Harness.Open: %w", err)
+			return nil, err
 		}
-		o := &fencelock.Options{
-			TTL:            h.TTL,
-			MinBackoff:     2 * time.Millisecond,
-			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
-			ReleaseTimeout: releaseTimeout(h.TTL),
-			Observer:       r.rec.observer(),
-			Owner:          fmt.Sprintf("generative-client-%d", i),
-		}
-		if cp.rotate {
-			o.RotateEvery = h.TTL / 3
-		}
-		w := newFaulty(inner, cp.faults, r.tenth, o.ReleaseTimeout, r.rec, i)
-		c, err := fencelock.New(wrap(w), o)
+		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-client-%d", i), r.rec.observer())
+		w := newFaulty(inner, cp.faults, r.tenth, co.ReleaseTimeout, r.rec, i)
+		c, err := fencelock.New(wrap(w), co)
 		if err != nil {
 			inner.Close()
 			return nil, fmt.Errorf("fencelock.New: %w", err)
 		}
 		clients[i] = &client{c: c, w: w, inner: inner}
+		r.faults[i] = cp.faults.any()
+		if cp.permits > 0 {
+			for _, k := range r.keys {
+				sem, err := c.Semaphore(k, cp.permits)
+				if err != nil {
+					return nil, fmt.Errorf("Semaphore: %w", err)
+				}
+				r.sems[i] = append(r.sems[i], sem)
+			}
+		}
+	}
+	// A semaphore program's administrator forces and raises its keys'
+	// first slots.
+	adminKey := func(k int) string {
+		if p.permits > 0 {
+			return r.keys[k] + fencelock.PermitSeparator + "0"
+		}
+		return r.keys[k]
 	}
 	end := func(i int) {
 		cl := clients[i]
 		cl.once.Do(func() {
+			r.closed[i].Store(true)
 			if p.clients[i].end == endCrash {
 				r.rec.closing(i, "client %d crashes", i)
 				cl.w.die(h.Crash)
@@ -603,8 +670,8 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for _, s := range steps {
-					r.step(ctx, i, j, clients[i].c, s)
+				for k, s := range steps {
+					r.step(ctx, i, j, k, clients[i].c, s)
 				}
 			}()
 		}
@@ -625,12 +692,12 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 				sleepCtx(ctx, r.at(f.at))
 				beforeAt := time.Now()
 				before := r.rec.tick()
-				info, err := fr.ForceRelease(ctx, r.keys[f.key])
+				info, err := fr.ForceRelease(ctx, adminKey(f.key))
 				after := r.rec.tick()
 				if err == nil {
-					r.rec.force(r.keys[f.key], before, after, beforeAt, info.Owner, info.Token)
+					r.rec.force(adminKey(f.key), before, after, beforeAt, info.Owner, info.Token)
 				} else {
-					r.rec.note("force-release %q: %v", r.keys[f.key], err)
+					r.rec.note("force-release %q: %v", adminKey(f.key), err)
 				}
 			}()
 		}
@@ -639,9 +706,30 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		for _, op := range p.raises {
 			wg.Go(func() {
 				sleepCtx(ctx, r.at(op.at))
-				raiseMidway(ctx, r.rec, f, r.keys[op.key])
+				raiseMidway(ctx, r.rec, f, adminKey(op.key))
 			})
 		}
+	}
+	if p.stallFor > 0 {
+		wg.Go(func() {
+			sleepCtx(ctx, r.at(p.stallAt))
+			d := time.Duration(p.stallFor) * r.tenth
+			r.stall.Store(true)
+			r.rec.fault(-1, "store", "stall", nil, false)
+			r.rec.note("the store stalls for %v", d)
+			if o.Stall != nil {
+				o.Stall(ctx, d)
+				sleepCtx(ctx, d)
+				return
+			}
+			for _, cl := range clients {
+				cl.w.setOutage(outagePause, 0)
+			}
+			sleepCtx(ctx, d)
+			for _, cl := range clients {
+				cl.w.setOutage(outageNone, 0)
+			}
+		})
 	}
 	wg.Wait()
 	// NoRecordOutlivesItsLease: every worker is done, so every lease has
@@ -650,16 +738,19 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	// or expired if its release failed or its client crashed — with the
 	// longest per-call TTL of the program (slack scaled with it), and no
 	// later than the end of a minimum hold plus slack.
-	maxTTL, slack := h.TTL, h.Slack
+	var (
+		cfgs []clientCfg
+		ttls []int
+	)
 	for _, cp := range p.clients {
+		cfgs = append(cfgs, cp.cfg)
 		for _, w := range cp.workers {
 			for _, s := range w {
-				if t := time.Duration(s.ttl) * r.tenth; t > maxTTL {
-					maxTTL, slack = t, time.Duration(float64(h.Slack)*float64(t)/float64(h.TTL))
-				}
+				ttls = append(ttls, s.ttl)
 			}
 		}
 	}
+	maxTTL, slack := longestTTL(h, cfgs, ttls)
 	bound := func(from time.Time) time.Time {
 		d := from.Add(maxTTL + slack)
 		if end := r.rec.holdsEnd().Add(h.Slack); end.After(d) {
@@ -717,9 +808,16 @@ func (r *runner) drain(ctx context.Context, deadline time.Time, property, when s
 	}
 }
 
-// step runs one step of worker j of client i.
-func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step) {
+// step runs step k of worker j of client i.
+func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s step) {
 	key := r.keys[s.key]
+	var sem *fencelock.Semaphore
+	if r.sems[i] != nil {
+		sem = r.sems[i][s.key]
+		if s.kind == stepDo || s.kind == stepDoError || s.kind == stepDoPanic {
+			s.kind = stepAcquire // a semaphore has no Do
+		}
+	}
 	hold := time.Duration(s.hold) * r.tenth
 	var (
 		rec *leaseRec
@@ -737,27 +835,46 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 	if s.minHold > 0 {
 		opts = append(opts, fencelock.WithMinHold(time.Duration(s.minHold)*r.tenth))
 	}
+	// Every call has a label of its own, so that what it left in the
+	// store is known by it.
+	label = fmt.Sprintf("gen c%d w%d s%d", i, j, k)
+	opts = append(opts, fencelock.WithLabel(label))
 	if s.meta {
-		label, meta0 = fmt.Sprintf("gen c%d w%d", i, j), fmt.Sprintf("m%d", r.rec.tick())
-		opts = append(opts, fencelock.WithLabel(label), fencelock.WithMetadata([]byte(meta0)))
+		meta0 = fmt.Sprintf("m%d", r.rec.tick())
+		opts = append(opts, fencelock.WithMetadata([]byte(meta0)))
+	}
+	if s.wait > 0 && s.kind != stepTry {
+		opts = append(opts, fencelock.WithWait(time.Duration(s.wait)*r.tenth))
 	}
 	invAt := time.Now()
 	inv := r.rec.tick()
 	register := func(l *fencelock.Lease, via string) *leaseRec {
 		rec := r.rec.lease(i, l, via, inv)
-		r.rec.options(rec, invAt, l.MinHold(), label, meta0, inv)
+		m := meta0
+		if sem != nil && s.meta {
+			m = string(l.Metadata()) // the semaphore's header, then ours
+		}
+		r.rec.options(rec, invAt, l.MinHold(), label, m, inv)
 		return rec
 	}
 	switch s.kind {
 	case stepTry:
-		l, err = c.TryAcquire(ctx, key, opts...)
+		if sem != nil {
+			l, err = sem.TryAcquire(ctx, opts...)
+		} else {
+			l, err = c.TryAcquire(ctx, key, opts...)
+		}
 	case stepAcquire, stepWaitCancelled:
 		wait := 3 * r.h.TTL
 		if s.kind == stepWaitCancelled {
 			wait = r.h.TTL / 4
 		}
 		actx, cancel := context.WithTimeout(ctx, wait)
-		l, err = c.Acquire(actx, key, opts...)
+		if sem != nil {
+			l, err = sem.Acquire(actx, opts...)
+		} else {
+			l, err = c.Acquire(actx, key, opts...)
+		}
 		cancel()
 	default:
 		dctx, cancel := context.WithTimeout(ctx, 3*r.h.TTL)
@@ -805,6 +922,7 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 		}
 		return
 	}
+	r.onlyGrantHeld(ctx, i, s.kind, label, l, err)
 	if err != nil {
 		r.rec.note("client %d worker %d %s %q: %v", i, j, s.kind, key, err)
 		return
@@ -837,6 +955,41 @@ func (r *runner) step(ctx context.Context, i, j int, c *fencelock.Client, s step
 	held := rerr == nil && r.rec.heldForMinimum(rec, l)
 	r.rec.released(rec, !held && (rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil))
 	r.after(ctx, l, rec, s)
+}
+
+// onlyGrantHeld checks NothingHeldButTheGrant: once an acquire call of
+// client i returned, the store holds nothing with its label but the
+// lease it handed out (l, nil if it returned err). A refused TryAcquire,
+// a wait that timed out, a semaphore's permit given back (a losing wait,
+// a permits mismatch) leave nothing: the minimum hold belongs to a grant
+// handed to the caller alone. Checked where nothing else can explain a
+// record: the client's driver injects no faults, it has not begun to
+// close, and the store has not stalled.
+func (r *runner) onlyGrantHeld(ctx context.Context, i int, kind stepKind, label string, l *fencelock.Lease, err error) {
+	if r.faults[i] || r.closed[i].Load() || r.stall.Load() {
+		return
+	}
+	infos, lerr := r.raw.List(ctx, r.prefix)
+	if lerr != nil || r.closed[i].Load() || r.stall.Load() {
+		return
+	}
+	for _, info := range infos {
+		if info.Label() != label || l != nil && info.Key == l.Key() && info.Owner == l.Owner() {
+			continue
+		}
+		outcome := "returned " + strconvQuote(err)
+		if l != nil {
+			outcome = fmt.Sprintf("returned a lease of %q", l.Key())
+		}
+		r.rec.violate("NothingHeldButTheGrant", "client %d's %s (label %q) %s, yet the store holds %q for it (owner %s, token %d)", i, kind, label, outcome, info.Key, info.Owner, info.Token)
+	}
+}
+
+func strconvQuote(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("%q", err.Error())
 }
 
 // onlyCallback reports whether err is the callback's own error and

@@ -520,6 +520,13 @@ func (r *recorder) check() []violation {
 			unsure[o] = true
 		}
 	}
+	// A stalled store answered every request in flight late, renewals
+	// and releases included.
+	if r.stalled() {
+		for o := range r.byOwner {
+			unsure[o] = true
+		}
+	}
 	vs = append(vs, r.direct...)
 	// A lease's window is [got, end(l)]; it is empty when the lease had
 	// ended (forced, or released by Close) before its worker recorded the
@@ -671,8 +678,9 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 			faulted[o] = true
 		}
 	}
+	stalled := r.stalled()
 	for _, x := range r.leases {
-		if !x.heldMin || faulted[x.owner] {
+		if !x.heldMin || faulted[x.owner] || stalled {
 			continue
 		}
 		end := x.invAt.Add(x.minHold)
@@ -691,6 +699,17 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 		}
 	}
 	return vs
+}
+
+// stalled reports whether the store stalled during the program. Called
+// with r.mu held.
+func (r *recorder) stalled() bool {
+	for _, f := range r.faults {
+		if f.kind == "stall" {
+			return true
+		}
+	}
+	return false
 }
 
 // grantedBetween reports whether some lease of key was granted in (from, to).

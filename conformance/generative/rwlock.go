@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
+	"github.com/fencelock/fencelock/driver"
 	"pgregory.net/rapid"
 )
 
@@ -57,30 +59,42 @@ var rwStepNames = [...]string{"rlock", "lock", "try-rlock", "try-lock", "rlock-c
 func (k rwStepKind) write() bool { return k == rwWrite || k == rwTryWrite || k == rwWriteCancelled }
 
 type rwStep struct {
-	kind rwStepKind
-	hold int // tenths of TTL
-	late bool
-	ttl  int // WithTTL in tenths of TTL; 0: the Client's
+	kind    rwStepKind
+	hold    int // tenths of TTL
+	late    bool
+	ttl     int  // WithTTL in tenths of TTL; 0: the Client's
+	minHold int  // WithMinHold in tenths of TTL; 0: the Client's
+	wait    int  // WithWait in tenths of TTL (waiting kinds); 0: none
+	meta    bool // WithMetadata
 }
 
 type rwClientProg struct {
 	rotate  bool
 	faults  faults
+	cfg     clientCfg
 	workers [][]rwStep
 	end     endKind
 	endAt   int
 }
 
-type rwProg struct{ clients []rwClientProg }
+// rwProg is a read-write program. A clean one has no faults and no
+// crashes: there a refused call is refused because of another grant
+// alone, which RefusedCallLeavesNothingHeld and TryRLockBesideReaders
+// rely on.
+type rwProg struct {
+	clean   bool
+	clients []rwClientProg
+}
 
 func (p rwProg) String() string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "  clean %v\n", p.clean)
 	for i, c := range p.clients {
-		fmt.Fprintf(&b, "  client %d: rotate %v, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.faults, c.end, c.endAt)
+		fmt.Fprintf(&b, "  client %d: rotate %v, %v, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.cfg, c.faults, c.end, c.endAt)
 		for j, w := range c.workers {
 			fmt.Fprintf(&b, "    worker %d:", j)
 			for _, s := range w {
-				fmt.Fprintf(&b, " %s(hold %d/10 late %v ttl %d/10)", rwStepNames[s.kind], s.hold, s.late, s.ttl)
+				fmt.Fprintf(&b, " %s(hold %d/10 late %v ttl %d/10 minhold %d/10 wait %d/10 meta %v)", rwStepNames[s.kind], s.hold, s.late, s.ttl, s.minHold, s.wait, s.meta)
 			}
 			b.WriteByte('\n')
 		}
@@ -89,27 +103,31 @@ func (p rwProg) String() string {
 }
 
 func genRW(t *rapid.T, o *Options) rwProg {
-	var p rwProg
+	p := rwProg{clean: o.NoFaults || rapid.IntRange(0, 2).Draw(t, "clean") == 0}
 	for range rapid.IntRange(2, o.Clients).Draw(t, "rwClients") {
 		c := rwClientProg{
 			rotate: rapid.Bool().Draw(t, "rotate"),
 			end:    endKind(rapid.IntRange(0, 4).Draw(t, "end") % 3),
 			endAt:  rapid.IntRange(0, 30).Draw(t, "endAt"),
+			cfg:    drawClientCfg(t, o),
 		}
-		if c.end == endCrash && rapid.Bool().Draw(t, "crashLate") {
+		if c.end == endCrash && (p.clean || rapid.Bool().Draw(t, "crashLate")) {
 			c.end = endClose
 		}
-		if !o.NoFaults {
+		if !p.clean {
 			c.faults = drawFaults(t, []int{1, 5})
 		}
 		for range rapid.IntRange(1, 2).Draw(t, "workers") {
 			var w []rwStep
 			for range rapid.IntRange(1, 4).Draw(t, "steps") {
 				w = append(w, rwStep{
-					kind: rwStepKind(rapid.IntRange(0, len(rwStepNames)-1).Draw(t, "rwKind")),
-					hold: rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
-					late: rapid.Bool().Draw(t, "late"),
-					ttl:  rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "ttl"),
+					kind:    rwStepKind(rapid.IntRange(0, len(rwStepNames)-1).Draw(t, "rwKind")),
+					hold:    rapid.SampledFrom([]int{0, 1, 5, 15}).Draw(t, "hold"),
+					late:    rapid.Bool().Draw(t, "late"),
+					ttl:     rapid.SampledFrom([]int{0, 0, 5, 20}).Draw(t, "ttl"),
+					minHold: rapid.SampledFrom([]int{0, 0, 0, 3, 12}).Draw(t, "minHold"),
+					wait:    rapid.SampledFrom([]int{0, 0, 2}).Draw(t, "wait"),
+					meta:    rapid.Bool().Draw(t, "meta"),
 				})
 			}
 			c.workers = append(c.workers, w)
@@ -144,10 +162,33 @@ type rwAccess struct {
 type rwRun struct {
 	rec    *recorder
 	fence  fencelock.RWFence
+	raw    driver.Backend // the store, without faults
+	prefix string         // of every record of the lock
+	clean  bool           // no faults, no crashes
+	tenth  time.Duration
 	mu     sync.Mutex
 	grants []*rwGrantRec
 	access []rwAccess
+	calls  []rwCall
 	lost   map[string]int64 // lease owner → seq when the engine reported its loss
+	// holdsEnd is the latest end of a granted lease's minimum hold.
+	holdsEnd time.Time
+}
+
+// rwCall is one RLock, TryRLock, Lock or TryLock call, timed by the wall
+// clock: from its call to its return, or, if it was granted, to the
+// return of the grant's Release, plus its minimum hold (its records may
+// stay that long).
+type rwCall struct {
+	client        int
+	kind          rwStepKind
+	label         string
+	start, end    time.Time
+	refused       bool  // it returned an error matching ErrNotAcquired
+	err           error // its error, if it failed
+	minHold       time.Duration
+	granted       bool
+	ret, released time.Time
 }
 
 // observer records the engine's loss events as they happen: a grant ends
@@ -174,7 +215,7 @@ func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, faile
 		if o.Fresh != nil {
 			o.Fresh()
 		}
-		run, err := runRW(rt.Context(), h, p)
+		run, err := runRW(rt.Context(), h, o, p)
 		if err != nil {
 			rt.Fatalf("generative: read-write: %v", err)
 		}
@@ -204,18 +245,19 @@ func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, faile
 	}
 }
 
-func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error) {
+func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*rwRun, error) {
 	var rnd [4]byte
 	_, _ = crand.Read(rnd[:])
 	prefix := "generative-" + hex.EncodeToString(rnd[:]) + "/"
 	key := prefix + "rw"
 	tenth := h.TTL / 10
-	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}}
+	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}, raw: nil, prefix: key + fencelock.RWSeparator, clean: p.clean, tenth: tenth}
 	raw, err := h.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("Harness.Open: %w", err)
 	}
 	defer raw.Close()
+	run.raw = raw
 
 	type client struct {
 		c    *fencelock.Client
@@ -226,24 +268,14 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 	clients := make([]*client, len(p.clients))
 	crashed := false
 	for i, cp := range p.clients {
-		inner, err := h.Open(ctx)
+		inner, err := cp.cfg.open(ctx, h, o)
 		if err != nil {
-			return nil, fmt.Errorf("Harness.Open: %w", err)
+			return nil, err
 		}
 		crashed = crashed || cp.end == endCrash
 		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), run.rec, i)
-		o := &fencelock.Options{
-			TTL:            h.TTL,
-			MinBackoff:     2 * time.Millisecond,
-			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),
-			ReleaseTimeout: releaseTimeout(h.TTL),
-			Owner:          fmt.Sprintf("generative-rw-%d", i),
-			Observer:       run.observer(),
-		}
-		if cp.rotate {
-			o.RotateEvery = h.TTL / 3
-		}
-		c, err := fencelock.New(wrap(w), o)
+		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-rw-%d", i), run.observer())
+		c, err := fencelock.New(wrap(w), co)
 		if err != nil {
 			inner.Close()
 			return nil, fmt.Errorf("fencelock.New: %w", err)
@@ -272,8 +304,8 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 	for i, cp := range p.clients {
 		for j, steps := range cp.workers {
 			wg.Go(func() {
-				for _, s := range steps {
-					run.step(ctx, i, j, clients[i].rw, s, tenth, h.TTL)
+				for k, s := range steps {
+					run.step(ctx, i, j, k, clients[i].rw, s, cp.cfg, h)
 				}
 			})
 		}
@@ -292,22 +324,30 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 		cl.w.settle()
 	}
 	// NothingLeftBehind: at once, or within the longest TTL plus slack
-	// when a crash or a fault may have left a record to expire.
-	maxTTL, slack := h.TTL, h.Slack
+	// when a crash or a fault may have left a record to expire; a grant
+	// released into its minimum hold keeps its records until the hold
+	// ends.
+	var cfgs []clientCfg
+	var ttls []int
 	for _, cp := range p.clients {
+		cfgs = append(cfgs, cp.cfg)
 		for _, w := range cp.workers {
 			for _, s := range w {
-				if t := time.Duration(s.ttl) * tenth; t > maxTTL {
-					maxTTL, slack = t, time.Duration(float64(h.Slack)*float64(t)/float64(h.TTL))
-				}
+				ttls = append(ttls, s.ttl)
 			}
 		}
 	}
+	maxTTL, slack := longestTTL(h, cfgs, ttls)
 	deadline := time.Now()
 	faulted := run.rec.faultedBeyondLate()
 	if crashed || faulted {
 		deadline = deadline.Add(maxTTL + slack)
 	}
+	run.mu.Lock()
+	if end := run.holdsEnd.Add(h.Slack); end.After(deadline) {
+		deadline = end
+	}
+	run.mu.Unlock()
 	for {
 		infos, err := raw.List(ctx, prefix)
 		if err != nil {
@@ -325,12 +365,29 @@ func runRW(ctx context.Context, h conformance.Harness, p rwProg) (*rwRun, error)
 	return run, nil
 }
 
-// step runs one step of worker j of client i.
-func (run *rwRun) step(ctx context.Context, i, j int, rw *fencelock.RWLock, s rwStep, tenth, ttl time.Duration) {
-	var opts []fencelock.AcquireOption
+// step runs step k of worker j of client i.
+func (run *rwRun) step(ctx context.Context, i, j, k int, rw *fencelock.RWLock, s rwStep, cfg clientCfg, h conformance.Harness) {
+	tenth, ttl := h.TTL/10, h.TTL
+	// A label of its own, so that what the call left in the store is
+	// known by it.
+	label := fmt.Sprintf("generative-rw-%d-%d-%d", i, j, k)
+	opts := []fencelock.AcquireOption{fencelock.WithLabel(label)}
 	if s.ttl > 0 {
 		opts = append(opts, fencelock.WithTTL(time.Duration(s.ttl)*tenth))
 	}
+	minHold := time.Duration(cfg.minHold) * tenth
+	if s.minHold > 0 {
+		minHold = time.Duration(s.minHold) * tenth
+		opts = append(opts, fencelock.WithMinHold(minHold))
+	}
+	waits := s.kind != rwTryRead && s.kind != rwTryWrite
+	if s.wait > 0 && waits {
+		opts = append(opts, fencelock.WithWait(time.Duration(s.wait)*tenth))
+	}
+	if s.meta {
+		opts = append(opts, fencelock.WithMetadata([]byte(label)))
+	}
+	call := rwCall{client: i, kind: s.kind, label: label, minHold: minHold, start: time.Now()}
 	inv := run.rec.tick()
 	var (
 		g   *fencelock.RWGrant
@@ -354,10 +411,18 @@ func (run *rwRun) step(ctx context.Context, i, j int, rw *fencelock.RWLock, s rw
 	case rwTryWrite:
 		g, err = rw.TryLock(ctx, opts...)
 	}
+	call.ret = time.Now()
 	if err != nil {
+		call.end, call.err = call.ret, err
+		call.refused = errors.Is(err, fencelock.ErrNotAcquired)
 		run.rec.note("client %d worker %d %s: %v", i, j, rwStepNames[s.kind], err)
+		run.leftByRefused(ctx, call)
+		run.mu.Lock()
+		run.calls = append(run.calls, call)
+		run.mu.Unlock()
 		return
 	}
+	call.granted = true
 	got := run.rec.tick()
 	gr := &rwGrantRec{client: i, write: s.kind.write(), owner: g.Owner(), token: g.Token(), inv: inv, got: got}
 	for _, l := range g.Leases() {
@@ -372,6 +437,9 @@ func (run *rwRun) step(ctx context.Context, i, j int, rw *fencelock.RWLock, s rw
 	run.mu.Lock()
 	gr.id = len(run.grants) + 1
 	run.grants = append(run.grants, gr)
+	if end := call.ret.Add(minHold); minHold > 0 && end.After(run.holdsEnd) {
+		run.holdsEnd = end
+	}
 	run.mu.Unlock()
 	run.rec.note("client %d worker %d grant %d: %s token %d (%s)", i, j, gr.id, rwStepNames[s.kind], gr.token, gr.owner)
 
@@ -388,10 +456,35 @@ func (run *rwRun) step(ctx context.Context, i, j int, rw *fencelock.RWLock, s rw
 	run.accessWith(g, gr, false)
 	gr.end.CompareAndSwap(0, run.rec.tick())
 	rerr := g.Release(ctx)
+	call.end = time.Now()
+	run.mu.Lock()
+	run.calls = append(run.calls, call)
+	run.mu.Unlock()
 	run.rec.note("grant %d released: %v (err %v)", gr.id, rerr, g.Err())
 	if s.late {
 		sleepCtx(ctx, tenth)
 		run.accessWith(g, gr, true)
+	}
+}
+
+// leftByRefused checks, in a clean program, that a call that returned
+// without a grant left nothing of its own in the store (no gate, slot or
+// intent with its label): the minimum hold belongs to a grant handed to
+// its caller, and a refused call's records would refuse the next caller.
+func (run *rwRun) leftByRefused(ctx context.Context, c rwCall) {
+	if !run.clean {
+		return
+	}
+	infos, err := run.raw.List(ctx, run.prefix)
+	if err != nil {
+		run.rec.note("List: %v", err)
+		return
+	}
+	for _, info := range infos {
+		if info.Label() == c.label {
+			run.rec.violate("RefusedCallLeavesNothingHeld", "client %d's %s returned %q, yet the store still holds %q for it (label %q, token %d)",
+				c.client, rwStepNames[c.kind], c.err, info.Key, c.label, info.Token)
+		}
 	}
 }
 
@@ -471,6 +564,7 @@ func (run *rwRun) check() []violation {
 			}
 		}
 	}
+	vs = append(vs, run.checkTryRLock()...)
 	for _, a := range run.access {
 		if !a.accepted && a.heldAfter {
 			vs = append(vs, violation{"LiveAccessAccepted", fmt.Sprintf("grant %d (write %v, token %d) was refused while it held: %v", a.grant.id, a.write, a.token, a.refusedReason)})
@@ -484,6 +578,38 @@ func (run *rwRun) check() []violation {
 					a.grant.id, a.write, a.token, b.grant.id, b.write, b.token)})
 				break
 			}
+		}
+	}
+	return vs
+}
+
+// checkTryRLock checks TryRLockBesideReaders in a clean program: a
+// TryRLock refused (ErrNotAcquired) while no writer was about — no Lock
+// or TryLock called and not yet ended (with its grant's minimum hold
+// after its release), and fewer readers than MaxReaders — is refused
+// by readers alone, which share the lock. Called with run.mu held.
+func (run *rwRun) checkTryRLock() []violation {
+	if !run.clean {
+		return nil
+	}
+	var vs []violation
+	for _, r := range run.calls {
+		if r.kind != rwTryRead || !r.refused {
+			continue
+		}
+		writer, readers := false, 0
+		for _, w := range run.calls {
+			if w.start.After(r.ret) || !w.end.Add(w.minHold).Add(run.tenth).After(r.start) {
+				continue // no overlap, with a tenth of the TTL to spare
+			}
+			if w.kind.write() {
+				writer = true
+			} else if w.granted {
+				readers++
+			}
+		}
+		if !writer && readers < fencelock.MaxReaders {
+			vs = append(vs, violation{"TryRLockBesideReaders", fmt.Sprintf("client %d's TryRLock (%s) was refused with no writer about and %d readers: %v", r.client, r.label, readers, r.err)})
 		}
 	}
 	return vs
