@@ -124,14 +124,18 @@ func definite(err error) bool {
 		errors.Is(err, ErrUnsupported) || errors.Is(err, ErrClosed)
 }
 
-// wrap wraps a backend failure once; answers and context errors pass
-// through unchanged.
+// wrap wraps a backend failure once; answers pass through unchanged. A
+// context error after ctx ended is ctx's error, joined with the store's
+// cause if the engine cut the request short (see cutShort).
 func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	if err == nil || definite(err) {
 		return err
 	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return ctx.Err()
+	if ctx.Err() != nil && isCtxErr(err) {
+		if ctxOnly(err) {
+			return ctx.Err()
+		}
+		return errors.Join(ctx.Err(), c.wrap(context.Background(), op, err))
 	}
 	var be *BackendError
 	if errors.As(err, &be) {
@@ -167,19 +171,20 @@ type call struct {
 type callEnds struct {
 	bound          context.CancelCauseFunc
 	attempts       context.Context // the backend requests' context (see attempt), or nil
-	cancelAttempts context.CancelFunc
+	cancelAttempts context.CancelCauseFunc
 }
 
 // end ends the call with cause: its bound context at once, and its
-// attempts' context once an attempt in flight has had
-// Options.ReleaseTimeout to be answered. The call's own end (call.end)
+// attempts' context once the call's overrun budget, Options.ReleaseTimeout,
+// has passed: the budget an attempt in flight has to be answered and the
+// clean-up after it share (see cleanUp). The call's own end (call.end)
 // cancels the attempts' context sooner; the grace timer is then stopped,
 // so that a cancelled call does not keep its contexts (and the caller's
 // values) alive for the rest of ReleaseTimeout.
 func (e callEnds) end(c *Client, cause error) {
 	e.bound(cause)
 	if e.cancelAttempts != nil {
-		t := time.AfterFunc(c.o.ReleaseTimeout, e.cancelAttempts)
+		t := time.AfterFunc(c.o.ReleaseTimeout, func() { e.cancelAttempts(errOverrun) })
 		context.AfterFunc(e.attempts, func() { t.Stop() })
 	}
 }
@@ -188,7 +193,7 @@ func (e callEnds) end(c *Client, cause error) {
 func (e callEnds) cancel() {
 	e.bound(nil)
 	if e.cancelAttempts != nil {
-		e.cancelAttempts()
+		e.cancelAttempts(nil)
 	}
 }
 
@@ -202,7 +207,7 @@ func (c *Client) beginCall(ctx context.Context, attempts bool) (context.Context,
 	bound, cancel := context.WithCancelCause(ctx)
 	k := call{c: c, ends: callEnds{bound: cancel}}
 	if attempts {
-		k.ends.attempts, k.ends.cancelAttempts = context.WithCancel(context.WithoutCancel(ctx))
+		k.ends.attempts, k.ends.cancelAttempts = context.WithCancelCause(context.WithoutCancel(ctx))
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -250,7 +255,7 @@ func closedErr(parent, ctx context.Context, err error) error {
 // (errors.Is matches both).
 func (c *Client) ended(ctx context.Context, last error) error {
 	err := ctx.Err()
-	if last == nil || definite(last) || errors.Is(last, context.Canceled) || errors.Is(last, context.DeadlineExceeded) {
+	if last == nil || definite(last) || ctxOnly(last) {
 		return err
 	}
 	return errors.Join(err, c.wrap(context.Background(), "acquire", last))
@@ -258,15 +263,21 @@ func (c *Client) ended(ctx context.Context, last error) error {
 
 // TryAcquire makes one attempt to take key. If the key is held by someone
 // else it returns an error matching ErrNotAcquired (a *HeldError that names
-// the holder where the backend knows it). If ctx ends while the attempt
-// is in flight, TryAcquire waits for the store's answer (a server may
-// apply a request after its sender gave up), for at most
-// Options.ReleaseTimeout, and releases a grant that comes after ctx
-// ended. If the attempt's outcome is still unknown then (or the backend
-// failed mid-request), any record it may have left is removed before
-// TryAcquire returns. opts override the
-// Client's Options for this call (WithWait does not apply: TryAcquire
-// never waits).
+// the holder where the backend knows it). The attempt is bounded by the
+// call's TTL: a store that has not answered by then is reported as a
+// failure matching context.DeadlineExceeded. If ctx ends while the
+// attempt is in flight, TryAcquire waits for the store's answer (a server
+// may apply a request after its sender gave up) and releases a grant that
+// comes after ctx ended. If the attempt's outcome is unknown (no answer,
+// or the backend failed mid-request), TryAcquire removes any record it
+// may have left. The wait for the answer and that clean-up share one
+// budget, Options.ReleaseTimeout, after ctx ends: TryAcquire returns
+// within the TTL plus ReleaseTimeout, and by ctx's deadline plus
+// ReleaseTimeout; clean-up still unfinished then goes on in the
+// background (Close waits for it). After ctx ended, the error is ctx's,
+// joined with the store's failure if any. opts override the Client's
+// Options for this call (WithWait does not apply: TryAcquire never
+// waits).
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	cfg, err := c.resolveCall(opts)
 	if err != nil {
@@ -280,15 +291,15 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 	defer k.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
 	start := c.now()
-	g, err := c.attempt(ctx, &k, req)
+	g, err := c.attempt(ctx, &k, req, time.Time{})
 	if err == nil {
 		var l *Lease
-		if l, err = c.newLease(parent, start, start, false, &cfg, req, g); err == nil || errors.Is(err, ErrClosed) {
+		if l, err = c.newLease(parent, &k, start, start, false, &cfg, req, g); err == nil || errors.Is(err, ErrClosed) {
 			return l, err
 		}
 	}
 	if !definite(err) {
-		c.abandon(req)
+		c.abandonFor(&k, req)
 	}
 	err = closedErr(parent, ctx, c.wrap(ctx, "acquire", err))
 	kind := EventAcquireFailed
@@ -303,15 +314,19 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 // or ctx ends. It waits with the backend's queue (etcd, ZooKeeper) or
 // notifications (PostgreSQL, Redis) where available, and otherwise polls
 // with capped exponential backoff and jitter, never longer than until the
-// holder's record is due to expire. Transient backend failures are retried.
-// When ctx ends first, Acquire returns ctx's error (joined with the store's
+// holder's record is due to expire. Transient backend failures are retried;
+// every request is bounded by the call's TTL. If ctx has no deadline (and
+// no WithWait applies), Acquire gives up once the store has failed
+// (errors, requests without an answer) continuously for the call's TTL,
+// and returns a *BackendError that wraps the store's last failure. When
+// ctx ends first, Acquire returns ctx's error (joined with the store's
 // last failure, if the store was failing) and leaves nothing behind in the
-// backend: an attempt in flight then is answered first (as in TryAcquire,
-// for at most Options.ReleaseTimeout), and records or queue entries of
-// its attempts are removed using a fresh context bounded by
-// Options.ReleaseTimeout. opts override the
-// Client's Options for this call; with WithWait, Acquire gives up when the
-// bound passes, with an error matching ErrNotAcquired.
+// backend: an attempt in flight then is answered first (as in TryAcquire),
+// and records or queue entries of its attempts are removed, all within
+// one budget, Options.ReleaseTimeout, after ctx ends (clean-up still
+// unfinished then goes on in the background; Close waits for it). opts
+// override the Client's Options for this call; with WithWait, Acquire
+// gives up when the bound passes, with an error matching ErrNotAcquired.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	cfg, err := c.resolveCall(opts)
 	if err != nil {
@@ -329,10 +344,14 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	}
 	defer k.end()
 	req := cfg.request(key, c.newOwner(cfg.label))
+	var f failing
+	if _, ok := ctx.Deadline(); !ok {
+		f.limit = cfg.ttl
+	}
 	begin := c.now()
-	g, err := c.attempt(ctx, &k, req)
+	g, err := c.attempt(ctx, &k, req, time.Time{})
 	if err == nil {
-		l, lerr := c.newLease(parent, begin, begin, false, &cfg, req, g)
+		l, lerr := c.newLease(parent, &k, begin, begin, false, &cfg, req, g)
 		if !errors.Is(lerr, errLateGrant) {
 			return l, lerr
 		}
@@ -343,16 +362,22 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	if contended && ctx.Err() == nil {
 		c.emit(Event{Kind: EventWaiting, Key: key, Owner: req.Owner, Err: err})
 	}
+	if !definite(err) {
+		f.failed(begin, err)
+	}
 	switch {
 	case definite(err) && !errors.Is(err, ErrNotAcquired):
 	case ctx.Err() != nil:
-		c.abandon(req)
+		c.abandonFor(&k, req)
 		err = c.ended(ctx, err)
+	case f.over(c.now()):
+		c.abandonFor(&k, req)
+		err = c.gaveUp(ctx, &f)
 	default:
 		if c.waiter != nil {
-			l, err = c.acquireQueued(ctx, parent, &k, begin, &cfg, req)
+			l, err = c.acquireQueued(ctx, parent, &k, begin, &cfg, req, &f)
 		} else {
-			l, err = c.acquirePolling(ctx, parent, &k, begin, &cfg, req, err)
+			l, err = c.acquirePolling(ctx, parent, &k, begin, &cfg, req, err, &f)
 		}
 	}
 	err = waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, ctx, err))
@@ -364,63 +389,119 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 
 // acquireQueued waits in the backend's queue. parent is the caller's
 // context, whose values the lease carries. The confirmation of a grant
-// runs on k's attempt context, as an attempt does (see attempt).
-func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest) (*Lease, error) {
+// runs on k's attempt context, as an attempt does (see attempt). Each
+// wait in the queue is bounded by the call's TTL, like any request: a
+// wait that ends so is followed by one Inspect, which tells a key held
+// that long (the store answers: queue again at once) from a store that
+// fell silent (a failure, as f counts them).
+func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, f *failing) (*Lease, error) {
 	backoff := c.o.MinBackoff
 	var last error
 	for {
-		g, err := c.waiter.AcquireWait(ctx, req)
+		wstart := c.now()
+		wctx, cancel := c.requestCtx(ctx, cfg.ttl, f.until())
+		g, err := c.waiter.AcquireWait(wctx, req)
+		err = cutShort(wctx, err)
+		cancel()
 		if err == nil {
 			// Confirm the grant so the local-validity clock starts
 			// before a request the store answered.
 			start := c.now()
-			g2, err := c.b.Renew(k.ends.attempts, g, driver.RenewRequest{TTL: req.TTL})
+			rctx, cancel := c.requestCtx(k.ends.attempts, cfg.ttl, f.until())
+			g2, err := c.b.Renew(rctx, g, driver.RenewRequest{TTL: req.TTL})
+			err = cutShort(rctx, err)
+			cancel()
 			if err == nil && ctx.Err() != nil {
 				// The caller gave up while the confirmation was on its
 				// way: the lease is never handed out.
-				c.abandon(req)
+				c.abandonFor(k, req)
 				return nil, c.ended(ctx, last)
 			}
 			if err == nil {
-				l, err := c.newLease(parent, begin, start, true, cfg, req, g2)
+				l, err := c.newLease(parent, k, begin, start, true, cfg, req, g2)
 				if !errors.Is(err, errLateGrant) {
 					return l, err
 				}
 				last = err // released by newLease; queue again
+				f.failed(start, err)
 			} else if !errors.Is(err, ErrNotHeld) {
 				// The confirmation's outcome is unknown: it may have
 				// re-put our entry under a new token (etcd). Remove it
 				// by its provisional grant and, if the store shows us
 				// as the holder under another token, by owner.
-				c.releaseGrant(g)
-				c.abandon(req)
+				owner := req
+				c.cleanUp(k, func() {
+					c.releaseGrant(g)
+					c.abandon(owner)
+				})
 				last = err
+				f.failed(start, err)
 				// If that clean-up failed it goes on in the
 				// background, by owner: a grant under this owner
 				// handed out later would be removed by it. Queue
 				// again as a new contender.
 				req.Owner = c.newOwner(cfg.label)
+			} else {
+				f.answered()
 			}
 			if ctx.Err() != nil {
-				c.abandon(req)
+				c.abandonFor(k, req)
 				return nil, c.ended(ctx, last)
 			}
+			if f.over(c.now()) {
+				c.abandonFor(k, req)
+				return nil, c.gaveUp(ctx, f)
+			}
 			continue
+		}
+		if !ctxOnly(err) {
+			last = err
 		}
 		if ctx.Err() != nil {
 			// AcquireWait removed its own queue entry; an earlier
 			// attempt with an unknown outcome (a lost reply) may have
 			// left a record that a session keeps alive: by owner.
-			c.abandon(req)
+			c.abandonFor(k, req)
 			return nil, c.ended(ctx, last)
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
+		var na *noAnswerError
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			f.answered()
+		case errors.As(err, &na):
+			// The wait's bound passed without a grant: the key is
+			// held that long, or the store fell silent. Ask, with
+			// a bound of its own: a store that answers ends a run
+			// of failures, even one that began before this wait.
+			pstart := c.now()
+			pctx, cancel := c.requestCtx(ctx, cfg.ttl, time.Time{})
+			_, perr := c.b.Inspect(pctx, req.Key)
+			perr = cutShort(pctx, perr)
+			cancel()
+			if perr == nil || definite(perr) {
+				f.answered()
+				continue // the store answers: queue again
+			}
+			if ctx.Err() != nil {
+				c.abandonFor(k, req)
+				return nil, c.ended(ctx, perr)
+			}
+			err = perr
+			f.failed(pstart, err)
+		default:
+			f.failed(wstart, err)
+		}
 		last = err
+		if f.over(c.now()) {
+			c.abandonFor(k, req)
+			return nil, c.gaveUp(ctx, f)
+		}
 		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
-		if err := c.sleep(ctx, jitter(backoff)); err != nil {
-			c.abandon(req)
+		if err := c.sleep(ctx, f.wait(c.now(), jitter(backoff))); err != nil {
+			c.abandonFor(k, req)
 			return nil, c.ended(ctx, last)
 		}
 		backoff = min(2*backoff, c.o.MaxBackoff)
@@ -428,13 +509,22 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 }
 
 // acquirePolling retries Acquire, woken by the backend's notifications when
-// it has them, with capped exponential backoff as the safety net.
-func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, last error) (*Lease, error) {
+// it has them, with capped exponential backoff as the safety net. f
+// counts the store's failures (see failing).
+func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, last error, f *failing) (*Lease, error) {
 	var notify <-chan struct{}
 	if c.watcher != nil {
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if ch, err := c.watcher.Watch(wctx, req.Key); err == nil {
+		// The subscription lives as long as the call; subscribing is a
+		// request, bounded as one: the subscription is cancelled if
+		// Watch has not returned by then.
+		wctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		bound := &requestBound{cfg.ttl}
+		t := time.AfterFunc(f.wait(c.now(), cfg.ttl), func() { cancel(bound) })
+		ch, err := c.watcher.Watch(wctx, req.Key)
+		err = cutShort(wctx, err)
+		t.Stop()
+		if err == nil {
 			notify = ch
 		} else {
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "watch", err)})
@@ -472,6 +562,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			if errors.As(last, &held) && held.Holder.Remaining > 0 && held.Holder.Remaining < wait {
 				wait = held.Holder.Remaining + time.Millisecond
 			}
+			wait = f.wait(c.now(), wait)
 			t := time.NewTimer(wait)
 			deadline := time.Now().Add(wait)
 			wake, paused := notify, false
@@ -480,7 +571,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 				case <-ctx.Done():
 					t.Stop()
 					if ambiguous {
-						c.abandon(req)
+						c.abandonFor(k, req)
 					}
 					return nil, c.ended(ctx, last)
 				case _, ok := <-wake:
@@ -517,14 +608,21 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			t.Stop()
 		}
 		immediate = false
+		if f.over(c.now()) {
+			if ambiguous {
+				c.abandonFor(k, req)
+			}
+			return nil, c.gaveUp(ctx, f)
+		}
 		start := c.now()
-		g, err := c.attempt(ctx, k, req)
+		g, err := c.attempt(ctx, k, req, f.until())
 		if err == nil {
-			l, err := c.newLease(parent, begin, start, contended, cfg, req, g)
+			l, err := c.newLease(parent, k, begin, start, contended, cfg, req, g)
 			if !errors.Is(err, errLateGrant) {
 				return l, err
 			}
 			last, ambiguous = err, false // newLease released the grant
+			f.failed(start, err)
 			continue
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
@@ -532,6 +630,11 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		}
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
+		if ambiguous {
+			f.failed(start, err)
+		} else {
+			f.answered()
+		}
 		if !contended && !ambiguous {
 			c.emit(Event{Kind: EventWaiting, Key: req.Key, Owner: req.Owner, Err: err})
 		}
@@ -543,9 +646,15 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		}
 		if ctx.Err() != nil {
 			if ambiguous {
-				c.abandon(req)
+				c.abandonFor(k, req)
 			}
 			return nil, c.ended(ctx, last)
+		}
+		if f.over(c.now()) {
+			if ambiguous {
+				c.abandonFor(k, req)
+			}
+			return nil, c.gaveUp(ctx, f)
 		}
 		if ambiguous {
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "acquire", err)})
@@ -558,17 +667,21 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 // end of ctx does not cut short: a store may apply a request after its
 // sender stopped waiting for the reply, and a record that lands after the
 // clean-up (abandon) looked for it would stay until its TTL. So the
-// request runs until the store answers, for at most
-// Options.ReleaseTimeout after ctx ended (an answer still missing then
-// is an unknown outcome, which the caller abandons). A grant that arrives
-// after ctx ended is released, and ctx's error returned.
-func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest) (driver.Grant, error) {
+// request runs until the store answers, for at most the call's overrun
+// budget after ctx ended (an answer still missing then is an unknown
+// outcome, which the caller abandons), and in any case for at most the
+// call's TTL, or until until if that is sooner (and not zero). A grant
+// that arrives after ctx ended is released, and ctx's error returned.
+func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest, until time.Time) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	g, err := c.b.Acquire(k.ends.attempts, req)
+	rctx, cancel := c.requestCtx(k.ends.attempts, req.TTL, until)
+	g, err := c.b.Acquire(rctx, req)
+	err = cutShort(rctx, err)
+	cancel()
 	if err == nil && ctx.Err() != nil {
-		c.releaseGrant(g)
+		c.releaseGrantFor(k, g)
 		return driver.Grant{}, ctx.Err()
 	}
 	return g, err
@@ -642,7 +755,9 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // abandon removes a record that an acquire attempt with an unknown outcome
-// may have left, using a fresh bounded context.
+// may have left, using a fresh context bounded by Options.ReleaseTimeout,
+// and retries in the background if that fails. A call uses abandonFor,
+// which bounds its wait by the call's overrun budget.
 func (c *Client) abandon(req driver.AcquireRequest) {
 	if c.abandonOnce(context.Background(), req) {
 		return
@@ -767,18 +882,24 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 }
 
 // Inspect reports the current holder of key as the store sees it; the
-// returned Info's Owner is empty if the key is free.
+// returned Info's Owner is empty if the key is free. Without a deadline on
+// ctx, the request is bounded by Options.TTL.
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
-	info, err := c.b.Inspect(ctx, key)
-	return info, c.wrap(ctx, "inspect", err)
+	rctx, cancel := boundCtx(ctx, c.o.TTL)
+	defer cancel()
+	info, err := c.b.Inspect(rctx, key)
+	return info, c.wrap(ctx, "inspect", cutShort(rctx, err))
 }
 
 // List reports every held key that starts with prefix ("" for all), across
-// every client of the store, sorted by key.
+// every client of the store, sorted by key. Without a deadline on ctx,
+// the request is bounded by Options.TTL.
 func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
-	infos, err := c.b.List(ctx, prefix)
+	rctx, cancel := boundCtx(ctx, c.o.TTL)
+	defer cancel()
+	infos, err := c.b.List(rctx, prefix)
 	if err != nil {
-		return nil, c.wrap(ctx, "list", err)
+		return nil, c.wrap(ctx, "list", cutShort(rctx, err))
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Key < infos[j].Key })
 	return infos, nil
@@ -788,13 +909,16 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 // removed (Owner empty if the key was free). It is an administrator's tool:
 // the holder learns of the loss at its next renewal (at once on backends
 // that push loss). Tokens stay monotonic. It returns ErrUnsupported on
-// backends without the capability.
+// backends without the capability. Without a deadline on ctx, the
+// request is bounded by Options.TTL.
 func (c *Client) ForceRelease(ctx context.Context, key string) (Info, error) {
 	if c.forcer == nil {
 		return Info{}, ErrUnsupported
 	}
-	info, err := c.forcer.ForceRelease(ctx, key)
-	return info, c.wrap(ctx, "force-release", err)
+	rctx, cancel := boundCtx(ctx, c.o.TTL)
+	defer cancel()
+	info, err := c.forcer.ForceRelease(rctx, key)
+	return info, c.wrap(ctx, "force-release", cutShort(rctx, err))
 }
 
 // Holding returns the keys this client holds leases on, sorted, each once.
@@ -814,9 +938,12 @@ func (c *Client) Holding() []string {
 }
 
 // Close releases every lease the client holds (each with a fresh context
-// bounded by Options.ReleaseTimeout) and retries releases that failed, makes waiting Acquire calls return
-// ErrClosed, stops every goroutine the client started, and closes the
-// backend. Calls after the first return nil.
+// bounded by Options.ReleaseTimeout) and retries releases that failed,
+// makes waiting Acquire calls return ErrClosed (each within its overrun
+// budget, ReleaseTimeout), waits for the clean-up those calls left to
+// the background (each bounded by ReleaseTimeout), stops every goroutine
+// the client started, and closes the backend. Calls after the first
+// return nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -878,18 +1005,20 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// goBackground runs f on a tracked goroutine unless the client has stopped.
-func (c *Client) goBackground(f func()) {
+// goBackground runs f on a tracked goroutine unless the client has
+// stopped; it reports whether it did.
+func (c *Client) goBackground(f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
-		return
+		return false
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // forget removes l from the client's held leases; pending keeps it among

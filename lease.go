@@ -83,8 +83,9 @@ type Lease struct {
 // newLease registers a fresh grant as a held lease. start is the clock
 // reading taken before the request that produced g was sent.
 // begin is when the Acquire call started (for the wait metric); contended
-// says whether the key was found held on the way.
-func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended bool, cfg *callConfig, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
+// says whether the key was found held on the way. k is the call: a grant
+// it does not hand out is released within the call's overrun budget.
+func (c *Client) newLease(ctx context.Context, k *call, begin, start time.Time, contended bool, cfg *callConfig, req driver.AcquireRequest, g driver.Grant) (*Lease, error) {
 	if g.Key == "" {
 		g.Key = req.Key
 	}
@@ -112,7 +113,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 		// such a lease; free the record (it is ours) and report a
 		// transient failure.
 		close(l.done)
-		c.releaseGrant(g)
+		c.releaseGrantFor(k, g)
 		return nil, errLateGrant
 	}
 
@@ -124,7 +125,7 @@ func (c *Client) newLease(ctx context.Context, begin, start time.Time, contended
 		l.endLocked(ErrClosed)
 		l.mu.Unlock()
 		close(l.done)
-		c.releaseGrant(g)
+		c.releaseGrantFor(k, g)
 		return nil, ErrClosed
 	}
 	l.sched = renewal{l: l, idx: -1}
@@ -401,7 +402,8 @@ func (l *Lease) Remaining() time.Duration {
 // If ctx has already ended (a request's context, in a deferred Release),
 // Release still asks the store, with a fresh context bounded by
 // Options.ReleaseTimeout that carries ctx's values, so that a finished
-// request does not leave its lock held until the TTL runs out.
+// request does not leave its lock held until the TTL runs out. A ctx
+// without a deadline is bounded by Options.ReleaseTimeout too.
 func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, ErrReleased) }
 
 // errReleasedByClose is the context cause of a lease that Client.Close
@@ -420,6 +422,10 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.o.ReleaseTimeout)
+		defer cancel()
+	} else if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.c.o.ReleaseTimeout)
 		defer cancel()
 	}
 	// One release of a lease at a time (the holder's and Close's), so

@@ -81,9 +81,13 @@ type Options struct {
 
 	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
 	// releases during Close, removal of a record left by an abandoned
-	// acquire, best-effort release of a lost lease; and how long an
-	// acquire attempt in flight when its call's context ends (or Close
-	// begins) may go on for the store's answer. Default 5s.
+	// acquire, best-effort release of a lost lease, a Release whose
+	// context has no deadline. It is also an Acquire or TryAcquire call's
+	// overrun budget: once the call's context has ended (or Close has
+	// begun), the acquire attempt in flight and the clean-up after it
+	// share this one budget, so the call returns by its context's
+	// deadline plus ReleaseTimeout; clean-up unfinished then goes on in
+	// the background, and Close waits for it. Default 5s.
 	ReleaseTimeout time.Duration
 
 	// OnDanger, if set, is called when a lease enters its danger zone: its

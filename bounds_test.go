@@ -1,0 +1,472 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// The call-bound contract (docs/design.md, "Bounds"), checked in
+// testing/synctest bubbles against a memory store whose requests a test
+// programs to hang, fail or answer late. The bounds are liveness
+// properties; each assertion allows a generous slack, and a call that
+// has not returned by its bound plus the slack is reported (and then
+// unblocked by closing its client).
+
+const boundSlack = time.Second
+
+// refused is the error of a store with nothing listening on its port.
+var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+
+// silent makes a request hang until its context ends, as a store that
+// stopped answering (SIGSTOPped, or behind a proxy that stopped
+// forwarding) does.
+func silent(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// refusing makes a request fail at once, as a store that refuses
+// connections does.
+func refusing(context.Context) error { return refused }
+
+// slow makes a request answer after d (or fail when its context ends
+// first).
+func slow(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// faulty is a memory backend (its optional capabilities hidden: waits
+// poll) whose requests run a programmed fault first: by operation
+// ("acquire", "renew", "release", "inspect", "list", "wait"), a function
+// that may block or fail the request. lateAcquire, if set, runs after an
+// Acquire has been applied, before its answer: a store that applied the
+// request and whose reply is late or lost.
+type faulty struct {
+	driver.Backend
+	mu          sync.Mutex
+	faults      map[string]func(context.Context) error
+	lateAcquire func(context.Context) error
+}
+
+func newFaulty(store *memory.Store) *faulty {
+	return &faulty{Backend: store.Backend(), faults: make(map[string]func(context.Context) error)}
+}
+
+// set programs op's fault (nil: none).
+func (f *faulty) set(op string, fault func(context.Context) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults[op] = fault
+}
+
+// setAll programs the fault of every operation.
+func (f *faulty) setAll(fault func(context.Context) error) {
+	for _, op := range []string{"acquire", "renew", "release", "inspect", "list", "wait"} {
+		f.set(op, fault)
+	}
+}
+
+func (f *faulty) setLate(fault func(context.Context) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lateAcquire = fault
+}
+
+func (f *faulty) fault(ctx context.Context, op string) error {
+	f.mu.Lock()
+	fault := f.faults[op]
+	f.mu.Unlock()
+	if fault == nil {
+		return nil
+	}
+	return fault(ctx)
+}
+
+func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := f.fault(ctx, "acquire"); err != nil {
+		return driver.Grant{}, err
+	}
+	g, err := f.Backend.Acquire(ctx, req)
+	f.mu.Lock()
+	late := f.lateAcquire
+	f.mu.Unlock()
+	if err == nil && late != nil {
+		if err := late(ctx); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	return g, err
+}
+
+func (f *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if err := f.fault(ctx, "renew"); err != nil {
+		return driver.Grant{}, err
+	}
+	return f.Backend.Renew(ctx, g, req)
+}
+
+func (f *faulty) Release(ctx context.Context, g driver.Grant) error {
+	if err := f.fault(ctx, "release"); err != nil {
+		return err
+	}
+	return f.Backend.Release(ctx, g)
+}
+
+func (f *faulty) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := f.fault(ctx, "inspect"); err != nil {
+		return driver.Info{}, err
+	}
+	return f.Backend.Inspect(ctx, key)
+}
+
+func (f *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := f.fault(ctx, "list"); err != nil {
+		return nil, err
+	}
+	return f.Backend.List(ctx, prefix)
+}
+
+// faultyQueue is faulty with a queue (a driver.Waiter, as etcd and
+// ZooKeeper are): AcquireWait runs the "wait" fault, then takes the key
+// as soon as it is free, until its context ends.
+type faultyQueue struct{ *faulty }
+
+func (q faultyQueue) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := q.fault(ctx, "wait"); err != nil {
+		return driver.Grant{}, err
+	}
+	for {
+		g, err := q.faulty.Acquire(ctx, req)
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+}
+
+// boundOpts are the options of the bound tests: a TTL long enough that
+// one TTL, two overrun budgets and the slack are told apart.
+func boundOpts() *fencelock.Options {
+	return &fencelock.Options{TTL: 15 * time.Second, ReleaseTimeout: 2 * time.Second}
+}
+
+// within runs call and reports how long it took. If it has not returned
+// by bound plus boundSlack, the test fails and c is closed to end it.
+func within(t *testing.T, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
+	t.Helper()
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		call()
+	}()
+	timer := time.NewTimer(bound + boundSlack)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return time.Since(start)
+	case <-timer.C:
+		t.Errorf("%s has not returned after %v; its bound is %v", what, time.Since(start), bound)
+		c.Close()
+		<-done
+		return time.Since(start)
+	}
+}
+
+// heldBy returns the owner of key in store ("" if free).
+func heldBy(t *testing.T, store *memory.Store, key string) string {
+	t.Helper()
+	info, err := store.Backend().Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Owner
+}
+
+func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b, boundOpts())
+		// The store applies the request, and its reply never comes:
+		// the attempt's outcome is unknown, and its record is ours.
+		b.setLate(silent)
+		var err error
+		within(t, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a silent store", func() {
+			_, err = c.TryAcquire(context.Background(), "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TryAcquire = %v; want an error matching DeadlineExceeded (no answer within the TTL)", err)
+		}
+		var be *fencelock.BackendError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "no answer") {
+			t.Errorf("TryAcquire = %v; want a *BackendError saying the store did not answer", err)
+		}
+		// The clean-up ran within the call's budget: nothing is left.
+		if owner := heldBy(t, store, "k"); owner != "" {
+			t.Errorf("TryAcquire left a record of %q behind", owner)
+		}
+		// A store that hangs on every request: the same bound.
+		b.setLate(nil)
+		b.setAll(silent)
+		within(t, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a store that hangs on every request", func() {
+			_, err = c.TryAcquire(context.Background(), "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TryAcquire = %v; want an error matching DeadlineExceeded", err)
+		}
+		// Close waits for the clean-up that goes on in the background,
+		// itself bounded by ReleaseTimeout.
+		within(t, c, 2*time.Second, "Close", func() { c.Close() })
+	})
+}
+
+func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
+	for name, wrap := range map[string]func(*faulty) driver.Backend{
+		"polling": func(f *faulty) driver.Backend { return f },
+		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				b := newFaulty(store)
+				c := newClient(t, wrap(b), boundOpts())
+				// Every request hangs: the attempt in flight at the
+				// deadline gets the overrun budget (2s), and the
+				// clean-up after it shares that budget instead of
+				// taking another.
+				b.setAll(silent)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				var err error
+				took := within(t, c, 3*time.Second+2*time.Second, "Acquire(3s deadline) on a silent store", func() {
+					_, err = c.Acquire(ctx, "k")
+				})
+				if took > 5*time.Second+boundSlack {
+					t.Errorf("Acquire returned after %v; want by the deadline plus ReleaseTimeout (5s)", took)
+				}
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
+					t.Errorf("Acquire = %v; want DeadlineExceeded joined with the store's cause (no answer)", err)
+				}
+				within(t, c, 2*time.Second, "Close", func() { c.Close() })
+			})
+		})
+	}
+}
+
+func TestCleanupAfterOverrunGoesOnInBackgroundAndCloseWaitsForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c, err := fencelock.New(b, boundOpts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// The store applies the acquire but its reply never comes, and
+		// looking the key up takes a second: the overrun budget ends
+		// before the clean-up does.
+		b.setLate(silent)
+		b.set("inspect", slow(time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var tryErr error
+		took := within(t, c, time.Second+2*time.Second, "TryAcquire(1s deadline)", func() {
+			_, tryErr = c.TryAcquire(ctx, "k")
+		})
+		if took > 3*time.Second+boundSlack {
+			t.Errorf("TryAcquire returned after %v; want by the deadline plus ReleaseTimeout (3s)", took)
+		}
+		if !errors.Is(tryErr, context.DeadlineExceeded) || !strings.Contains(tryErr.Error(), "no answer") {
+			t.Errorf("TryAcquire = %v; want DeadlineExceeded joined with the store's cause", tryErr)
+		}
+		within(t, c, 2*time.Second, "Close", func() {
+			if err := c.Close(); err != nil {
+				t.Errorf("Close = %v", err)
+			}
+		})
+		// Close waited for the clean-up: the record is gone.
+		if owner := heldBy(t, store, "k"); owner != "" {
+			t.Errorf("the record of %q is still there after Close", owner)
+		}
+	})
+}
+
+func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b, boundOpts())
+		// The answer comes 1.5s after the 1s deadline: within the
+		// overrun budget, so TryAcquire waits for it and releases the
+		// grant.
+		b.setLate(slow(2500 * time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var err error
+		within(t, c, 3*time.Second, "TryAcquire(1s deadline)", func() {
+			_, err = c.TryAcquire(ctx, "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TryAcquire = %v; want DeadlineExceeded", err)
+		}
+		if owner := heldBy(t, store, "k"); owner != "" {
+			t.Errorf("the grant of %q answered after the deadline was not released", owner)
+		}
+	})
+}
+
+func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T) {
+	for name, wrap := range map[string]func(*faulty) driver.Backend{
+		"polling": func(f *faulty) driver.Backend { return f },
+		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				b := newFaulty(store)
+				c := newClient(t, wrap(b), boundOpts())
+				b.setAll(refusing)
+				var err error
+				took := within(t, c, 15*time.Second+2*time.Second, "Acquire(Background) on a store that refuses connections", func() {
+					_, err = c.Acquire(context.Background(), "k")
+				})
+				if took < 15*time.Second {
+					t.Errorf("Acquire gave up after %v; want after one TTL (15s) of failures", took)
+				}
+				if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+					t.Errorf("Acquire = %v; want the store's cause (connection refused)", err)
+				}
+				var be *fencelock.BackendError
+				if !errors.As(err, &be) {
+					t.Errorf("Acquire = %v; want a *BackendError", err)
+				}
+
+				// A silent store: each request is cut at its bound.
+				b.setAll(silent)
+				took = within(t, c, 2*15*time.Second+2*time.Second, "Acquire(Background) on a silent store", func() {
+					_, err = c.Acquire(context.Background(), "k")
+				})
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
+					t.Errorf("Acquire = %v; want the store's cause (no answer)", err)
+				}
+			})
+		})
+	}
+}
+
+func TestAcquireWithoutDeadlineOutlastsShortFailuresAndLongHolds(t *testing.T) {
+	for name, wrap := range map[string]func(*faulty) driver.Backend{
+		"polling": func(f *faulty) driver.Backend { return f },
+		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				b := newFaulty(store)
+				c := newClient(t, wrap(b), boundOpts())
+				// Failures shorter than the TTL: Acquire goes on.
+				b.setAll(refusing)
+				time.AfterFunc(10*time.Second, func() { b.setAll(nil) })
+				l, err := c.Acquire(context.Background(), "k")
+				if err != nil {
+					t.Fatalf("Acquire through 10s of refusals (TTL 15s) = %v; want the lease", err)
+				}
+				// A key held for three TTLs while the store answers is
+				// a normal wait: Acquire does not give up.
+				time.AfterFunc(45*time.Second, func() { l.Release(context.Background()) })
+				start := time.Now()
+				l2, err := c.Acquire(context.Background(), "k")
+				if err != nil {
+					t.Fatalf("Acquire of a key held 45s (TTL 15s) = %v; want the lease", err)
+				}
+				if got := time.Since(start); got < 45*time.Second {
+					t.Errorf("Acquire took the key after %v; it was held for 45s", got)
+				}
+				l2.Release(context.Background())
+			})
+		})
+	}
+}
+
+func TestAcquireWithDeadlineJoinsContextErrorWithStoreCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b, boundOpts())
+		b.setAll(refusing)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		// With a deadline there is no failure window: Acquire tries
+		// until the deadline, beyond the TTL.
+		took := within(t, c, time.Minute+2*time.Second, "Acquire(1m deadline) on a refusing store", func() {
+			_, err = c.Acquire(ctx, "k")
+		})
+		if took < time.Minute {
+			t.Errorf("Acquire with a 1m deadline gave up after %v", took)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("Acquire = %v; want DeadlineExceeded joined with connection refused", err)
+		}
+	})
+}
+
+func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b, boundOpts())
+		l, err := c.Acquire(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.setAll(silent)
+		within(t, c, 2*time.Second, "Release(Background) on a silent store", func() {
+			err = l.Release(context.Background())
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Release = %v; want DeadlineExceeded", err)
+		}
+		within(t, c, 15*time.Second, "Inspect(Background) on a silent store", func() {
+			_, err = c.Inspect(context.Background(), "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
+			t.Errorf("Inspect = %v; want DeadlineExceeded saying the store did not answer", err)
+		}
+		within(t, c, 15*time.Second, "List(Background) on a silent store", func() {
+			_, err = c.List(context.Background(), "")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("List = %v; want DeadlineExceeded", err)
+		}
+		b.setAll(nil)
+	})
+}
