@@ -45,10 +45,12 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	o.Collection = p.String("collection", "")
 	o.Namespace = p.String("namespace", "")
 	o.ClockResync = p.Duration("clock_resync", 0)
+	// The rest go to the driver: taken before Err, which would refuse
+	// every parameter not read as unknown.
+	rest := p.Rest()
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	rest := p.Rest()
 	for name := range rest {
 		if !driverParams[strings.ToLower(name)] {
 			// The driver ignores options it does not know; a typo must
