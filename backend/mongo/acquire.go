@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -34,10 +35,13 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 	if base == math.MaxInt64 {
 		return driver.Grant{}, 0, &overflowError{req.Key}
 	}
-	now := b.clock.now(ctx)
+	rd := b.clock.read(ctx)
+	now := rd.mid
 	tok := base + 1
 	rid := newRID(req.Owner)
-	x := lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, Until: expiry(now, req.TTL), Meta: clone(req.Metadata)}
+	// The expiry counts from the latest the server's clock can read, so
+	// the record lives at least TTL by the server's clock.
+	x := lockDoc{ID: recordID(rid), NS: b.o.Namespace, Key: req.Key, Owner: req.Owner, Token: tok, Until: expiry(rd.late(), req.TTL), Meta: clone(req.Metadata)}
 	claim := b.tokenClaim(req.Key, tok, rid, now)
 	var err error
 	if !b.split() {
@@ -129,7 +133,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	now := b.clock.now(ctx)
+	rd := b.clock.read(ctx)
+	now := rd.mid
 	base, fresh := b.ownBase(req.Key)
 	// start is a base that was the key's highest a moment ago (this
 	// Backend's own, or one read in this call), to walk from.
@@ -147,8 +152,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if pre, err = b.readKey(ctx, req.Key); err != nil {
 			return driver.Grant{}, err
 		}
-		if pre.live(now) && pre.owner != req.Owner {
-			return driver.Grant{}, &driver.HeldError{Holder: pre.info(req.Key, now)}
+		if pre.live(rd.early()) && pre.owner != req.Owner {
+			return driver.Grant{}, &driver.HeldError{Holder: pre.info(req.Key, rd.early())}
 		}
 	}
 	for round := 0; ; round++ {
@@ -192,7 +197,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 				continue // released in between: try once more
 			}
 		}
-		now = b.clock.now(ctx)
+		rd = b.clock.read(ctx)
+		now = rd.mid
 		switch {
 		case st.ended:
 			// A takeover or force-release claimed the record's last
@@ -225,10 +231,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 				return driver.Grant{}, errMoved
 			}
 			return g, err
-		case st.live(now):
-			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, now)}
+		case st.owner != req.Owner && st.live(rd.early()):
+			// Another owner's record is expired only once the earliest
+			// the server's clock can read has passed its expiry.
+			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, rd.early())}
 		}
-		if err := b.end(ctx, req.Key, &st, req.Owner, false, now); err != nil {
+		// Expired by the server's clock, if the estimate can tell: one
+		// whose bound is too wide (no tight sample since the server
+		// stalled) cannot, and the record is left to its holder.
+		if limit := takeoverBound(req.TTL); rd.bound > limit {
+			if rd = b.clock.tighten(ctx, limit); rd.bound > limit {
+				return driver.Grant{}, &uncertainError{key: req.Key, bound: rd.bound, limit: limit}
+			}
+			if st.live(rd.early()) {
+				return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, rd.early())}
+			}
+		}
+		if err := b.end(ctx, req.Key, &st, req.Owner, false, rd.early()); err != nil {
 			return driver.Grant{}, err
 		}
 		// The expired record is gone and nobody else can take it over:
@@ -257,6 +276,37 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 		}
 	}
+}
+
+// takeoverBound is the widest error bound of the server clock's estimate
+// with which an Acquire of ttl judges a record expired: a tenth of ttl,
+// the engine's default Margin.
+func takeoverBound(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// ErrClockUncertain matches the refusal of an Acquire that found the key's
+// record expired by its estimate of the server's clock, but could not
+// trust the estimate: its error bound was wider than a tenth of the
+// requested TTL (the server answered every recent clock read slowly,
+// e.g. after a stall). The record is left to its holder, as if held; the
+// error also matches driver.ErrNotAcquired, so Acquire keeps waiting and
+// TryAcquire reports the key held.
+var ErrClockUncertain = errors.New("mongo: the server's clock is not known closely enough to judge a record expired")
+
+// uncertainError is the refusal ErrClockUncertain describes.
+type uncertainError struct {
+	key          string
+	bound, limit time.Duration
+}
+
+func (e *uncertainError) Error() string {
+	return fmt.Sprintf("mongo: not acquired: the record of %q looks expired, but this process knows the server's clock only within ±%v (more than %v, a tenth of the TTL: the server answered its recent clock reads slowly); "+
+		"the key is left to its holder until a clock read answers within %v (check the server's load and the network, or use a longer TTL)",
+		e.key, e.bound.Round(time.Millisecond), e.limit, 2*e.limit)
+}
+
+// Is matches ErrClockUncertain and driver.ErrNotAcquired.
+func (e *uncertainError) Is(target error) bool {
+	return target == ErrClockUncertain || target == driver.ErrNotAcquired
 }
 
 // heldError returns the error for a refused acquire: a *HeldError naming

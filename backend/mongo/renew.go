@@ -70,7 +70,8 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		}
 		h = heldGrant{n: st.n, token: st.token, meta: st.meta, set: st.meta != nil}
 	}
-	now := b.clock.now(ctx)
+	rd := b.clock.read(ctx)
+	now := rd.mid
 	if expired(r.exp, now) {
 		b.forget(r.rid)
 		return driver.Grant{}, driver.ErrNotHeld
@@ -81,7 +82,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 			return driver.Grant{}, err
 		}
 	}
-	claim := b.renewClaim(g, r, h, req, tok, expiry(now, req.TTL), now)
+	claim := b.renewClaim(g, r, h, req, tok, expiry(rd.late(), req.TTL), now)
 	if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
 		// Our own earlier attempt (a retry), or someone else's end.
 		var c claimDoc
@@ -166,8 +167,11 @@ type renewItem struct {
 }
 
 func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, out []driver.RenewResult) error {
-	now := b.clock.now(ctx)
-	exp := expiry(now, req.TTL)
+	rd := b.clock.read(ctx)
+	now := rd.mid
+	// Expiries count from the latest the server's clock can read (see
+	// insertRecord).
+	exp := expiry(rd.late(), req.TTL)
 	var items []renewItem
 	var single []int
 	for i, g := range grants {
