@@ -134,6 +134,9 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 	if err != nil {
 		return nil, err
 	}
+	// GarbageAfter belongs to the collection (see garbageAfter): a zero
+	// one adopts the collection's.
+	explicitGarbage := opts != nil && opts.GarbageAfter != 0
 	db := client.Database(o.Database)
 	copts := options.Collection().
 		SetWriteConcern(o.WriteConcern).
@@ -202,6 +205,9 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 				return nil, fmt.Errorf("mongo: reading %s.%s: %w", o.Database, name, err)
 			}
 		}
+	}
+	if err := b.garbageAfter(ctx, explicitGarbage); err != nil {
+		return nil, err
 	}
 	type index struct {
 		c *mongo.Collection

@@ -110,6 +110,15 @@ type Options struct {
 	// between 1 minute and 1 year. Lock records are never deleted by a TTL
 	// index: an expired record counts as free and is replaced by the next
 	// acquire of its key.
+	//
+	// The value belongs to the collection: every Backend on it must use
+	// the same one (a collector with a shorter value deletes claims that a
+	// Backend with a longer one still builds on). The first Backend on a
+	// collection records its value there; a later one with GarbageAfter
+	// zero (and every Backend opened from a URL) adopts the recorded
+	// value, and one given another value is refused with a
+	// *GarbageAfterError (ErrGarbageAfter), changing nothing. Options
+	// returns the value in use.
 	GarbageAfter time.Duration
 }
 
