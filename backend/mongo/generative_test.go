@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/conformance/generative"
@@ -15,13 +18,52 @@ import (
 // faults at the driver boundary, histories checked with a fence in the
 // loop) against each MongoDB-wire server under test. Every property must
 // hold on every server: nothing is marked known.
+//
+// Every client dials through one generative.Staller, so that the
+// programs that stall the store stall the hello round trips of the
+// server-clock estimate too; and clients open differently configured
+// Backends on the one store (a clock estimate refreshed every second, its least,
+// GarbageAfter at its least).
 func TestGenerative(t *testing.T) {
 	eachServer(t, func(t *testing.T, _ server, raw string) {
-		u := withParams(t, raw, "database", testDatabase, "collection", freshCollection(t, raw),
-			"namespace", "generative-"+randHex())
+		coll, ns := freshCollection(t, raw), "generative-"+randHex()
+		var st generative.Staller
+		open := func(o mongolock.Options) func(context.Context) (driver.Backend, error) {
+			return func(ctx context.Context) (driver.Backend, error) {
+				c, err := mongo.Connect(options.Client().ApplyURI(raw).SetDialer(&st))
+				if err != nil {
+					return nil, err
+				}
+				o.Database, o.Collection, o.Namespace = testDatabase, coll, ns
+				b, err := mongolock.New(ctx, c, &o)
+				if err != nil {
+					_ = c.Disconnect(context.WithoutCancel(ctx))
+					return nil, err
+				}
+				return ownClient{b}, nil
+			}
+		}
 		generative.Run(t, conformance.Harness{
-			Open: func(ctx context.Context) (driver.Backend, error) { return mongolock.Open(ctx, u) },
+			Open: open(mongolock.Options{}),
 			TTL:  2 * time.Second,
-		}, nil)
+		}, &generative.Options{
+			Variants: []func(context.Context) (driver.Backend, error){
+				open(mongolock.Options{ClockResync: time.Second}),
+				open(mongolock.Options{ClockResync: time.Second, GarbageAfter: time.Minute}),
+			},
+			Stall: st.Stall,
+		})
 	})
+}
+
+// ownClient is a Backend that disconnects its client when closed (New
+// leaves the client to its caller).
+type ownClient struct{ *mongolock.Backend }
+
+func (b ownClient) Close() error {
+	err := b.Backend.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = b.Client().Disconnect(ctx)
+	return err
 }

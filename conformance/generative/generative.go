@@ -470,12 +470,19 @@ func genProgram(t *rapid.T, o *Options) program {
 		keys:      keys,
 		highFloor: rapid.IntRange(0, 3).Draw(t, "highFloor") == 0,
 	}
-	// One program in four takes permits of semaphores, one in eight
-	// stalls the store for one to three TTLs.
+	// One program in four takes permits of semaphores; one in eight
+	// stalls the store for one to three TTLs, one in three where the
+	// backend's test stalls the store itself (Options.Stall: what the
+	// driver boundary cannot reach, such as a clock estimate's round
+	// trips, is then stalled too).
 	if rapid.IntRange(0, 3).Draw(t, "semaphore") == 0 {
 		p.permits = rapid.IntRange(1, 2).Draw(t, "permits")
 	}
-	if !o.NoFaults && rapid.IntRange(0, 7).Draw(t, "stall") == 0 {
+	stallOdds := 7
+	if o.Stall != nil {
+		stallOdds = 2
+	}
+	if !o.NoFaults && rapid.IntRange(0, stallOdds).Draw(t, "stall") == 0 {
 		p.stallAt = rapid.IntRange(0, 15).Draw(t, "stallAt")
 		p.stallFor = rapid.SampledFrom([]int{10, 20, 30}).Draw(t, "stallFor")
 	}
