@@ -60,6 +60,20 @@
 // (no callback starts while another's context is live), ObserveInOrder,
 // ObservedValuePublished and ResignFreesKey.
 //
+// One program in seven is an outage instead (outage.go): the store stops
+// answering, refuses connections or vanishes after Open, and every call
+// is checked for ending within its bound (CallEndsWithinBound) with the
+// store's cause in its error (StoreCauseInError).
+//
+// Steps draw per-call options (WithTTL, WithMinHold, WithMetadata,
+// WithWait, a label of their own) on locks, semaphores (one lock program
+// in four takes permits), read-write locks and election terms; clients of
+// one program differ in TTL, Margin, RotateEvery, default MinHold and
+// the way they open their Backend (Options.Variants); some programs
+// stall the whole store (Options.Stall, or every client's driver paused).
+// NothingHeldButTheGrant, RefusedCallLeavesNothingHeld and
+// TryRLockBesideReaders check that a refused call keeps no key.
+//
 // A failure prints rapid's seed and a shrunk program, and the history of
 // the failing run, one line per recorded instant. With real servers a
 // rerun may interleave differently; the seed reproduces the program.
