@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -36,21 +37,27 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		return nil, err
 	}
 	cfg.Context = context.WithoutCancel(ctx)
+	failFast(&cfg)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: connect to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
+	withOneShotKeepAlive(cli)
 	// clientv3 dials lazily: check that the cluster answers, so a wrong
-	// address fails here rather than on the first lock.
+	// address fails here rather than on the first lock. A refused
+	// connection fails at once (failFast), naming the refusal.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	_, err = cli.Get(pctx, opts.Prefix+"\x00", clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		cli.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		err = driver.RedactError(err, raw)
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			// The caller's context ended: its error, and what the
+			// cluster did meanwhile.
+			return nil, fmt.Errorf("etcd: %s did not answer: %w: %w", driver.RedactURL(raw), cerr, err)
 		}
-		return nil, fmt.Errorf("etcd: %s did not answer: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
+		return nil, fmt.Errorf("etcd: %s did not answer: %w", driver.RedactURL(raw), err)
 	}
 	b, err := New(ctx, cli, &opts)
 	if err != nil {
