@@ -21,8 +21,8 @@ import (
 // testing/synctest bubbles against a memory store whose requests a test
 // programs to hang, fail or answer late. The bounds are liveness
 // properties; each assertion allows a generous slack, and a call that
-// has not returned by its bound plus the slack is reported (and then
-// unblocked by closing its client).
+// has not returned by its bound plus the slack fails the test (after
+// the store's hanging requests are let go and the client is closed).
 
 const boundSlack = time.Second
 
@@ -61,16 +61,29 @@ func slow(d time.Duration) func(context.Context) error {
 // ("acquire", "renew", "release", "inspect", "list", "wait"), a function
 // that may block or fail the request. lateAcquire, if set, runs after an
 // Acquire has been applied, before its answer: a store that applied the
-// request and whose reply is late or lost.
+// request and whose reply is late or lost. letGo ends every fault's wait,
+// so that a test whose call hung can end.
 type faulty struct {
 	driver.Backend
 	mu          sync.Mutex
 	faults      map[string]func(context.Context) error
 	lateAcquire func(context.Context) error
+	gone        context.Context // ended by letGo
+	letGo       context.CancelFunc
 }
 
 func newFaulty(store *memory.Store) *faulty {
-	return &faulty{Backend: store.Backend(), faults: make(map[string]func(context.Context) error)}
+	f := &faulty{Backend: store.Backend(), faults: make(map[string]func(context.Context) error)}
+	f.gone, f.letGo = context.WithCancel(context.Background())
+	return f
+}
+
+// run runs fault on a context that ctx's end or letGo ends.
+func (f *faulty) run(ctx context.Context, fault func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(f.gone, cancel)()
+	return fault(ctx)
 }
 
 // set programs op's fault (nil: none).
@@ -100,7 +113,7 @@ func (f *faulty) fault(ctx context.Context, op string) error {
 	if fault == nil {
 		return nil
 	}
-	return fault(ctx)
+	return f.run(ctx, fault)
 }
 
 func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -112,7 +125,7 @@ func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	late := f.lateAcquire
 	f.mu.Unlock()
 	if err == nil && late != nil {
-		if err := late(ctx); err != nil {
+		if err := f.run(ctx, late); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -178,8 +191,9 @@ func boundOpts() *fencelock.Options {
 }
 
 // within runs call and reports how long it took. If it has not returned
-// by bound plus boundSlack, the test fails and c is closed to end it.
-func within(t *testing.T, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
+// by bound plus boundSlack, b's hanging requests are let go, c is closed
+// to end the call, and the test fails.
+func within(t *testing.T, b *faulty, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
 	t.Helper()
 	done := make(chan struct{})
 	start := time.Now()
@@ -193,10 +207,12 @@ func within(t *testing.T, c *fencelock.Client, bound time.Duration, what string,
 	case <-done:
 		return time.Since(start)
 	case <-timer.C:
-		t.Errorf("%s has not returned after %v; its bound is %v", what, time.Since(start), bound)
+		took := time.Since(start)
+		b.letGo()
 		c.Close()
 		<-done
-		return time.Since(start)
+		t.Fatalf("%s has not returned after %v; its bound is %v", what, took, bound)
+		return 0
 	}
 }
 
@@ -219,7 +235,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 		// the attempt's outcome is unknown, and its record is ours.
 		b.setLate(silent)
 		var err error
-		within(t, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a silent store", func() {
+		within(t, b, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a silent store", func() {
 			_, err = c.TryAcquire(context.Background(), "k")
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -236,7 +252,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 		// A store that hangs on every request: the same bound.
 		b.setLate(nil)
 		b.setAll(silent)
-		within(t, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a store that hangs on every request", func() {
+		within(t, b, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a store that hangs on every request", func() {
 			_, err = c.TryAcquire(context.Background(), "k")
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -244,7 +260,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 		}
 		// Close waits for the clean-up that goes on in the background,
 		// itself bounded by ReleaseTimeout.
-		within(t, c, 2*time.Second, "Close", func() { c.Close() })
+		within(t, b, c, 2*time.Second, "Close", func() { c.Close() })
 	})
 }
 
@@ -266,7 +282,7 @@ func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
 				var err error
-				took := within(t, c, 3*time.Second+2*time.Second, "Acquire(3s deadline) on a silent store", func() {
+				took := within(t, b, c, 3*time.Second+2*time.Second, "Acquire(3s deadline) on a silent store", func() {
 					_, err = c.Acquire(ctx, "k")
 				})
 				if took > 5*time.Second+boundSlack {
@@ -275,7 +291,7 @@ func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
 					t.Errorf("Acquire = %v; want DeadlineExceeded joined with the store's cause (no answer)", err)
 				}
-				within(t, c, 2*time.Second, "Close", func() { c.Close() })
+				within(t, b, c, 2*time.Second, "Close", func() { c.Close() })
 			})
 		})
 	}
@@ -298,7 +314,7 @@ func TestCleanupAfterOverrunGoesOnInBackgroundAndCloseWaitsForIt(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var tryErr error
-		took := within(t, c, time.Second+2*time.Second, "TryAcquire(1s deadline)", func() {
+		took := within(t, b, c, time.Second+2*time.Second, "TryAcquire(1s deadline)", func() {
 			_, tryErr = c.TryAcquire(ctx, "k")
 		})
 		if took > 3*time.Second+boundSlack {
@@ -307,7 +323,7 @@ func TestCleanupAfterOverrunGoesOnInBackgroundAndCloseWaitsForIt(t *testing.T) {
 		if !errors.Is(tryErr, context.DeadlineExceeded) || !strings.Contains(tryErr.Error(), "no answer") {
 			t.Errorf("TryAcquire = %v; want DeadlineExceeded joined with the store's cause", tryErr)
 		}
-		within(t, c, 2*time.Second, "Close", func() {
+		within(t, b, c, 2*time.Second, "Close", func() {
 			if err := c.Close(); err != nil {
 				t.Errorf("Close = %v", err)
 			}
@@ -331,7 +347,7 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var err error
-		within(t, c, 3*time.Second, "TryAcquire(1s deadline)", func() {
+		within(t, b, c, 3*time.Second, "TryAcquire(1s deadline)", func() {
 			_, err = c.TryAcquire(ctx, "k")
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -355,7 +371,7 @@ func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T)
 				c := newClient(t, wrap(b), boundOpts())
 				b.setAll(refusing)
 				var err error
-				took := within(t, c, 15*time.Second+2*time.Second, "Acquire(Background) on a store that refuses connections", func() {
+				took := within(t, b, c, 15*time.Second+2*time.Second, "Acquire(Background) on a store that refuses connections", func() {
 					_, err = c.Acquire(context.Background(), "k")
 				})
 				if took < 15*time.Second {
@@ -371,7 +387,7 @@ func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T)
 
 				// A silent store: each request is cut at its bound.
 				b.setAll(silent)
-				took = within(t, c, 2*15*time.Second+2*time.Second, "Acquire(Background) on a silent store", func() {
+				took = within(t, b, c, 2*15*time.Second+2*time.Second, "Acquire(Background) on a silent store", func() {
 					_, err = c.Acquire(context.Background(), "k")
 				})
 				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
@@ -427,7 +443,7 @@ func TestAcquireWithDeadlineJoinsContextErrorWithStoreCause(t *testing.T) {
 		var err error
 		// With a deadline there is no failure window: Acquire tries
 		// until the deadline, beyond the TTL.
-		took := within(t, c, time.Minute+2*time.Second, "Acquire(1m deadline) on a refusing store", func() {
+		took := within(t, b, c, time.Minute+2*time.Second, "Acquire(1m deadline) on a refusing store", func() {
 			_, err = c.Acquire(ctx, "k")
 		})
 		if took < time.Minute {
@@ -449,19 +465,19 @@ func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.setAll(silent)
-		within(t, c, 2*time.Second, "Release(Background) on a silent store", func() {
+		within(t, b, c, 2*time.Second, "Release(Background) on a silent store", func() {
 			err = l.Release(context.Background())
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Release = %v; want DeadlineExceeded", err)
 		}
-		within(t, c, 15*time.Second, "Inspect(Background) on a silent store", func() {
+		within(t, b, c, 15*time.Second, "Inspect(Background) on a silent store", func() {
 			_, err = c.Inspect(context.Background(), "k")
 		})
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
 			t.Errorf("Inspect = %v; want DeadlineExceeded saying the store did not answer", err)
 		}
-		within(t, c, 15*time.Second, "List(Background) on a silent store", func() {
+		within(t, b, c, 15*time.Second, "List(Background) on a silent store", func() {
 			_, err = c.List(context.Background(), "")
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
