@@ -41,7 +41,12 @@
 // client is always made with go-redis's ContextTimeoutEnabled (whatever
 // context_timeout_enabled says), so that every call returns by its
 // context's deadline even when the server does not answer: a renewal must
-// never outlast the engine's deadline for it. fencelock.Open also accepts
+// never outlast the engine's deadline for it. Unless the URL says
+// otherwise (max_retries; dialer_retries for Sentinel and Cluster), the
+// client dials once per attempt and retries a command once, so that a
+// server refusing connections is reported within milliseconds, not after
+// go-redis's rounds of dials and retries (about 2s, more through a
+// Sentinel); the engine decides whether to try again. fencelock.Open also accepts
 // the engine's parameters (ttl, renew_interval, margin, rotate_every,
 // owner) and removes them before this package sees the URL.
 //
@@ -51,6 +56,17 @@
 // names, become "xxxxx"), and go-redis's errors, which may quote a value,
 // pass through driver.RedactText. A URL that cannot be used, a bad port
 // included, is an *InvalidOptionError.
+//
+// # Logging
+//
+// go-redis has one logger for the whole process (redis.SetLogger), whose
+// default writes to standard error, a line for every failed dial while a
+// server is down. This package replaces that default, when it is
+// initialised, with a logger that drops every line, so that it never
+// writes to the program's standard error. A program that wants go-redis's
+// lines calls redis.SetLogger in main (or later): its logger is kept, and
+// receives the lines about the backend's connections too. One set in the
+// init function of a package initialised before this one is replaced.
 //
 // # Design
 //

@@ -100,6 +100,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 			return nil, nil, goErr(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaxRetries, o.DialerRetries = failFast(rest, o.MaxRetries, o.DialerRetries)
 		return goredis.NewClient(o), opts, nil
 
 	case "sentinel":
@@ -124,6 +125,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 			return nil, nil, goErr(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaxRetries, o.DialerRetries = failFast(rest, o.MaxRetries, o.DialerRetries)
 		o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPass
 		o.Username, o.Password = "", ""
 		if u.User != nil {
@@ -145,6 +147,34 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 			return nil, nil, goErr(err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.MaxRetries, o.DialerRetries = failFast(rest, o.MaxRetries, o.DialerRetries)
 		return goredis.NewClusterClient(o), opts, nil
 	}
+}
+
+// Defaults of a URL's client where go-redis's would hide a refused
+// connection for seconds: go-redis dials up to 5 times, 100ms apart, in
+// each of up to 4 attempts of a command (and a Sentinel client nests the
+// same again when it asks the Sentinels for the primary), so a server
+// that refuses connections was reported after about 2s (more than 30s
+// through a Sentinel). One dial per attempt and one retry (for a pooled
+// connection the server closed, as after a restart) report it within
+// milliseconds; the engine, not the driver, decides whether to try again.
+const (
+	defaultMaxRetries    = 1
+	defaultDialerRetries = 1
+)
+
+// failFast returns the retry counts of a URL's client: the URL's
+// max_retries and dialer_retries (go-redis's parameters; dialer_retries
+// exists only for Sentinel and Cluster URLs) where it gives them, else
+// this package's defaults.
+func failFast(q url.Values, maxRetries, dialerRetries int) (int, int) {
+	if !q.Has("max_retries") {
+		maxRetries = defaultMaxRetries
+	}
+	if !q.Has("dialer_retries") {
+		dialerRetries = defaultDialerRetries
+	}
+	return maxRetries, dialerRetries
 }
