@@ -35,13 +35,15 @@ type dialer struct {
 
 	dropAfter atomic.Int32 // tests: opcode of a request whose reply is to be lost
 
+	r *reach // what the connection knows of its servers' reachability
+
 	mu      sync.Mutex
 	refused bool
 	conns   map[*sniffConn]struct{}
 }
 
 func newDialer(requested time.Duration, servers int) *dialer {
-	return &dialer{requested: requested, servers: max(servers, 1), conns: make(map[*sniffConn]struct{})}
+	return &dialer{requested: requested, servers: max(servers, 1), conns: make(map[*sniffConn]struct{}), r: newReach()}
 }
 
 // handshakeTimeout is how long a server may take to answer the session
@@ -82,13 +84,15 @@ func (d *dialer) dial(network, addr string, timeout time.Duration) (net.Conn, er
 	refused := d.refused
 	d.mu.Unlock()
 	if refused {
+		d.r.failed(errCrashed, true)
 		return nil, errCrashed
 	}
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
+		d.r.failed(err, true)
 		return nil, err
 	}
-	sc := &sniffConn{Conn: c, d: d, handshakeBy: time.Now().Add(d.handshakeTimeout())}
+	sc := &sniffConn{Conn: c, d: d, addr: addr, handshakeBy: time.Now().Add(d.handshakeTimeout())}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.refused {
@@ -122,10 +126,12 @@ func (d *dialer) cut(refuse bool) {
 type sniffConn struct {
 	net.Conn
 	d           *dialer
+	addr        string      // the server's
 	handshakeBy time.Time   // the server must have answered the handshake by then
 	hdr         []byte      // only touched by the connection's single reader
 	done        atomic.Bool // the handshake's answer has been read
 	dropping    atomic.Bool // tests: deliver nothing more
+	closed      atomic.Bool // closed by go-zookeeper or the dialer
 	once        sync.Once
 }
 
@@ -134,6 +140,11 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 	if c.dropping.Load() {
 		c.Close()
 		return 0, errCrashed
+	}
+	if err != nil && !c.closed.Load() {
+		// The server closed the connection, or did not answer in
+		// time: the cause of the requests this loss fails.
+		c.d.r.failed(lostError(c.addr, err), false)
 	}
 	if !c.done.Load() && n > 0 {
 		c.hdr = append(c.hdr, p[:n]...)
@@ -203,6 +214,7 @@ func (c *sniffConn) parse() {
 func (c *sniffConn) Close() error {
 	var err error
 	c.once.Do(func() {
+		c.closed.Store(true)
 		c.d.mu.Lock()
 		delete(c.d.conns, c)
 		c.d.mu.Unlock()
@@ -250,23 +262,40 @@ func dial(ctx context.Context, servers []string, sessTO, connTO time.Duration, o
 		}
 		o.Logger.Debug("zookeeper: session state", "state", ev.State.String(), "server", ev.Server)
 	}
-	conn, _, err := zk.Connect(servers, sessTO, zk.WithDialer(d.dial), zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false), zk.WithEventCallback(cb))
+	conn, _, err := zk.Connect(servers, sessTO, zk.WithDialer(d.dial), zk.WithHostProvider(hosts{zk.NewDNSHostProvider(), d.r}),
+		zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false), zk.WithEventCallback(cb))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: connect: %w", err)
 	}
 	t := time.NewTimer(connTO)
 	defer t.Stop()
+	_, _, down := d.r.state()
+	// withCause adds the last failure to connect, if any, to err.
+	withCause := func(err error) error {
+		if cause, _, _ := d.r.state(); cause != nil {
+			return fmt.Errorf("%w: %w", err, cause)
+		}
+		return err
+	}
+	all := strings.Join(servers, ",")
 	select {
 	case <-ready:
+	case <-down:
+		// Every server refused (or failed to answer) the connection:
+		// no need to wait for connect_timeout to say so.
+		conn.Close()
+		cause, _, _ := d.r.state()
+		return nil, fmt.Errorf("zookeeper: cannot connect to %s: %w", all, &unreachableError{zk.ErrNoServer, cause})
 	case <-ctx.Done():
 		conn.Close()
-		return nil, ctx.Err()
+		return nil, withCause(fmt.Errorf("zookeeper: no session with %s: %w", all, ctx.Err()))
 	case <-t.C:
 		conn.Close()
-		return nil, fmt.Errorf("zookeeper: no session with %s within connect_timeout %v", strings.Join(servers, ","), connTO)
+		return nil, withCause(fmt.Errorf("zookeeper: no session with %s within connect_timeout %v", all, connTO))
 	}
 	bb := newBackend(conn, o)
 	bb.owned, bb.d, bb.reqTO, bb.evented = true, d, sessTO, true
+	bb.conn.r = d.r
 	bmu.Lock()
 	b = bb
 	bmu.Unlock()

@@ -20,7 +20,7 @@ import (
 // LossNotifier, ForceReleaser, TokenFloorer and Describer. It is safe for
 // concurrent use.
 type Backend struct {
-	conn  *zk.Conn
+	conn  conn
 	owned bool    // Open dialled conn; Close closes it
 	d     *dialer // owned connections only
 	root  string
@@ -78,9 +78,9 @@ func New(ctx context.Context, conn *zk.Conn, opts *Options) (*Backend, error) {
 	return b, nil
 }
 
-func newBackend(conn *zk.Conn, o Options) *Backend {
+func newBackend(zc *zk.Conn, o Options) *Backend {
 	b := &Backend{
-		conn:     conn,
+		conn:     conn{Conn: zc},
 		root:     o.Prefix,
 		acl:      o.ACL,
 		log:      o.Logger,
@@ -102,7 +102,7 @@ var (
 )
 
 // Conn returns the backend's ZooKeeper connection.
-func (b *Backend) Conn() *zk.Conn { return b.conn }
+func (b *Backend) Conn() *zk.Conn { return b.conn.Conn }
 
 // SessionTimeout returns the session timeout grants report as their TTL:
 // the one the server negotiated for a connection Open made, else
