@@ -190,4 +190,18 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 			t.Errorf("Acquire with a %v deadline after %v: %v; want the deadline joined with the refused connection", deadline, took, err)
 		}
 	})
+	// Failing fast does not outlast the outage: once the server is back,
+	// the client reconnects and calls succeed again.
+	t.Run("ServerBack", func(t *testing.T) {
+		if err := e.Start(ctx, "etcd"); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Acquire(ctx, "after")
+		if err != nil {
+			t.Fatalf("Acquire once the server is back: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
