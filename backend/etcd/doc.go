@@ -20,7 +20,11 @@
 // added; default "/fencelock/"). Parameters:
 //
 //   - dial_timeout: how long Open waits for the cluster to answer a first
-//     read (default 5s; must be positive).
+//     read (default 5s; must be positive). A refused connection fails at
+//     once: the client Open makes does not wait for a ready connection,
+//     so a request to an unreachable cluster fails within milliseconds
+//     with the cause ("connection refused"). A client passed to New keeps
+//     its own settings.
 //   - cleanup_timeout: Options.CleanupTimeout (default 5s).
 //   - ca_file: PEM file of the CAs to trust (etcds only; default the
 //     system roots).

@@ -28,7 +28,10 @@
 //     15s, between 10ms and 24h; the server clamps it to 2 to 20 ×
 //     tickTime by default, and grants report what it negotiated).
 //   - connect_timeout: how long Open waits for the first session (default
-//     10s; must be positive).
+//     10s; must be positive). Open fails sooner, naming the cause, once
+//     every server has refused the connection; from then until a session
+//     is back, requests on the connection fail at once with
+//     zk.ErrNoServer and the cause (see reach.go).
 //
 // Any other parameter is an error. fencelock.Open also accepts the
 // engine's parameters (ttl, renew_interval, margin, rotate_every, owner)
