@@ -146,8 +146,11 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, e
 // TryRLock makes one attempt at a read grant: it returns an error
 // matching ErrNotAcquired at once when a writer holds the gate (or waits
 // for readers to drain), a writer waits for the gate (a *HeldError
-// naming its intent), or every slot is held. It leaves nothing behind
-// when it fails.
+// naming its intent), or every slot is held. Other readers do not make
+// it fail: it tries the gate again while a reader passes it, for at most
+// Options.MaxBackoff (a reader stopped in the gate, its process paused
+// or dead, holds it until its lease ends). It leaves nothing behind when
+// it fails.
 func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, false, opts)
 }
@@ -269,6 +272,87 @@ func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOptio
 	return rw.c.Acquire(ctx, rw.gate, gopts...)
 }
 
+// enterRead takes the gate for a reader, waiting for it with wait. A try
+// that finds the gate held by another reader passing it (readers pass it
+// one at a time, for a few round trips) tries again rather than refuse:
+// TryRLock refuses for a writer, holding or waiting, and for a full set of
+// slots, never because of readers only. Before each new attempt it looks
+// at the intent, so a writer that began to wait meanwhile refuses it as
+// at its first look (writers stay preferred). It waits between attempts
+// with the client's backoff, for at most Options.MaxBackoff in all: a
+// reader that stopped in the gate (its process paused or died) holds it
+// until its lease ends, and a try does not wait for that. A gate held by
+// a writer, or by a record that is not a reader's, refuses at once.
+func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
+	if wait {
+		return rw.enter(ctx, wait, opts)
+	}
+	c := rw.c
+	deadline := time.Now().Add(c.o.MaxBackoff)
+	backoff := c.o.MinBackoff
+	for {
+		gate, err := rw.enter(ctx, wait, opts)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return gate, err
+		}
+		switch rw.gateHolder(ctx, err) {
+		case gateFree:
+			// The reader left between the attempt and the look.
+		case gateReader:
+			d := min(jitter(backoff), time.Until(deadline))
+			if d <= 0 {
+				return nil, err
+			}
+			if c.sleep(ctx, d) != nil {
+				return nil, c.ended(ctx, err)
+			}
+			backoff = min(2*backoff, c.o.MaxBackoff)
+		default:
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		if werr := rw.awaitNoWriter(ctx, false); werr != nil {
+			return nil, werr
+		}
+	}
+}
+
+// gateKind is who holds a read-write lock's gate, as enterRead sees it.
+type gateKind int
+
+const (
+	gateOther  gateKind = iota // a writer, another record, or unknown
+	gateFree                   // nobody
+	gateReader                 // a reader passing it
+)
+
+// gateHolder says who holds the gate, after an attempt at it was refused
+// with refusal: from the holder the store named in refusal (its
+// *HeldError) if that carries the holder's metadata, else from one
+// Inspect of the gate. A failed look counts as gateOther.
+func (rw *RWLock) gateHolder(ctx context.Context, refusal error) gateKind {
+	var info Info
+	var he *HeldError
+	if errors.As(refusal, &he) && he.Holder.Owner != "" && he.Holder.Metadata != nil {
+		info = he.Holder
+	} else {
+		var err error
+		if info, err = rw.c.Inspect(ctx, rw.gate); err != nil {
+			return gateOther
+		}
+		if info.Owner == "" {
+			return gateFree
+		}
+	}
+	header, _ := parseRWMeta(info.Metadata)
+	if fields := strings.Fields(header); len(fields) > 0 && fields[0] == "read" {
+		return gateReader
+	}
+	return gateOther
+}
+
 // awaitNoWriter returns once no writer holds the intent, by one Inspect
 // of the store, polling with the client's backoff while one does. Without
 // wait it returns a *HeldError naming the intent's holder (matching
@@ -303,7 +387,7 @@ func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOpt
 	if err := rw.awaitNoWriter(ctx, wait); err != nil {
 		return nil, err
 	}
-	gate, err := rw.enter(ctx, wait, rwOpts(opts, "read gate", false, false))
+	gate, err := rw.enterRead(ctx, wait, rwOpts(opts, "read gate", false, false))
 	if err != nil {
 		return nil, err
 	}
