@@ -164,7 +164,23 @@ func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, er
 // floor raised to it before the grant is returned: if that fails, both
 // sides are released and the error returned, because the next holder on
 // that side could otherwise get a lower token than this one.
+//
+// Before the old side, Acquire reads the new side's record, and if
+// another owner holds the key there it returns that holder's HeldError
+// without taking the old side: the new side would refuse it anyway, and
+// meanwhile its old record, with a token above the new side's holder's,
+// would be what Inspect reports (see merge), a holder that never held.
 func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := driver.CheckAcquire(req); err != nil {
+		return driver.Grant{}, err
+	}
+	info, err := d.new.Inspect(ctx, req.Key)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("migrate: new backend: %w", err)
+	}
+	if info.Locked() && info.Owner != req.Owner {
+		return driver.Grant{}, &driver.HeldError{Holder: info}
+	}
 	o, err := d.old.Acquire(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
@@ -644,16 +660,30 @@ func (d *Dual) Release(ctx context.Context, g driver.Grant) error {
 
 // merge combines the two sides' records of one key. A key held by the
 // same owner on both is reported with the dual token (the larger) and the
-// shorter remaining time. A key held by different owners on the two
-// sides is reported with the new side's holder: the old side's is then a
-// dual Acquire in progress (it takes the old side first) that the new
-// side refuses and rolls back, or a client on the old side alone that
-// took the key in the moment between the sides' expiries of a crashed
-// holder's records; reporting the old one would show a holder that never
-// held (Observe would deliver a leader, then no leader). A key held on
-// one side only is reported with that side's holder (the old side's: a
-// client of the old side alone, or a dual Acquire that has not reached
-// the new side yet).
+// shorter remaining time. A key held on one side only is reported with
+// that side's holder (the old side's: a client of the old side alone, or
+// a dual Acquire that has not reached the new side yet).
+//
+// A key held by different owners on the two sides is reported with the
+// holder of the larger token: the later grant, the one the arbiter of the
+// phase gave the key to. Every dual grant raises both sides' floors to its
+// token before it is returned, so a grant on either side after a dual
+// holder lost that side has a larger token than any of that holder's.
+// With old-only and dual clients (the old side decides), a dual holder
+// whose old record expired first and an old-only client that took the
+// key since: the old side's token is the larger. With dual and new-only
+// clients (the new side decides), a dual holder whose new record expired
+// first and a new-only client: the new side's is. Reporting the other
+// side would name a holder that has lost, until its record there expires.
+// On equal tokens (no dual grant orders them) the new side's holder is
+// reported.
+//
+// The one disagreement where the later grant is not the holder is a dual
+// Acquire that took the old side and is then refused by the new one (and
+// rolls back): Observe would deliver a leader that never led. Acquire
+// makes it rare by refusing before the old side when the new side is
+// held by another owner: it remains only when the new side is taken
+// between that look and the new side's Acquire.
 func merge(key string, o, n driver.Info) driver.Info {
 	info := n
 	switch {
@@ -661,7 +691,7 @@ func merge(key string, o, n driver.Info) driver.Info {
 		info = o
 		info.Token = max(o.Token, n.Token)
 		info.Remaining = min(o.Remaining, n.Remaining)
-	case o.Locked() && !n.Locked():
+	case o.Locked() && (!n.Locked() || o.Token > n.Token):
 		info = o
 	}
 	info.Key = key
