@@ -2,7 +2,6 @@ package fencelock
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"sort"
 	"strconv"
@@ -95,18 +94,24 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	open, ok := registry[scheme]
 	registryMu.RUnlock()
 	if !ok {
-		return nil, nil, fmt.Errorf("%w %q in %s (forgotten import?); known schemes: %s",
-			ErrUnknownScheme, u.Scheme, driver.RedactURL(rawURL), strings.Join(Schemes(), ", "))
+		return nil, nil, unknownScheme(u.Scheme, rawURL)
 	}
 	q := u.Query()
 	o := &Options{}
 	for name, dst := range map[string]*time.Duration{
 		"ttl": &o.TTL, "renew_interval": &o.RenewInterval, "margin": &o.Margin, "rotate_every": &o.RotateEvery,
 	} {
-		if v := q.Get(name); v != "" {
-			d, err := time.ParseDuration(v)
+		if q.Has(name) {
+			// One rule for a TTL from a URL and from a flag
+			// (driver.ParseTTL); an empty or zero value is refused, not
+			// taken for the default.
+			parse := driver.ParseDuration
+			if name == "ttl" {
+				parse = driver.ParseTTL
+			}
+			d, err := parse("URL parameter "+strconv.Quote(name), q.Get(name))
 			if err != nil {
-				return nil, nil, &InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(v), Reason: "not a duration (e.g. 1500ms, 15s)"}
+				return nil, nil, err
 			}
 			*dst = d
 		}

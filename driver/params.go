@@ -114,13 +114,67 @@ func (p *Params) Err() error {
 		unknown = append(unknown, k)
 	}
 	sort.Strings(unknown)
-	known := append([]string(nil), p.known...)
-	sort.Strings(known)
-	reason := "unknown; known parameters: " + strings.Join(known, ", ")
-	if len(known) == 0 {
-		reason = "unknown: this URL takes no parameters of its own"
+	return UnknownParam(unknown[0], p.known)
+}
+
+// EngineParams are the URL parameters the engine reads (fencelock.Open
+// removes them before a backend sees the URL): every URL takes them.
+var EngineParams = []string{"margin", "owner", "renew_interval", "rotate_every", "ttl"}
+
+// UnknownParam returns the *InvalidOptionError for a URL parameter that
+// neither the backend (known) nor the engine (EngineParams) reads: it
+// lists both, and names the parameter most probably meant.
+func UnknownParam(name string, known []string) error {
+	own := append([]string(nil), known...)
+	sort.Strings(own)
+	reason := "unknown"
+	if guess := closest(name, append(append([]string(nil), own...), EngineParams...)); guess != "" {
+		reason += "; did you mean " + guess + "?"
 	}
-	return &InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(unknown[0]), Reason: reason}
+	if len(own) > 0 {
+		reason += "; this backend's parameters: " + strings.Join(own, ", ") + "; every URL's: " + strings.Join(EngineParams, ", ")
+	} else {
+		reason += "; this URL takes no parameters of its own, only the engine's: " + strings.Join(EngineParams, ", ")
+	}
+	return &InvalidOptionError{Option: "URL parameter", Value: strconv.Quote(name), Reason: reason}
+}
+
+// closest returns the word of words nearest to s by edit distance, if
+// near enough to be a typo, else "".
+func closest(s string, words []string) string {
+	best, bestD := "", 3
+	for _, w := range words {
+		if d := EditDistance(strings.ToLower(s), w); d < bestD || d == bestD && w < best {
+			best, bestD = w, d
+		}
+	}
+	if best == "" || bestD*2 > len(s) {
+		return ""
+	}
+	return best
+}
+
+// EditDistance is the Levenshtein distance between a and b, in bytes: how
+// many insertions, deletions and substitutions turn one into the other.
+// Errors use it to name what a misspelt word probably meant.
+func EditDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // showValue is how an error shows a parameter's value: quoted, or

@@ -176,7 +176,16 @@ func redact(raw string, depth int) (string, []string) {
 	}
 	var out strings.Builder
 	out.WriteString(prefix)
-	if at >= 0 {
+	if at >= 0 && !isURL && prefix != "" && !strings.ContainsAny(rest[:at], "/?#") {
+		// "user:password@host/db" without a scheme parses as scheme
+		// "user" and opaque "password@host/db": what looks like the
+		// scheme is the user name, and the rest of the userinfo is
+		// the password.
+		out.WriteString(Redacted)
+		secrets = append(secrets, rest[:at])
+		out.WriteByte('@')
+		rest = rest[at+1:]
+	} else if at >= 0 {
 		ui := rest[:at]
 		switch c := strings.IndexByte(ui, ':'); {
 		case c >= 0:

@@ -35,6 +35,10 @@ func TestRedactURL(t *testing.T) {
 		{"postgres://app:" + pw + "@h:99999 /db?password=" + pw, "postgres://app:xxxxx@h:99999 /db?password=xxxxx"},
 		{"host=h user=u password=" + pw + " dbname=d", "host=h user=u password=xxxxx dbname=d"},
 		{"h:5432 password=" + pw, "h:5432 password=xxxxx"},
+		// No scheme: "user:password@host" parses as scheme "user".
+		{"app:" + pw + "@db:5432/app", "app:xxxxx@db:5432/app"},
+		{"app:" + pw + "@db", "app:xxxxx@db"},
+		{"app:" + pw + "@db:5432/app?sslmode=disable&password=" + pw, "app:xxxxx@db:5432/app?sslmode=disable&password=xxxxx"},
 		// Nested, escaped and not.
 		{"dual://?old=" + url.QueryEscape("postgres://u:"+pw+"@h/db") + "&new=" + url.QueryEscape("redis://h?password="+pw),
 			"dual://?old=" + url.QueryEscape("postgres://u:xxxxx@h/db") + "&new=" + url.QueryEscape("redis://h?password=xxxxx")},
@@ -152,5 +156,25 @@ func TestParamsNoKnownParameters(t *testing.T) {
 	}
 	if strings.HasSuffix(err.Error(), ": ") || !strings.Contains(err.Error(), "no parameters") {
 		t.Fatalf("err = %q: want it to say the URL takes no parameters", err)
+	}
+}
+
+// TestUnknownParamNamesTheLikelyOne checks that a misspelt URL parameter
+// gets the backend's and the engine's parameters listed, and the one it
+// probably meant named.
+func TestUnknownParamNamesTheLikelyOne(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"x://h?tll=5s&table=t", "did you mean ttl?"},
+		{"x://h?tabel=t", "did you mean table?"},
+		{"x://h?renew_intervall=1s", "did you mean renew_interval?"},
+	} {
+		u, _ := url.Parse(c.url)
+		p := driver.NewParams(u)
+		p.String("table", "")
+		err := p.Err()
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "table") || !strings.Contains(err.Error(), "ttl") {
+			t.Errorf("%s: err = %v; want it to list table and ttl and say %q", c.url, err, c.want)
+		}
 	}
 }
