@@ -69,6 +69,7 @@ func cmdStatus(e *env, args []string) int {
 		return e.usageError("status", "%v", err)
 	}
 	ctx := context.Background()
+	cf.readOnly = true // reads create nothing, not even a file backend's directory
 	c, err := e.open(ctx, &cf, nil, key)
 	if err != nil {
 		return e.fail("status", err, e.parsedURL(&cf))
@@ -136,6 +137,7 @@ func cmdList(e *env, args []string) int {
 	if probe == "" {
 		probe = "fencelock"
 	}
+	cf.readOnly = true // reads create nothing, not even a file backend's directory
 	c, err := e.open(ctx, &cf, nil, probe)
 	if err != nil {
 		return e.fail("list", err, e.parsedURL(&cf))
@@ -316,6 +318,7 @@ func cmdDoctor(e *env, args []string) int {
 		setLibraryVerbose(true, raw, e.stderr)
 		cf.verbose = false
 	}
+	cf.readOnly = true // reads create nothing, not even a file backend's directory
 	c, err := e.open(context.Background(), &cf, nil, "fencelock")
 	if err != nil {
 		return e.fail("doctor", err, e.parsedURL(&cf))

@@ -24,7 +24,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Exit statuses. They are documented in docs/cli.md and in `fencelock run
@@ -96,8 +99,23 @@ func (e *env) main(args []string) int {
 			return c.run(e, args[1:])
 		}
 	}
-	fmt.Fprintf(e.stderr, "fencelock: unknown command %q\n\n", args[0])
-	e.usage(e.stderr)
+	return e.unknownCommand(args[0])
+}
+
+// unknownCommand reports a command that does not exist, naming the one
+// probably meant, without the whole usage.
+func (e *env) unknownCommand(name string) int {
+	best, bestD := "", 3
+	for _, c := range commands {
+		if d := driver.EditDistance(strings.ToLower(name), c.name); d < bestD {
+			best, bestD = c.name, d
+		}
+	}
+	if best != "" && bestD*2 <= len(name) {
+		fmt.Fprintf(e.stderr, "fencelock: unknown command %q; did you mean %q?\nRun 'fencelock --help' for the list of commands.\n", name, best)
+	} else {
+		fmt.Fprintf(e.stderr, "fencelock: unknown command %q\nRun 'fencelock --help' for the list of commands.\n", name)
+	}
 	return exitUsage
 }
 
@@ -138,8 +156,7 @@ func cmdHelp(e *env, args []string) int {
 			return c.run(e, []string{"--help"})
 		}
 	}
-	fmt.Fprintf(e.stderr, "fencelock: unknown command %q\n", args[0])
-	return exitUsage
+	return e.unknownCommand(args[0])
 }
 
 // flagSet returns a FlagSet for a subcommand whose help text is usage
@@ -197,7 +214,7 @@ func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest [
 				fs.Usage()
 				return nil, nil, exitOK, true
 			}
-			return nil, nil, e.usageError(name, "%v", err), true
+			return nil, nil, e.usageError(name, "%s", flagError(err)), true
 		}
 		left, tail := fs.Args(), args[cut:]
 		if len(left) == 0 {
@@ -210,11 +227,41 @@ func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest [
 		args = append(append([]string{}, left[1:]...), tail...)
 		if len(pos) == stopAfter {
 			if len(args) > 0 && args[0] == "--" {
-				args = args[1:]
+				return pos, args[1:], 0, false
+			}
+			if len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
+				// Flags after the positional arguments ("run KEY --no-wait
+				// -- COMMAND"): parsed as flags when a "--" ends them;
+				// without one they would be taken for the command.
+				name := strings.TrimPrefix(fs.Name(), "fencelock ")
+				end := slices.Index(args, "--")
+				if end < 0 {
+					return nil, nil, e.usageError(name, "%s after %s looks like a flag: flags go before %s, or end them with --, as in fencelock %s [flags] %s [flags] -- COMMAND",
+						args[0], pos[len(pos)-1], pos[len(pos)-1], name, pos[len(pos)-1]), true
+				}
+				if err := fs.Parse(args[:end]); err != nil {
+					return nil, nil, e.usageError(name, "%s", flagError(err)), true
+				}
+				if fs.NArg() > 0 {
+					return nil, nil, e.usageError(name, "unexpected %q among the flags after %s: the command goes after --", fs.Arg(0), pos[len(pos)-1]), true
+				}
+				return pos, args[end+1:], 0, false
 			}
 			return pos, args, 0, false
 		}
 	}
+}
+
+// flagError is the message of a flag parsing error: a value a flag's own
+// parser refused with an *InvalidOptionError reads as that error alone
+// ("invalid --ttl "5": ... did you mean 5s?"), not wrapped in the flag
+// package's "invalid value ... for flag -ttl: fencelock: ...".
+func flagError(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ": fencelock: invalid "); i >= 0 && strings.HasPrefix(msg, "invalid value ") {
+		return msg[i+len(": fencelock: "):]
+	}
+	return msg
 }
 
 func (e *env) usageError(cmd, format string, args ...any) int {

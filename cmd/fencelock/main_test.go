@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -397,7 +398,13 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"run", "k", "--", filepath.Join(f.dir, "missing")}, exitNotFound, "no such file"},
 		{[]string{"run", "k"}, exitUsage, "missing COMMAND"},
 		{[]string{"run", "--no-wait", "--timeout", "1s", "k", "--", "true"}, exitUsage, "--no-wait"},
-		{[]string{"run", "--ttl", "0", "k", "--", "true"}, exitUsage, "--ttl must be positive"},
+		{[]string{"run", "--ttl", "0", "k", "--", "true"}, exitUsage, `invalid --ttl "0": shorter than 1s`},
+		{[]string{"run", "--ttl", "10ms", "k", "--", "true"}, exitUsage, `invalid --ttl "10ms": shorter than 1s`},
+		{[]string{"run", "--ttl", "5", "k", "--", "true"}, exitUsage, "did you mean 5s?"},
+		{[]string{"run", "--url", "file://" + f.dir + "/locks?ttl=0", "k", "--", "true"}, exitUsage, `"ttl" "0": shorter than 1s`},
+		{[]string{"run", "k", "--no-wait", "true"}, exitUsage, "--no-wait after k looks like a flag"},
+		{[]string{"run", "k", "--no-wait", "--", "sh", "-c", "exit 3"}, 3, ""},
+		{[]string{"run", "k", "--no-wait", "extra", "--", "true"}, exitUsage, `unexpected "extra"`},
 		{[]string{"run", "--ttl", "3s", "--grace", "4s", "k", "--", "true"}, exitUsage, "--grace 4s is longer than the lease's danger zone leaves"},
 		{[]string{"run", "--url", "file://" + f.dir + "/locks?ttl=3s", "--grace", "801ms", "k", "--", "true"}, exitUsage, "within 800ms"},
 		{[]string{"run", "--bogus", "k", "--", "true"}, exitUsage, "bogus"},
@@ -405,6 +412,14 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"release", "k"}, exitUsage, "--force"},
 		{[]string{"status"}, exitUsage, "KEY"},
 		{[]string{"nonsense"}, exitUsage, "unknown command"},
+		{[]string{"stauts"}, exitUsage, `did you mean "status"?`},
+		{[]string{"help", "lsit"}, exitUsage, `did you mean "list"?`},
+		{[]string{}, exitUsage, "Usage:"},
+		{[]string{"status", "--url", "file://" + f.dir + "/absent/x", "k"}, exitUnavailable, "no such directory"},
+		{[]string{"list", "--url", "file://" + f.dir + "/absent/x"}, exitUnavailable, "no such directory"},
+		{[]string{"run", "--url", "postgress://u:s3cret@db/app", "k", "--", "true"}, exitUsage, "did you mean postgres://?"},
+		{[]string{"run", "--url", "zookeeper://h:2181", "k", "--", "true"}, exitUsage, "did you mean zk://?"},
+		{[]string{"status", "--url", "app:s3cret@db:5432/app", "k"}, exitUsage, "has no scheme"},
 		{[]string{"run", "--url", "nosuch://user:s3cret@host/x", "k", "--", "true"}, exitUsage, "known schemes: "},
 		{[]string{"status", "--url", "file://remotehost/x", "k"}, exitUsage, "localhost"},
 	} {
@@ -415,6 +430,11 @@ func TestExitStatuses(t *testing.T) {
 		if strings.Contains(stderr, "s3cret") {
 			t.Errorf("fencelock %q printed the password: %q", tc.args, stderr)
 		}
+	}
+	// Read-only commands create nothing, not even the directory they were
+	// pointed at.
+	if _, err := os.Stat(filepath.Join(f.dir, "absent")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("status/list on a missing directory created it: stat = %v", err)
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -25,6 +27,7 @@ type connFlags struct {
 	url            string
 	connectTimeout time.Duration
 	verbose        bool
+	readOnly       bool // the command only reads: it must create nothing
 }
 
 func addConnFlags(fs *flag.FlagSet, cf *connFlags) {
@@ -79,6 +82,18 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	}
 	if cf.connectTimeout <= 0 {
 		return nil, &backendError{msg: "--connect-timeout must be positive", bad: true}
+	}
+	if cf.readOnly && perr == nil && strings.EqualFold(u.Scheme, "file") && (u.Host == "" || u.Host == "localhost") {
+		// The file backend creates its directory on open; a command that
+		// only reads must not, and nothing can be locked in a directory
+		// that does not exist.
+		dir := u.Path
+		if dir == "" {
+			dir = u.Opaque
+		}
+		if _, err := os.Stat(dir); dir != "" && errors.Is(err, fs.ErrNotExist) {
+			return nil, &backendError{msg: fmt.Sprintf("%s: no such directory, so nothing is locked there (fencelock run creates it)", driver.RedactURL(raw))}
+		}
 	}
 	octx, cancel := context.WithTimeout(ctx, cf.connectTimeout)
 	defer cancel()

@@ -138,7 +138,10 @@ func cmdRun(e *env, args []string) int {
 func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset := e.flagSet("run", runUsage, runExamples)
 	addConnFlags(fset, &rf.cf)
-	fset.DurationVar(&rf.ttl, "ttl", 0, "lease time to live `D`: how long the lock outlives a crashed fencelock\n(default 15s, or the URL's ttl parameter)")
+	fset.Func("ttl", "lease time to live `D`, at least 1s: how long the lock outlives a crashed fencelock\n(default 15s, or the URL's ttl parameter)", func(v string) (err error) {
+		rf.ttl, err = driver.ParseTTL("--ttl", v)
+		return err
+	})
 	fset.Bool("wait", true, "wait while someone else holds KEY (the default)")
 	fset.BoolVar(&rf.noWait, "no-wait", false, "do not wait: exit 75 at once if KEY is held")
 	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
@@ -172,8 +175,6 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--permits must be between 1 and %d", fencelock.MaxPermits), true
 	case rf.shared && explicit["permits"]:
 		return rf, e.usageError("run", "--shared and --permits are exclusive"), true
-	case explicit["ttl"] && rf.ttl == 0:
-		return rf, e.usageError("run", "--ttl must be positive (leave it out for the default: 15s, or the URL's ttl parameter)"), true
 	}
 	rf.key = pos[0]
 	if err := driver.ValidateKey(rf.key); err != nil {
