@@ -95,3 +95,33 @@ func smoke(t *testing.T, url string) {
 		t.Fatalf("status after the holder ended: exit %d; want %d\n%s", code, exitFree, stderr)
 	}
 }
+
+// TestDemoOnEveryStore runs `fencelock demo --url` on every real store
+// and on a file directory: the paused holder's late write is refused by
+// the fence on the user's own store too, and the demo's key is gone
+// afterwards.
+func TestDemoOnEveryStore(t *testing.T) {
+	urls := map[string]string{"file": "file://" + t.TempDir()}
+	for _, name := range []string{"POSTGRES", "REDIS", "ETCD", "ZOOKEEPER", "MONGO"} {
+		urls[strings.ToLower(name)] = testenv.URL(t, "FENCELOCK_TEST_"+name)
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			stdout, stderr, code := f.run("demo", "--url", url)
+			if code != 0 {
+				t.Fatalf("demo --url: exit %d\n%s%s", code, stdout, stderr)
+			}
+			for _, want := range []string{"on your store", "REJECTED", "stale fencing token"} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("demo --url output lacks %q:\n%s", want, stdout)
+				}
+			}
+			stdout, _, _ = f.run("list", "--url", url, "fencelock-demo/")
+			if strings.TrimSpace(stdout) != "" {
+				t.Errorf("demo left locks behind: %q", stdout)
+			}
+		})
+	}
+}

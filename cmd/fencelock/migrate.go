@@ -21,8 +21,8 @@ token the backend at --from has issued (for keys starting with PREFIX, all
 without one), so that no token the new backend issues is at or below one a
 downstream service has already seen. Where --to has a store-wide floor
 (PostgreSQL, etcd, ZooKeeper) it is raised to --from's highest token;
-otherwise (Redis, file) each key --from lists gets its own floor. MongoDB
-has no token floors yet. Floors never go down: the command is
+otherwise (Redis, MongoDB, file) each key --from lists gets its own
+floor. Floors never go down: the command is
 idempotent, safe to re-run, and safe while locks are held on either side.
 Run it before phase 2 and again right before phase 3 of a migration, and
 from new to old before rolling back from phase 2 to phase 1
