@@ -37,7 +37,7 @@ COMMAND gets these environment variables:
   FENCELOCK_OWNER   the holder's name, as 'fencelock status' shows it
 
 If the lease is lost while COMMAND runs (the store no longer has it, or it
-could not be renewed in time), or is about to be (renewals have been failing
+could not be renewed in time), or is about to be (no renewal confirmed by the store in time,
 and less than one renewal interval of its local validity is left: the danger
 zone), COMMAND is stopped, so that it is dead before anyone else can hold the
 lock: SIGTERM when the danger zone begins, SIGKILL --grace later but always
@@ -254,6 +254,9 @@ func (e *env) run(rf runFlags) int {
 	if !ok {
 		return code
 	}
+	if sum != nil {
+		sum.setLease(l)
+	}
 	// From now on signals are COMMAND's: stop the watcher first, so that
 	// it eats none of them, and honour one that arrived meanwhile.
 	stopWatcher()
@@ -311,7 +314,7 @@ func waitForHold(l *fencelock.Lease, u *url.URL, sigs <-chan os.Signal) {
 }
 
 // runOptions returns the engine options for run, the channel that hears
-// of the lease's danger zone (renewals have been failing and less than one
+// of the lease's danger zone (no renewal confirmed in time and less than one
 // renewal interval of local validity is left), and the --summary observer
 // (nil without --summary).
 func runOptions(rf *runFlags, u *url.URL) (*fencelock.Options, <-chan struct{}, *runSummary) {
@@ -619,7 +622,7 @@ func (ch *runningCmd) supervise(sigs <-chan os.Signal, danger <-chan struct{}) {
 			}
 		case <-danger:
 			danger = nil
-			ch.stop(fmt.Sprintf("the lease on %s is in its danger zone: renewals have been failing, and it will be lost in %v unless one succeeds",
+			ch.stop(fmt.Sprintf("the lease on %s is in its danger zone: the store has not confirmed a renewal in time (renewals failed or went unanswered), and it will be lost in %v unless one succeeds",
 				strconv.Quote(ch.l.Key()), ch.l.Remaining().Round(time.Millisecond)))
 			if ch.kill != nil {
 				kill = ch.kill.C

@@ -24,6 +24,17 @@ type runSummary struct {
 	end      string
 	endCause error
 	heldKey  string // the key of the lease acquired (a permit's slot key), once acquired
+	acquired time.Time
+	lease    *fencelock.Lease // the lease run holds, once acquired (see setLease)
+}
+
+// setLease tells the summary which lease the run holds, so that a lease
+// found lost at exit is reported as lost even if its event has not been
+// observed yet (a session store can report the loss as the run exits).
+func (s *runSummary) setLease(l *fencelock.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lease = l
 }
 
 func newRunSummary(key string) *runSummary {
@@ -38,7 +49,7 @@ func (s *runSummary) Observe(e fencelock.Event) {
 		return // with --permits: the cancelled waits on the other slots
 	}
 	if e.Kind == fencelock.EventAcquired {
-		s.heldKey = e.Key
+		s.heldKey, s.acquired = e.Key, time.Now()
 	}
 	s.counts[e.Kind]++
 	if e.Token != 0 {
@@ -60,6 +71,10 @@ func (s *runSummary) Observe(e fencelock.Event) {
 func (s *runSummary) print(w io.Writer, u urlScrubber) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.end == "" && s.lease != nil && s.lease.Err() != nil {
+		s.end, s.endCause = fencelock.EventLost.String(), s.lease.Err()
+		s.held = time.Since(s.acquired)
+	}
 	end := s.end
 	if end == "" {
 		end = "none"
