@@ -1,34 +1,3 @@
-// Package fencelock provides distributed locks that are safe to build on:
-// every lock is a lease with a server-issued fencing token, one engine
-// renews leases and notices their loss, and the same conformance suite
-// proves each backend's behaviour.
-//
-// A Client wraps one Backend (PostgreSQL, Redis, etcd, ZooKeeper, MongoDB,
-// the in-process memory backend, or a third party's). Acquire and
-// TryAcquire return a *Lease, which carries a fencing Token, renews itself
-// in the background, and reports its end through Done, Context and Err:
-//
-//	c, err := fencelock.Open(ctx, "mem://", nil)
-//	lease, err := c.Acquire(ctx, "jobs/nightly")
-//	defer lease.Release(context.Background())
-//	err = store.Write(lease.Context(), lease.Token(), data) // the store checks the token
-//
-// # Safety
-//
-// A lease is judged by its holder's own monotonic clock: the engine starts
-// the clock before each acquire or renew request is sent, and when
-// start + TTL − Margin passes without a successful renewal the lease is
-// over, even if the backend cannot be reached. Because the store counts its
-// TTL from when it received the request, the holder stops believing it
-// holds the lock before anyone else can acquire it (as long as clocks run at
-// about the same rate; Margin absorbs the drift). A renewal answered "not
-// yours" ends the lease at once; transient failures are retried until local
-// validity runs out.
-//
-// Even so, a holder can be paused (GC, swap, SIGSTOP) between checking its
-// lease and using the resource. Fencing tokens close that gap: tokens
-// strictly increase per key, and a resource that remembers the highest
-// token it has seen (see Fence) rejects the paused holder's late write.
 package fencelock
 
 import (
