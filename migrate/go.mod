@@ -20,7 +20,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -59,5 +58,3 @@ replace (
 	github.com/fencelock/fencelock/backend/redis => ../backend/redis
 	github.com/fencelock/fencelock/backend/zookeeper => ../backend/zookeeper
 )
-
-replace github.com/fencelock/fencelock/conformance/generative => ../conformance/generative

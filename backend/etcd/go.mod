@@ -16,7 +16,6 @@ require pgregory.net/rapid v1.3.0 // indirect
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
-	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
@@ -31,5 +30,3 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../..
-
-replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

@@ -4,10 +4,7 @@ go 1.26.0
 
 require github.com/fencelock/fencelock v0.0.0
 
-require (
-	github.com/fencelock/fencelock/conformance/generative v0.0.0-00010101000000-000000000000
-	go.uber.org/goleak v1.3.0
-)
+require go.uber.org/goleak v1.3.0
 
 require pgregory.net/rapid v1.3.0
 
@@ -24,5 +21,3 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../..
-
-replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

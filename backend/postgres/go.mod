@@ -11,7 +11,6 @@ require (
 require pgregory.net/rapid v1.3.0 // indirect
 
 require (
-	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -20,5 +19,3 @@ require (
 )
 
 replace github.com/fencelock/fencelock => ../..
-
-replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

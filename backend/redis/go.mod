@@ -12,11 +12,8 @@ require pgregory.net/rapid v1.3.0 // indirect
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/fencelock/fencelock/conformance/generative v0.0.0
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
 
 replace github.com/fencelock/fencelock => ../..
-
-replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative

@@ -6,13 +6,8 @@ require github.com/fencelock/fencelock v0.0.0
 
 require github.com/go-zookeeper/zk v1.0.4
 
-require (
-	github.com/fencelock/fencelock/conformance/generative v0.0.0
-	go.uber.org/goleak v1.3.0
-)
+require go.uber.org/goleak v1.3.0
 
 require pgregory.net/rapid v1.3.0 // indirect
 
 replace github.com/fencelock/fencelock => ../..
-
-replace github.com/fencelock/fencelock/conformance/generative => ../../conformance/generative
