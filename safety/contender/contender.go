@@ -133,6 +133,9 @@ type Config struct {
 	// and reads or writes the fenced resource named by the lock's key
 	// with the grant's token (see prims.go).
 	RW bool `json:"rw,omitempty"`
+	// MinHold is the engine's Options.MinHold: a lease released sooner
+	// keeps its key until MinHold after it was acquired. Default 0.
+	MinHold time.Duration `json:"min_hold,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -342,6 +345,7 @@ func (k *contender) open() error {
 	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL, k.out.emit)
 	opts.TTL = cfg.TTL
 	opts.RotateEvery = cfg.RotateEvery
+	opts.MinHold = cfg.MinHold
 	opts.Owner = cfg.Proc
 	opts.MaxBackoff = max(cfg.TTL/8, 5*time.Millisecond)
 	opts.ReleaseTimeout = 2 * cfg.TTL

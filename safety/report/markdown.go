@@ -63,6 +63,7 @@ func (m *mdWriter) all() {
 	m.controls()
 	m.claims()
 	m.numbers()
+	m.callBounds()
 	m.explanations()
 	m.violations()
 	m.properties()
@@ -250,6 +251,57 @@ func (m *mdWriter) numbers() {
 			pair(st.DetectionMargin, st.DetectionMargin.P50, st.DetectionMargin.P99),
 			pair(st.OrphanTime, st.OrphanTime.P99, st.OrphanTime.Max),
 			one(st.Recovery, st.Recovery.P99), dur(st.MaxOverlap), dur(c.Duration), c.Seed)
+	}
+}
+
+// callBounds is the section of the call-bound cells: per backend the
+// largest overrun and the violations, then every call measured.
+func (m *mdWriter) callBounds() {
+	var cs []Cell
+	for _, c := range m.r.Cells {
+		if len(c.Calls) > 0 {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	m.p("")
+	m.p("## Call bounds")
+	m.p("")
+	m.p("Every call ends within its bound (B1) and a failed call names the store's cause (B2), measured with the store paused (a proxy holds every byte, as a SIGSTOPped server would), refusing connections (nothing listening from Open on) and vanished after Open (the proxy closed). Overrun: time past the bound (negative: ended before it); a violation ends later than bound + slack, or fails without naming the store's cause.")
+	m.p("")
+	m.p("| backend | calls | max overrun | violations (late / no cause) |")
+	m.p("|---|---|---|---|")
+	for _, c := range cs {
+		most := c.Calls[0].Overrun()
+		late, mute := 0, 0
+		for _, k := range c.Calls {
+			most = max(most, k.Overrun())
+			if k.Violation() {
+				late++
+			}
+			if k.Err != "" && !k.Cause {
+				mute++
+			}
+		}
+		m.p("| %s | %d | %s | %d / %d |", c.Backend, len(c.Calls), dur(most), late, mute)
+	}
+	m.p("")
+	m.p("| backend | store | call | took | bound (+ slack) | overrun | error |")
+	m.p("|---|---|---|---|---|---|---|")
+	for _, c := range cs {
+		for _, k := range c.Calls {
+			e := orDash(k.Err)
+			if k.Err != "" && !k.Cause {
+				e = "**no cause:** " + e
+			}
+			took := dur(k.Elapsed)
+			if k.Violation() {
+				took = "**" + took + "**"
+			}
+			m.p("| %s | %s | %s | %s | %s (+ %s) | %s | %s |", c.Backend, k.Fault, k.Call, took, dur(k.Bound), dur(k.Slack), dur(k.Overrun()), cell(e))
+		}
 	}
 }
 

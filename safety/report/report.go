@@ -151,7 +151,36 @@ type Cell struct {
 	// Result is the checker's result; Verdict the classification.
 	Result  check.Result `json:"result"`
 	Verdict Verdict      `json:"verdict"`
+	// Calls are the calls measured by a call-bound cell (fault
+	// "call-bounds"): one per store fault and call. Other cells have none.
+	Calls []CallBound `json:"calls,omitempty"`
 }
+
+// CallBound is one call measured under one store fault: how long it took
+// against its bound, and whether its error named the store's cause.
+type CallBound struct {
+	// Fault is the store fault ("paused", "refused", "vanished"); Call
+	// the call ("TryAcquire, 2s deadline", "Release", …).
+	Fault string `json:"fault"`
+	Call  string `json:"call"`
+	// Elapsed is how long the call took; Bound how long it may take by
+	// the call-bound contract, Slack the measurement slack past it.
+	Elapsed time.Duration `json:"elapsed"`
+	Bound   time.Duration `json:"bound"`
+	Slack   time.Duration `json:"slack"`
+	// Err is the call's error (redacted), "" if it returned none; Cause
+	// says whether it named the store's cause.
+	Err   string `json:"err,omitempty"`
+	Cause bool   `json:"cause,omitempty"`
+}
+
+// Overrun is how long the call ran past its bound (negative: it ended
+// that much before it).
+func (c CallBound) Overrun() time.Duration { return c.Elapsed - c.Bound }
+
+// Violation reports whether the call ended later than its bound plus
+// slack.
+func (c CallBound) Violation() bool { return c.Overrun() > c.Slack }
 
 // NewCell returns a cell for a checked run, with Verdict set by Classify.
 // The caller fills in Setup, Seed, Duration, Rounds, Config and Claim.

@@ -269,6 +269,16 @@ type cellSpec struct {
 	// instead of the backend's (the member cells: each contender on one
 	// member of a cluster).
 	urlFor func(n int) string
+	// tailor, if set, changes contender n's configuration (c1 is 1) after
+	// the cell's defaults are filled in: clients of one store with
+	// different options (the mixed-config cell). checkTTL, if set, is the
+	// checker's TTL instead of the backend's (the longest of the cell's).
+	tailor   func(n int, cfg *contender.Config)
+	checkTTL time.Duration
+	// direct, if set, is a cell without contenders or fenced resource:
+	// the harness measures calls of its own (the call-bound cell) and
+	// judges them with judgeBounds.
+	direct func(ctx context.Context, c *cell) ([]report.CallBound, error)
 }
 
 // cell is one run of a cellSpec.
@@ -334,6 +344,10 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		be = &own
 	}
 	s := deriveSeed(seed, be.name, spec.fault)
+	checkTTL := be.ttl
+	if spec.checkTTL > 0 {
+		checkTTL = spec.checkTTL
+	}
 	c := &cell{
 		spec:    spec,
 		be:      be,
@@ -341,7 +355,7 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		rng:     rand.New(rand.NewPCG(s, s>>1)),
 		log:     newEventLog(),
 		procs:   make(map[string]*proc.Proc),
-		checkCf: check.Config{TTL: be.ttl, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw},
+		checkCf: check.Config{TTL: checkTTL, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw},
 		logf:    logf,
 	}
 	// Fresh keys per cell: nothing left over from an earlier cell.
@@ -349,6 +363,17 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		c.keys = append(c.keys, fmt.Sprintf("safety-%x-%s-k%d", s&0xffffff, spec.fault, i+1))
 	}
 	start := time.Now()
+	if spec.direct != nil {
+		calls, err := spec.direct(ctx, c)
+		if err != nil {
+			return report.Cell{}, nil, err
+		}
+		rc := report.NewCell(be.name, spec.fault, judgeBounds(calls), be.rules.Lookup(be.name, spec.fault))
+		rc.Setup, rc.Seed, rc.Claim, rc.Calls = c.spec.setup, seed, be.claim, calls
+		rc.Duration = time.Since(start).Round(time.Millisecond)
+		rc.Config = check.Config{TTL: be.ttl, Slack: max(boundMinSlack, 2*be.slack)}
+		return rc, nil, nil
+	}
 	// A short directory: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "flsafety")
 	if err != nil {
@@ -464,6 +489,9 @@ func (c *cell) startProc() (*proc.Proc, error) {
 		Workers:     c.spec.workers,
 		Permits:     c.spec.permits,
 		RW:          c.spec.rw,
+	}
+	if c.spec.tailor != nil {
+		c.spec.tailor(n, &cfg)
 	}
 	env, err := cfg.Env()
 	if err != nil {

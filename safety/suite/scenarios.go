@@ -200,6 +200,19 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		}
 		specs = kept
 	}
+	if be.proxy {
+		specs = append(specs, callBoundsCell(be))
+	} else {
+		left = append(left, notRun{fCallBounds, "no proxy in front of the store (it pauses, refuses and vanishes there): " + be.noProxy})
+	}
+	specs = append(specs, mixedConfigCell(be, prof))
+	if estimatesClock(be.scheme) {
+		if be.proxy {
+			specs = append(specs, clockStallCell(be, prof))
+		} else {
+			left = append(left, notRun{fClockStall, "no proxy in front of the store (it stops answering there): " + be.noProxy})
+		}
+	}
 	specs = append(specs, rotationCell(be))
 	specs = append(specs, primCells(be, prof)...)
 	ctl := be.control
