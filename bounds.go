@@ -75,7 +75,11 @@ func (c *Client) requestCtx(parent context.Context, ttl time.Duration, until tim
 	if !until.IsZero() {
 		d = min(d, max(0, until.Sub(c.now())))
 	}
-	return context.WithTimeoutCause(parent, d, &requestBound{ttl})
+	cause := c.ttlBound
+	if ttl != cause.ttl {
+		cause = &requestBound{ttl}
+	}
+	return context.WithTimeoutCause(parent, d, cause)
 }
 
 // boundCtx returns ctx, with a deadline d from now if it has none: the

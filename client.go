@@ -52,6 +52,8 @@ type Client struct {
 	wg      sync.WaitGroup
 
 	pokes atomic.Uint64 // wakes sent to the scheduler (tests read it)
+
+	ttlBound *requestBound // the cause of a request bounded by Options.TTL, made once
 }
 
 // New returns a Client that acquires leases from b. The Client owns b: its
@@ -78,6 +80,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
+	c.ttlBound = &requestBound{o.TTL}
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.waiter, _ = b.(driver.Waiter)
 	c.watcher, _ = driver.Watches(b)
