@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/safety/contender"
+	"github.com/fencelock/fencelock/safety/history"
 )
 
 // Faults of clients that differ, and of the server's clock estimate.
@@ -29,8 +30,12 @@ const (
 )
 
 // clockStall is how long the store stops answering in the clock-stall
-// cell.
-const clockStall = 3 * time.Second
+// cell; clockStallTTL its contenders' TTL, long enough that a holder
+// acquired just before the stall still believes after it.
+const (
+	clockStall    = 3 * time.Second
+	clockStallTTL = 4 * time.Second
+)
 
 // estimatesClock reports whether a backend of this scheme estimates the
 // server's clock from its replies (and so has the clock-stall cell):
@@ -92,39 +97,45 @@ func mixedConfigCell(be *backendEnv, prof profile) cellSpec {
 }
 
 // clockStallCell is the server stall during a clock estimate (backends
-// that estimate the server's clock): every contender resyncs its
-// estimate every second (clock_resync=1s), so when the store stops
-// answering for clockStall some resync hello is in flight, and its round
-// trip spans the stall. Each round: once a holder holds a key, its path
-// to the store is cut (blackhole: it can renew no more), then every
-// other contender's path stops too for clockStall (the store paused, as
-// each client sees it); they come back, the holder a TTL later. An
-// estimate taken across the stall is off by up to half of it: a client
-// that trusts it writes expiries that are early or late by seconds. At
-// most one lease of a key may be believed at a time (P3, P4), tokens
-// rise (P2), stale writes are refused (P1).
+// that estimate the server's clock). Its contenders use a TTL of
+// clockStallTTL, longer than the stall, and resync their estimate every
+// 2s (clock_resync): during a stall of clockStall every estimate goes
+// stale, so a waiter's next attempt sends its resync hello into the
+// stall and gets the reply when the store answers again: a round trip of
+// up to clockStall, whose midpoint puts the estimate up to half of it
+// ahead of the server. Each round: a fresh holder (just acquired, so
+// its validity outlasts the stall) is cut off (blackhole: no renewal
+// gets through), at once every other contender's path stops too for
+// clockStall (the store paused, as each client sees it), then they come
+// back, the holder a TTL later. A waiter that trusts an estimate taken
+// across the stall judges the holder's record expired up to half the
+// stall early and takes the key while the holder still believes: P3 and
+// P4 fail. Tokens must still rise (P2) and stale writes be refused (P1).
 func clockStallCell(be *backendEnv, prof profile) cellSpec {
-	ttl := be.ttl
-	return cellSpec{fault: fClockStall, fencing: true, keys: 1,
-		setup: fmt.Sprintf("clock_resync 1s; a holder cut off, then the store unanswering for every other client for %v (a resync in flight), the holder back a TTL after", clockStall),
+	ttl := clockStallTTL
+	return cellSpec{fault: fClockStall, fencing: true, keys: 1, hold: 2 * ttl, checkTTL: ttl, cooldown: ttl + 2*be.slack,
+		setup: fmt.Sprintf("TTL %v, clock_resync 2s; a fresh holder cut off, then the store unanswering for every other client for %v (resyncs in flight), the holder back a TTL after", ttl, clockStall),
 		tailor: func(_ int, cfg *contender.Config) {
-			cfg.URL = withQuery(cfg.URL, "clock_resync", "1s")
+			cfg.TTL = ttl
+			cfg.URL = withQuery(cfg.URL, "clock_resync", "2s")
 		},
 		run: func(ctx context.Context, c *cell) (int, error) {
 			for i := range prof.rounds {
-				h, err := c.awaitHolder(ctx, 10*ttl)
+				acq, err := c.awaitEvent(ctx, 10*ttl, c.log.mark(), "a new holder", func(e history.Event) bool {
+					return e.Kind == history.Acquired
+				})
 				if err != nil {
 					return i, err
 				}
 				blackhole := contender.Command{Op: contender.OpProxyMode, Mode: "blackhole"}
 				pass := contender.Command{Op: contender.OpProxyMode, Mode: "pass"}
-				if err := c.round("", fmt.Sprintf("holder %s cut off, store unanswering for %v", h.proc, clockStall), func() error {
-					if err := c.send(h.proc, blackhole); err != nil {
+				if err := c.round("", fmt.Sprintf("holder %s cut off, store unanswering for %v", acq.Proc, clockStall), func() error {
+					if err := c.send(acq.Proc, blackhole); err != nil {
 						return err
 					}
 					var others []string
 					for _, p := range c.live() {
-						if p.Name() != h.proc {
+						if p.Name() != acq.Proc {
 							others = append(others, p.Name())
 						}
 					}
@@ -142,7 +153,7 @@ func clockStallCell(be *backendEnv, prof profile) cellSpec {
 					if perr == nil {
 						perr = pace(ctx, ttl)
 					}
-					if err := c.send(h.proc, pass); err != nil {
+					if err := c.send(acq.Proc, pass); err != nil {
 						return err
 					}
 					return perr
