@@ -28,7 +28,15 @@
 // two permits (sem-baseline, sem-holder-pause, sem-holder-kill; writes
 // fenced per permit slot, checked for S1 and S2 besides P1..P8) and a
 // read-write lock (rw-baseline, rw-holder-pause, rw-holder-kill; reads
-// and writes fenced by the grants' tokens, checked for W1..W3). The dual
+// and writes fenced by the grants' tokens, checked for W1..W3). One more,
+// mixed-config, runs clients of different options (TTL, RotateEvery,
+// MinHold) on the same keys; on MongoDB, server-stall-clock-resync stops
+// the store for 3s while the clients' clock resyncs are due. The
+// call-bounds cell runs no contenders: the harness times its own calls
+// (TryAcquire, Acquire, Release, Close, with and without deadlines)
+// with the store paused, refusing connections or gone after Open,
+// against the call-bound contract (B1), and checks that a failed call
+// names the store's cause (B2). The dual
 // backend of a migration (dual://, Redis and PostgreSQL) runs the
 // rotation cell, a holder kill and sem-holder-kill. Then the loopback clusters
 // (FENCELOCK_TEST_ETCD3, _ZOOKEEPER3, _REDISHA; started by the suite with
