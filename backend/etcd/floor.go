@@ -19,7 +19,7 @@ import (
 
 // Token floors.
 //
-// A token is a native token (a mod revision, see doc.go) plus the offset
+// A token is a native token (a mod revision, see docs/backends/etcd.md) plus the offset
 // in force at that revision:
 //
 //	token(r) = r + off(r)
@@ -31,7 +31,7 @@ import (
 // write that appended it; no lock entry has revision W (the write touches
 // only the floor key), so every revision is on one side of it. So off never
 // decreases as r grows, and token is strictly increasing in r: the order
-// of tokens is the order of native tokens, and every argument in doc.go
+// of tokens is the order of native tokens, and every argument in docs/backends/etcd.md
 // about native tokens (per key, strictly increasing across holders) holds
 // for tokens unchanged. The mapping is a function of r alone, whenever
 // it is evaluated: a holder's token does not change when the floor is

@@ -19,7 +19,7 @@ import (
 
 // Token floors.
 //
-// A token is a native token (a zxid of the holder's znode, see doc.go)
+// A token is a native token (a zxid of the holder's znode, see docs/backends/zookeeper.md)
 // plus the offset in force at that zxid:
 //
 //	token(z) = z + off(z)
@@ -31,7 +31,7 @@ import (
 // znode's mzxid), with a version-checked Set; that write touches only the
 // floor znode, so no lock znode has zxid W and every zxid is on one side
 // of it. Offsets never decrease, so token is strictly increasing in z: the
-// order of tokens is the order of zxids, and every argument in doc.go
+// order of tokens is the order of zxids, and every argument in docs/backends/zookeeper.md
 // about native tokens (per key, strictly increasing across holders) holds
 // for tokens unchanged. token is a function of z alone: a holder's token
 // does not change when the floor is raised while it holds, and Renew,
