@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"time"
+
 	"github.com/fencelock/fencelock/driver"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -45,3 +47,15 @@ func HeldHints(b *Backend) int {
 	defer b.held.mu.Unlock()
 	return len(b.held.keys)
 }
+
+// SetListenPingEvery sets how long the LISTEN connection may stay silent
+// before it is pinged, until the test ends.
+func SetListenPingEvery(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := listenPingEvery
+	listenPingEvery = d
+	t.Cleanup(func() { listenPingEvery = old })
+}
+
+// ListenConnecting reports whether b's LISTEN connection is being
+// established.
+func ListenConnecting(b *Backend) bool { return len(b.lis.connecting) > 0 }

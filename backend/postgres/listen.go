@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -10,6 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
+
+// listenPingEvery is how long the LISTEN connection may stay silent before
+// it is pinged (a ping unanswered for as long again ends the session): a
+// server that stopped answering, or a connection a network silently
+// dropped, is noticed within twice this, the subscribers' channels are
+// closed and the engine polls; otherwise the session would wait for a
+// notification for as long as the kernel keeps the socket.
+var listenPingEvery = 5 * time.Second
 
 // listener owns one dedicated connection (never a pool's: LISTEN is
 // session state) that LISTENs on the backend's channel and hands each
@@ -21,7 +30,10 @@ type listener struct {
 	cfg *pgx.ConnConfig
 	n   names
 
-	connMu sync.Mutex // serialises connecting
+	// connecting holds a token while a connect runs: connects are
+	// serialised, and one waiting for another gives up when its own
+	// context ends (a mutex would hold it until the other's ended).
+	connecting chan struct{}
 
 	base     context.Context // cancelled by close: ends connects and the session
 	stopBase context.CancelFunc
@@ -44,7 +56,7 @@ func newListener(cfg *pgx.ConnConfig, n names) *listener {
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
 	}
-	l := &listener{cfg: cfg, n: n, subs: make(map[string]map[*sub]struct{})}
+	l := &listener{cfg: cfg, n: n, subs: make(map[string]map[*sub]struct{}), connecting: make(chan struct{}, 1)}
 	l.base, l.stopBase = context.WithCancel(context.Background())
 	return l
 }
@@ -111,8 +123,14 @@ func (l *listener) dropLocked(key string, s *sub) {
 
 // connect starts a session unless one is running.
 func (l *listener) connect(ctx context.Context) error {
-	l.connMu.Lock()
-	defer l.connMu.Unlock()
+	select {
+	case l.connecting <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-l.base.Done():
+		return driver.ErrClosed
+	}
+	defer func() { <-l.connecting }()
 	l.mu.Lock()
 	up, closed := l.running, l.closed
 	l.mu.Unlock()
@@ -155,9 +173,21 @@ func (l *listener) connect(ctx context.Context) error {
 func (l *listener) run(ctx context.Context, conn *pgx.Conn, done chan struct{}) {
 	defer close(done)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, listenPingEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
 		if err != nil {
-			break
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			// Silent for listenPingEvery: is the server still there?
+			pctx, cancel := context.WithTimeout(ctx, listenPingEvery)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			continue
 		}
 		l.mu.Lock()
 		for s := range l.subs[n.Payload] {
@@ -184,12 +214,12 @@ func (l *listener) run(ctx context.Context, conn *pgx.Conn, done chan struct{}) 
 // close ends the session and waits for its goroutine.
 func (l *listener) close() {
 	l.stopBase()
-	l.connMu.Lock() // no connect in progress
+	l.connecting <- struct{}{} // no connect in progress (stopBase ends one)
 	l.mu.Lock()
 	l.closed = true
 	cancel, done := l.cancel, l.done
 	l.mu.Unlock()
-	l.connMu.Unlock()
+	<-l.connecting
 	if cancel != nil {
 		cancel()
 		<-done
