@@ -119,15 +119,35 @@ func TestCoreHasNoThirdPartyDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go command not found: %v", err)
 	}
-	cmd := exec.Command(gobin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./...")
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
+	list := func(args ...string) []string {
+		cmd := exec.Command(gobin, append([]string{"list"}, args...)...)
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		return strings.Fields(string(out))
 	}
-	for _, p := range strings.Fields(string(out)) {
+	// Every package of the module but the generative mode, a harness for
+	// backend authors' tests, built on pgregory.net/rapid: what a user
+	// compiles needs nothing outside the standard library.
+	var core []string
+	for _, p := range list("./...") {
+		if p != "github.com/fencelock/fencelock/conformance/generative" {
+			core = append(core, p)
+		}
+	}
+	for _, p := range list(append([]string{"-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, core...)...) {
 		if !strings.HasPrefix(p, "github.com/fencelock/fencelock") {
 			t.Errorf("core module package graph includes third-party package %s", p)
+		}
+		if p == "github.com/fencelock/fencelock/conformance/generative" {
+			t.Errorf("a core package imports the generative mode (and with it rapid)")
+		}
+	}
+	for _, p := range list("-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./conformance/generative") {
+		if !strings.HasPrefix(p, "github.com/fencelock/fencelock") && !strings.HasPrefix(p, "pgregory.net/rapid") {
+			t.Errorf("the generative mode's package graph includes %s: only pgregory.net/rapid is expected", p)
 		}
 	}
 }
