@@ -2,7 +2,7 @@
 // store operations a lock needs at minimum: insert a document whose _id is
 // the key (the unique index makes it a lock) and delete it.
 //
-//	source /work/testenv.env   # or: eval "$(scripts/testenv up mongo mongo-pg)"
+//	eval "$(scripts/testenv up mongo mongo-pg)"
 //	cd bench/mongo && go test -run '^$' -bench Interleaved -benchtime 20x -count 5 .
 //	cd bench/mongo && go test -run '^$' -bench Commands -benchtime 500x .
 //
