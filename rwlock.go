@@ -147,10 +147,11 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, e
 // matching ErrNotAcquired at once when a writer holds the gate (or waits
 // for readers to drain), a writer waits for the gate (a *HeldError
 // naming its intent), or every slot is held. Other readers do not make
-// it fail: it tries the gate again while a reader passes it, for at most
-// Options.MaxBackoff (a reader stopped in the gate, its process paused
-// or dead, holds it until its lease ends). It leaves nothing behind when
-// it fails.
+// it fail: it tries the gate again while readers pass it, and gives up
+// only when one reader stays in the gate for Options.MaxBackoff (its
+// process paused or dead: it holds the gate until its lease ends), or
+// after 2×MaxReaders other readers passed the gate before it. It leaves
+// nothing behind when it fails.
 func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, false, opts)
 }
@@ -278,30 +279,50 @@ func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOptio
 // TryRLock refuses for a writer, holding or waiting, and for a full set of
 // slots, never because of readers only. Before each new attempt it looks
 // at the intent, so a writer that began to wait meanwhile refuses it as
-// at its first look (writers stay preferred). It waits between attempts
-// with the client's backoff, for at most Options.MaxBackoff in all: a
-// reader that stopped in the gate (its process paused or died) holds it
-// until its lease ends, and a try does not wait for that. A gate held by
-// a writer, or by a record that is not a reader's, refuses at once.
+// at its first look (writers stay preferred). Between attempts it waits
+// with the client's backoff, started again from Options.MinBackoff each
+// time another reader is found in the gate. It gives up when one reader
+// has stayed in the gate for Options.MaxBackoff (its process paused or
+// died: it holds the gate until its lease ends, and a try does not wait
+// for that), or after tryReadPasses readers passed the gate before it (a
+// stream of readers it keeps losing the gate to). How long readers take
+// to pass grows with their number and the store's round trips, so the
+// bound is on progress, not on the whole wait. A gate held by a writer,
+// or by a record that is not a reader's, refuses at once.
 func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
 	if wait {
 		return rw.enter(ctx, wait, opts)
 	}
 	c := rw.c
-	deadline := time.Now().Add(c.o.MaxBackoff)
-	backoff := c.o.MinBackoff
+	var (
+		holder  string    // the reader last seen in the gate
+		since   time.Time // when it was first seen there
+		passes  int       // other readers seen in the gate
+		backoff time.Duration
+	)
 	for {
 		gate, err := rw.enter(ctx, wait, opts)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return gate, err
 		}
-		switch rw.gateHolder(ctx, err) {
+		kind, owner := rw.gateHolder(ctx, err)
+		switch kind {
 		case gateFree:
-			// The reader left between the attempt and the look.
-		case gateReader:
-			d := min(jitter(backoff), time.Until(deadline))
-			if d <= 0 {
+			// Whoever held it left between the attempt and the look.
+			if passes++; passes > tryReadPasses {
 				return nil, err
+			}
+			holder = ""
+		case gateReader:
+			if owner != holder {
+				if passes++; passes > tryReadPasses {
+					return nil, err
+				}
+				holder, since, backoff = owner, time.Now(), c.o.MinBackoff
+			}
+			d := min(jitter(backoff), c.o.MaxBackoff-time.Since(since))
+			if d <= 0 {
+				return nil, err // the reader stays in the gate
 			}
 			if c.sleep(ctx, d) != nil {
 				return nil, c.ended(ctx, err)
@@ -310,14 +331,15 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		default:
 			return nil, err
 		}
-		if time.Now().After(deadline) {
-			return nil, err
-		}
 		if werr := rw.awaitNoWriter(ctx, false); werr != nil {
 			return nil, werr
 		}
 	}
 }
+
+// tryReadPasses is how many other readers a TryRLock lets pass the gate
+// before it, at most, while it tries for the gate (see enterRead).
+const tryReadPasses = 2 * MaxReaders
 
 // gateKind is who holds a read-write lock's gate, as enterRead sees it.
 type gateKind int
@@ -328,11 +350,11 @@ const (
 	gateReader                 // a reader passing it
 )
 
-// gateHolder says who holds the gate, after an attempt at it was refused
-// with refusal: from the holder the store named in refusal (its
-// *HeldError) if that carries the holder's metadata, else from one
-// Inspect of the gate. A failed look counts as gateOther.
-func (rw *RWLock) gateHolder(ctx context.Context, refusal error) gateKind {
+// gateHolder says who holds the gate (and its owner), after an attempt
+// at it was refused with refusal: from the holder the store named in
+// refusal (its *HeldError) if that carries the holder's metadata, else
+// from one Inspect of the gate. A failed look counts as gateOther.
+func (rw *RWLock) gateHolder(ctx context.Context, refusal error) (gateKind, string) {
 	var info Info
 	var he *HeldError
 	if errors.As(refusal, &he) && he.Holder.Owner != "" && he.Holder.Metadata != nil {
@@ -340,17 +362,17 @@ func (rw *RWLock) gateHolder(ctx context.Context, refusal error) gateKind {
 	} else {
 		var err error
 		if info, err = rw.c.Inspect(ctx, rw.gate); err != nil {
-			return gateOther
+			return gateOther, ""
 		}
 		if info.Owner == "" {
-			return gateFree
+			return gateFree, ""
 		}
 	}
 	header, _ := parseRWMeta(info.Metadata)
 	if fields := strings.Fields(header); len(fields) > 0 && fields[0] == "read" {
-		return gateReader
+		return gateReader, info.Owner
 	}
-	return gateOther
+	return gateOther, info.Owner
 }
 
 // awaitNoWriter returns once no writer holds the intent, by one Inspect

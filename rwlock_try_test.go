@@ -11,20 +11,30 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // Concurrent TryRLock calls on a lock that no writer holds or waits for,
 // with slots to spare, are never refused: a reader passing the gate does
 // not make another try-reader fail.
+//
+// On a slow store ("slow": every request takes 4ms, and MaxBackoff is
+// 20ms) the readers take longer to pass the gate, all of them, than
+// MaxBackoff: a try gives up only when one reader stays in the gate.
 func TestRWLockConcurrentTryRLockNotRefusedByReaders(t *testing.T) {
 	const readers, rounds = 6, 200
-	for _, sb := range semBackends {
+	ways := append(semBackends[:len(semBackends):len(semBackends)], struct {
+		name string
+		wrap func(*memory.Backend) driver.Backend
+	}{"slow", func(b *memory.Backend) driver.Backend { return slowStore{b, 4 * time.Millisecond} }})
+	for _, sb := range ways {
 		t.Run(sb.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
 				var rws []*fencelock.RWLock
 				for range readers {
-					rws = append(rws, rwlock(t, newClient(t, sb.wrap(store.Backend()), &fencelock.Options{TTL: 3 * time.Second}), "k"))
+					o := &fencelock.Options{TTL: 3 * time.Second, MaxBackoff: 20 * time.Millisecond}
+					rws = append(rws, rwlock(t, newClient(t, sb.wrap(store.Backend()), o), "k"))
 				}
 				for round := range rounds {
 					grants := make([]*fencelock.RWGrant, readers)
@@ -206,4 +216,43 @@ func TestRWLockTryRLockBoundedByReaderStuckInGate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// slowStore answers every request after delay (a store's round trip), and
+// hides the backend's optional capabilities.
+type slowStore struct {
+	driver.Backend
+	delay time.Duration
+}
+
+func (b slowStore) wait(ctx context.Context) error {
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b slowStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.wait(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	return b.Backend.Acquire(ctx, req)
+}
+
+func (b slowStore) Release(ctx context.Context, g driver.Grant) error {
+	if err := b.wait(ctx); err != nil {
+		return err
+	}
+	return b.Backend.Release(ctx, g)
+}
+
+func (b slowStore) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.wait(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	return b.Backend.Inspect(ctx, key)
 }
