@@ -468,6 +468,9 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 	if err == nil && (req.Rotate || moved) {
 		err = d.level(ctx, g.Key, got[0].Token, got[1].Token)
 	}
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		d.raiseAboveRotation(ctx, g.Key, sent, got, errs)
+	}
 	d.settle(held, got, errs, err, req.TTL)
 	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) && !d.movedOn(g, errs) {
 		// The lease is over, and nobody will release what the other
@@ -491,6 +494,23 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		return driver.Grant{}, err
 	}
 	return d.encode(g, got[0], got[1]), nil
+}
+
+// raiseAboveRotation raises, best effort, the floor of a side that failed
+// a renewal transiently to the token the other side rotated to in it.
+// Every token of a live dual lease then stays below the next grant on
+// either side, as after a levelled renewal: should the holder stop here
+// (a crash), whoever takes the key on the failed side, whose record
+// expires first, has the larger token, and merge reports it, not the
+// holder's rotated record. A failed raise leaves the levelling to the
+// engine's retry, as before.
+func (d *Dual) raiseAboveRotation(ctx context.Context, key string, sent, got [2]driver.Grant, errs [2]error) {
+	for i := range got {
+		other := 1 - i
+		if errs[i] == nil && errs[other] != nil && got[i].Token > sent[i].Token {
+			_ = d.floorer(other).RaiseFloor(ctx, key, got[i].Token)
+		}
+	}
 }
 
 // Renew implements driver.Backend: both sides, concurrently. ErrNotHeld

@@ -2,7 +2,9 @@ package migrate_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -121,4 +123,93 @@ func TestDualReportsTheNewOnlyHolderAfterADualHolderLostTheNewSide(t *testing.T)
 		t.Fatalf("old side = %+v; the test needs the crashed holder's record there", info)
 	}
 	checkDualReportsHolder(t, newClient(t, mustDual(t, oldStore.Backend(), newStore.Backend())), newOnly)
+}
+
+// failRenewalOnce wraps one side of a Dual: once armed, its next renewal
+// (Renew or RenewBatch) fails transiently without reaching the store, and
+// hit closes.
+type failRenewalOnce struct {
+	*memory.Backend
+	armed atomic.Bool
+	hit   chan struct{}
+}
+
+func (f *failRenewalOnce) fail() bool {
+	if f.armed.CompareAndSwap(true, false) {
+		close(f.hit)
+		return true
+	}
+	return false
+}
+
+func (f *failRenewalOnce) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	if f.fail() {
+		return driver.Grant{}, errInjected
+	}
+	return f.Backend.Renew(ctx, g, req)
+}
+
+func (f *failRenewalOnce) RenewBatch(ctx context.Context, gs []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	if f.fail() {
+		return nil, errInjected
+	}
+	return f.Backend.RenewBatch(ctx, gs, req)
+}
+
+// Defect: a rotating renewal that one side failed transiently rotated the
+// other side's token without raising the failed side's floor (levelling
+// waited for the engine's retry). If the holder crashed then, the failed
+// side's record expired first and the client that took the key there got
+// a token no larger than the holder's rotated one on the other side, so
+// every dual client reported the crashed holder (the larger token, see
+// merge) instead of the one the arbiter had granted the key to: in 1+2
+// (the old side failed, an old-only client took the key) and in 2+3 (the
+// new side failed, a new-only client took it).
+func TestDualReportsTheArbitersHolderAfterAHalfRotatedHolderCrashed(t *testing.T) {
+	for _, failing := range []string{"old", "new"} {
+		t.Run(failing+" side failed", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				oldStore, newStore := memory.NewStore(), memory.NewStore()
+				oldB, newB := oldStore.Backend(), newStore.Backend()
+				f := &failRenewalOnce{hit: make(chan struct{})}
+				var oldSide, newSide driver.Backend = oldB, newB
+				failedStore, rotatedStore := oldStore, newStore
+				if failing == "old" {
+					f.Backend, oldSide = oldB, f
+				} else {
+					f.Backend, newSide = newB, f
+					failedStore, rotatedStore = newStore, oldStore
+				}
+				holder, err := fencelock.New(mustDual(t, oldSide, newSide), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := holder.Acquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.armed.Store(true)
+				<-f.hit         // the first renewal, a rotating one, fails on one side
+				synctest.Wait() // and has finished on the other
+				oldB.SetUnreachable(true)
+				newB.SetUnreachable(true) // the holder crashes
+				t.Cleanup(func() {
+					oldB.SetUnreachable(false)
+					newB.SetUnreachable(false)
+					holder.Close()
+				})
+				if got := rotatedStore.TokenOf("k"); got <= l.Token() {
+					t.Fatalf("the %s side's token is %d after the renewal; the test needs it rotated above %d", map[bool]string{true: "new", false: "old"}[failing == "old"], got, l.Token())
+				}
+				if !failedStore.Expire("k") {
+					t.Fatalf("the crashed holder had no record on the %s side", failing)
+				}
+				other, err := newClient(t, failedStore.Backend()).TryAcquire(t.Context(), "k")
+				if err != nil {
+					t.Fatalf("%s-only TryAcquire after the crashed holder's record there expired = %v", failing, err)
+				}
+				checkDualReportsHolder(t, newClient(t, mustDual(t, oldStore.Backend(), newStore.Backend())), other)
+			})
+		})
+	}
 }
