@@ -385,6 +385,7 @@ func slowest(cs []report.CallBound) report.CallBound {
 var causeWords = []string{
 	"refused", "reset", "eof", "broken pipe", "closed", "timeout", "timed out", "i/o", "dial",
 	"unreachable", "unavailable", "no reachable", "server selection", "connect", "socket", "lost",
+	"no answer from the store",
 }
 
 // namesCause reports whether err names the store's cause: not a bare

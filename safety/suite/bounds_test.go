@@ -28,6 +28,8 @@ func TestNamesCause(t *testing.T) {
 		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), true},
 		{errors.New("read tcp 127.0.0.1:5: i/o timeout"), true},
 		{errors.New("unexpected EOF"), true},
+		{errors.New("fencelock: redis: acquire: no answer from the store within the request's bound (the call's TTL, 1s)"), true},
+		{errors.New("fencelock: not acquired within the wait bound (2s)"), false},
 	} {
 		if got := namesCause(c.err); got != c.want {
 			t.Errorf("namesCause(%v) = %v, want %v", c.err, got, c.want)
