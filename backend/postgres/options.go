@@ -52,8 +52,9 @@ type Options struct {
 	// own that keeps one connection idle, with the renewal statements
 	// prepared, so that a renewal never waits for a connection to be
 	// opened (give a pool of your own MinIdleConns ≥ 1 for the same
-	// reason). Default (New): the main pool, with the starvation risk
-	// documented in the package doc.
+	// reason). Default (New): the main pool; if the application can
+	// exhaust it for longer than a lease's local validity, renewals wait
+	// and the lease is lost.
 	RenewPool *pgxpool.Pool
 
 	// ListenConfig is the connection used for LISTEN (waking waiters). It
