@@ -19,7 +19,7 @@ func testReadWrite(t *testing.T, s *suite) {
 	runCases(t, s, rwCases)
 }
 
-const readWriteRule = "fencelock.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL (subtests, each with its own rule)."
+const readWriteRule = "fencelock.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL, a refused or given-up grant keeps no minimum hold, readers do not refuse each other's TryRLock (subtests, each with its own rule)."
 
 var rwCases = []testCase{
 	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
@@ -28,6 +28,8 @@ var rwCases = []testCase{
 	{"CancelledWaitLeavesNothing", "a Lock that waits for a reader, or an RLock that waits for a writer, whose context ends returns the context's error and leaves no record or queue entry: the holder is the only holder, and once it releases the lock is free at once.", testRWCancelled},
 	{"HoldersListEveryHolder", "RWLock.Holders reports every reader (slot, owner, grant token, its own metadata) and a writer as one holder (its gate, every slot, its metadata).", testRWHolders},
 	{"CrashedHolderFreedWithinTTL", "a writer that died without releasing frees the lock within the TTL the store granted plus slack: a waiting reader gets a grant, with a token above the dead writer's.", testRWCrash},
+	{"RefusalKeepsNoMinimumHold", "a TryLock refused beside a reader, and a Lock whose WithWait bound passed, with a minimum hold (WithMinHold, Options.MinHold) leave nothing held: the hold belongs to a grant handed out, so once the reader leaves the lock is free at once.", testRWRefusalNoHold},
+	{"TryRLockBesideReaders", "concurrent TryRLock calls on a lock that no writer holds or waits for, with slots to spare, are all granted: a reader passing the gate does not refuse another.", testRWTryReaders},
 }
 
 func (s *suite) rwlock(t *testing.T, c *fencelock.Client, key string) *fencelock.RWLock {
@@ -371,4 +373,88 @@ func testRWCrash(t *testing.T, s *suite) {
 	if err := g.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testRWRefusalNoHold(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	const hold = time.Minute // far past the case's end: a record kept for it is plainly there
+	for _, way := range []string{"WithMinHold", "Options.MinHold"} {
+		t.Run(way, func(t *testing.T) {
+			key := s.key(t, "rw")
+			o := s.options()
+			var opts []fencelock.AcquireOption
+			if way == "WithMinHold" {
+				opts = append(opts, fencelock.WithMinHold(hold))
+			} else {
+				o.MinHold = hold
+			}
+			reader := s.rwlock(t, s.client(t), key)
+			refused := s.rwlock(t, s.clientWith(t, o), key)
+			r, err := reader.TryRLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := refused.TryLock(ctx, opts...); !errors.Is(err, fencelock.ErrNotAcquired) {
+				t.Fatalf("TryLock beside a reader = %v; want ErrNotAcquired", err)
+			}
+			if _, err := refused.Lock(ctx, append(opts, fencelock.WithWait(300*time.Millisecond))...); !errors.Is(err, fencelock.ErrNotAcquired) {
+				t.Fatalf("Lock with WithWait(300ms) beside a reader = %v; want ErrNotAcquired", err)
+			}
+			if hs, err := reader.Holders(ctx); err != nil || len(hs) != 1 || hs[0].Owner != r.Owner() {
+				t.Fatalf("Holders after the refusals = %+v, %v; want only the reader: a grant never handed out keeps no minimum hold", hs, err)
+			}
+			if err := r.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w, err := s.rwlock(t, s.client(t), key).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock once the reader left = %v; want the lock at once, not after the refused caller's minimum hold", err)
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+		})
+	}
+}
+
+func testRWTryReaders(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	const readers, rounds = 6, 10
+	var rws []*fencelock.RWLock
+	for range readers {
+		rws = append(rws, s.rwlock(t, s.client(t), key))
+	}
+	for round := range rounds {
+		grants := make([]*fencelock.RWGrant, readers)
+		errs := make([]error, readers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, rw := range rws {
+			wg.Go(func() {
+				<-start
+				grants[i], errs[i] = rw.TryRLock(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		var failed error
+		for i, err := range errs {
+			if err != nil {
+				failed = fmt.Errorf("round %d: TryRLock %d of %d concurrent ones on a free lock refused: %w", round, i, readers, err)
+			}
+		}
+		for _, g := range grants {
+			if g != nil {
+				if err := g.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		if failed != nil {
+			t.Fatal(failed)
+		}
+	}
+	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
 }
