@@ -22,14 +22,18 @@ import (
 // Every client dials through one generative.Staller, so that the
 // programs that stall the store stall the hello round trips of the
 // server-clock estimate too; and clients open differently configured
-// Backends on the one store (a clock estimate refreshed every second, its least,
-// GarbageAfter at its least).
+// Backends on the one store (a clock estimate refreshed every second, its
+// least). Every Backend collects garbage at GarbageAfter's least: the
+// value belongs to the collection, and a Backend given another one is
+// refused (TestGarbageAfterBelongsToTheCollection).
 func TestGenerative(t *testing.T) {
 	eachServer(t, func(t *testing.T, _ server, raw string) {
 		coll, ns := freshCollection(t, raw), "generative-"+randHex()
 		var st generative.Staller
 		open := func(o mongolock.Options) func(context.Context) (driver.Backend, error) {
+			o.GarbageAfter = time.Minute
 			return func(ctx context.Context) (driver.Backend, error) {
+				o := o // clients open concurrently
 				c, err := mongo.Connect(options.Client().ApplyURI(raw).SetDialer(&st))
 				if err != nil {
 					return nil, err
@@ -49,7 +53,6 @@ func TestGenerative(t *testing.T) {
 		}, &generative.Options{
 			Variants: []func(context.Context) (driver.Backend, error){
 				open(mongolock.Options{ClockResync: time.Second}),
-				open(mongolock.Options{ClockResync: time.Second, GarbageAfter: time.Minute}),
 			},
 			Stall: st.Stall,
 		})
