@@ -66,7 +66,9 @@ func (b *Backend) insertRecord(ctx context.Context, req driver.AcquireRequest, b
 	// acquire leaves no record behind).
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, derr := b.locks.DeleteOne(dctx, bson.D{{Key: "_id", Value: x.ID}}); derr != nil {
+	dctx, end := b.begin(dctx)
+	_, derr := b.locks.DeleteOne(dctx, bson.D{{Key: "_id", Value: x.ID}})
+	if derr = end(derr); derr != nil {
 		return driver.Grant{}, 0, errors.Join(err, derr)
 	}
 	if mongo.IsDuplicateKeyError(err) {
@@ -127,6 +129,12 @@ func clone(md []byte) []byte {
 // its next epoch is claimed with an end claim (a unique insert), the record
 // deleted and a new one inserted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.acquire(ctx, req)
+	return v, end(err)
+}
+
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
 	}
@@ -226,7 +234,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			}
 			b.hold(st.rid, heldGrant{n: st.n, token: st.token})
 			g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(st.token), Handle: handle(st.rid, st.n, st.exp)}
-			g, err = b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
+			g, err = b.renew(ctx, g, driver.RenewRequest{TTL: req.TTL, SetMetadata: true, Metadata: req.Metadata})
 			if errors.Is(err, driver.ErrNotHeld) {
 				return driver.Grant{}, errMoved
 			}
@@ -312,7 +320,7 @@ func (e *uncertainError) Is(target error) bool {
 // heldError returns the error for a refused acquire: a *HeldError naming
 // the holder as far as a read can tell.
 func (b *Backend) heldError(ctx context.Context, key string) error {
-	info, err := b.Inspect(ctx, key)
+	info, err := b.inspect(ctx, key)
 	if err != nil || info.Owner == "" {
 		info = driver.Info{Key: key}
 	}

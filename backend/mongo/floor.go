@@ -23,6 +23,12 @@ var _ driver.TokenFloorer = (*Backend)(nil)
 // key's highest claim is never deleted, so every key ever locked is
 // listed. Global is zero: tokens are per key.
 func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWater, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.highWater(ctx, prefix)
+	return v, end(err)
+}
+
+func (b *Backend) highWater(ctx context.Context, prefix string) (driver.HighWater, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.HighWater{}, err
 	}
@@ -74,6 +80,11 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 // read again and retry (see claimBackoff). There is no global
 // floor (key "" returns driver.ErrUnsupported).
 func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
+	ctx, end := b.begin(ctx)
+	return end(b.raiseFloor(ctx, key, floor))
+}
+
+func (b *Backend) raiseFloor(ctx context.Context, key string, floor driver.Token) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}

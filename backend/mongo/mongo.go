@@ -40,6 +40,9 @@ type Backend struct {
 	highColls []*mongo.Collection
 	clock     *serverClock
 	closed    atomic.Bool
+	// reach follows the deployment's heartbeats, to fail calls fast
+	// while it does not answer (nil on a caller-owned client).
+	reach *reach
 
 	ferret   bool   // the server is FerretDB
 	version  string // server version as buildInfo reports it
@@ -130,6 +133,12 @@ func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, er
 }
 
 func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Options) (*Backend, error) {
+	return openBackend(ctx, client, owned, nil, opts)
+}
+
+// openBackend is newBackend with the reach of an owned client (nil for a
+// caller's): its commands run on begin's context.
+func openBackend(ctx context.Context, client *mongo.Client, owned bool, r *reach, opts *Options) (_ *Backend, err error) {
 	o, err := opts.resolve()
 	if err != nil {
 		return nil, err
@@ -148,6 +157,7 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 		o:      o,
 		locks:  db.Collection(o.Collection, copts),
 		clock:  &serverClock{db: db, resync: o.ClockResync},
+		reach:  r,
 	}
 	b.life, b.stop = context.WithCancel(context.Background())
 	ok := false
@@ -156,6 +166,8 @@ func newBackend(ctx context.Context, client *mongo.Client, owned bool, opts *Opt
 			b.stop()
 		}
 	}()
+	ctx, end := b.begin(ctx)
+	defer func() { err = end(err) }()
 	if err := b.clock.sample(ctx, 3); err != nil {
 		return nil, fmt.Errorf("mongo: reading the server's clock (hello): %w", err)
 	}
@@ -277,12 +289,16 @@ func (b *Backend) detectWarnings() []string {
 // Client returns the underlying client.
 func (b *Backend) Client() *mongo.Client { return b.client }
 
-// Options returns the backend's options with defaults filled in.
+// Options returns the backend's options with defaults filled in, and
+// GarbageAfter as the collection records it.
 func (b *Backend) Options() Options { return b.o }
 
 // ClockBound returns the error bound of the current estimate of the
-// server's clock: half the round trip of the hello it came from, plus 1ms.
-// Drift between samples adds to it. The engine's Margin must exceed it.
+// server's clock: half the round trip of the hello it came from, plus 1ms,
+// plus 500 ppm of drift since. Expiries are written at its late edge and
+// judged at its early edge (see the package documentation, "Time"); an
+// Acquire does not take over an expired record while it is wider than a
+// tenth of the Acquire's TTL.
 func (b *Backend) ClockBound() time.Duration { return b.clock.Bound() }
 
 func (b *Backend) check(ctx context.Context) error {

@@ -88,11 +88,21 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if has("readConcernLevel") && copts.ReadConcern != nil {
 		o.ReadConcern = copts.ReadConcern
 	}
+	// A server that does not answer must not hold a call for the
+	// driver's default 30s (see reach.go).
+	if copts.ServerSelectionTimeout == nil {
+		copts.SetServerSelectionTimeout(DefaultServerSelectionTimeout)
+	}
+	if copts.ConnectTimeout == nil {
+		copts.SetConnectTimeout(DefaultConnectTimeout)
+	}
+	r := &reach{}
+	copts.SetServerMonitor(r.monitor())
 	client, err := mongo.Connect(copts)
 	if err != nil {
 		return nil, fmt.Errorf("mongo: connecting to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
-	b, err := newBackend(ctx, client, true, &o)
+	b, err := openBackend(ctx, client, true, r, &o)
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -101,6 +111,15 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// Driver settings Open uses when the URL does not give them
+// (serverSelectionTimeoutMS, connectTimeoutMS): the driver's defaults
+// (30s each) would hold a call on a server that does not answer far
+// beyond a lease's TTL.
+const (
+	DefaultServerSelectionTimeout = 5 * time.Second
+	DefaultConnectTimeout         = 5 * time.Second
+)
 
 // driverParams are the MongoDB connection-string options (lower case)
 // that Open passes to the driver.

@@ -20,6 +20,11 @@ import (
 // is checked against the store first. A release after the grant's expiry
 // is ErrNotHeld.
 func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	ctx, end := b.begin(ctx)
+	return end(b.release(ctx, g))
+}
+
+func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
@@ -57,6 +62,12 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 // it removed. The holder finds out at its next renewal; the next grant
 // still gets a higher token.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.forceRelease(ctx, key)
+	return v, end(err)
+}
+
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
@@ -86,6 +97,12 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 // Inspect implements driver.Backend with two finds: the record on
 // (ns, key), then its epoch claims.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.inspect(ctx, key)
+	return v, end(err)
+}
+
+func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
@@ -104,6 +121,12 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // the key (which the (ns, key) index serves as a range scan), and the
 // epoch claims of their records (one more find).
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.list(ctx, prefix)
+	return v, end(err)
+}
+
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,12 @@ func (b *Backend) renewClaim(g driver.Grant, r grantRef, h heldGrant, req driver
 // Backend's) is first checked against the store: it must be the live
 // holder, same owner and token.
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.renew(ctx, g, req)
+	return v, end(err)
+}
+
+func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
 	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
@@ -137,6 +143,12 @@ const maxBatch = 500
 // deadlocks the server (FerretDB 1.24 keeps each statement's read open
 // until the command ends and takes another pooled connection per write).
 func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	ctx, end := b.begin(ctx)
+	v, err := b.renewBatch(ctx, grants, req)
+	return v, end(err)
+}
+
+func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
 	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
@@ -146,7 +158,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	out := make([]driver.RenewResult, len(grants))
 	if req.Rotate || req.SetMetadata {
 		for i, g := range grants {
-			out[i].Grant, out[i].Err = b.Renew(ctx, g, req)
+			out[i].Grant, out[i].Err = b.renew(ctx, g, req)
 		}
 		return out, ctx.Err()
 	}
@@ -231,7 +243,7 @@ func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, req dri
 		}
 	}
 	for _, i := range single {
-		out[i].Grant, out[i].Err = b.Renew(ctx, grants[i], req)
+		out[i].Grant, out[i].Err = b.renew(ctx, grants[i], req)
 	}
 	return nil
 }
