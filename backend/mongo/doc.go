@@ -27,7 +27,10 @@
 // Every other parameter must be a MongoDB connection-string option
 // (replicaSet, authSource, tls, w, journal, readConcernLevel, maxPoolSize,
 // ...) and goes to the driver; w, journal and readConcernLevel given in the
-// URL replace the backend's majority/journaled defaults. An unknown
+// URL replace the backend's majority/journaled defaults;
+// serverSelectionTimeoutMS and connectTimeoutMS default to
+// DefaultServerSelectionTimeout and DefaultConnectTimeout (5s each, not the
+// driver's 30s; see "Unreachable servers"). An unknown
 // parameter is refused with an *driver.InvalidOptionError, so a typo never
 // silently drops a setting. Ports must be 1 to 65535. For example:
 //
@@ -192,13 +195,60 @@
 // Expiry is judged by the server's clock. MongoDB's own server-side
 // clock ($$NOW) is only reachable through aggregation-pipeline updates and
 // $expr, which FerretDB lacks, so the backend estimates the server's clock
-// from hello's localTime (the midpoint of the round trip; the best of
-// three at Open, one more every ClockResync, 30s by default). Every time
-// written or compared is this estimate, which runs on the process's
-// monotonic clock. Two clients' estimates differ by at most the sum of
-// their bounds (half a round trip plus 1ms each, plus drift since the
-// last sample); the engine's Margin (TTL/10 by default) must exceed it.
-// ClockBound reports the current bound.
+// from hello's localTime: a hello sent at local time s and answered at r
+// read the server's clock somewhere in [s, r], so the midpoint is within
+// (r−s)/2 + 1ms (localTime's resolution). The estimate runs on the
+// process's monotonic clock and its bound grows by 500 ppm of drift with
+// age (1ms per 2s). The best of three samples is taken at Open, one more
+// every ClockResync (30s by default); a sample replaces the estimate only
+// if its bound is no wider than the estimate's bound grown by that drift,
+// so a hello that a stalled server answered late (a 3s round trip, ±1.5s)
+// never replaces a tight estimate. ClockBound reports the bound now.
+//
+// Both edges of the bound are used, so two clients' errors never add up
+// against a holder: a record's expiry (at acquire and renewal) counts from
+// the latest the server's clock can read (estimate + bound), and another
+// owner's record is judged expired only when the earliest it can read
+// (estimate − bound) has passed its expiry. A takeover then happens only
+// after the record lived its TTL by the server's clock, whatever the two
+// bounds; the holder's Margin (TTL/10 by default) has only to absorb the
+// rate difference between its clock and the server's over one TTL. If the
+// bound is wider than a tenth of the Acquire's TTL (no tight sample since
+// the server stalled), the Acquire samples again (at most once a second)
+// and, if still too wide, does not take the record over: it returns an
+// error matching ErrClockUncertain and driver.ErrNotAcquired, so the
+// engine keeps waiting as for a held key. A free key (no record) is
+// granted whatever the bound. A step of the server's own wall clock is
+// not detected: run it under NTP, slewing.
+//
+// # GarbageAfter belongs to the collection
+//
+// A Backend builds its next token of a key on its own last claim for
+// GarbageAfter/2 without reading, while every Backend's garbage collection
+// deletes claims older than GarbageAfter: the value must be the same for
+// every Backend on a collection. The first one records it in the
+// collection (document "c/garbageAfter", immutable); later ones given
+// none, as every Backend opened from a URL, adopt it, so a roll-out that
+// changes the option keeps running on the recorded value; one given
+// another value fails New and Open with a *GarbageAfterError
+// (ErrGarbageAfter), which changes nothing. To change the value, stop
+// every Backend of the collection, delete that document (and on MongoDB
+// the fencelock_garbage index), and start them with the new value.
+//
+// # Unreachable servers
+//
+// Every command runs on the call's context. On a client it opened (Open)
+// the backend watches the driver's heartbeats: once no server takes writes
+// and the last heartbeat failed, commands waiting for a server end at
+// once, and later calls fail without waiting, with an *UnreachableError
+// (ErrUnreachable) that wraps the failure (a refused connection matches
+// syscall.ECONNREFUSED) until a heartbeat succeeds again; a background
+// ping keeps the driver checking every 500ms meanwhile. A server that
+// stops answering without refusing (a paused process, a dropped network)
+// is noticed when a heartbeat times out (connectTimeoutMS), or the call's
+// deadline ends it first. On a caller-owned client (New) the client's own
+// settings apply; a server-selection error still wraps the failures the
+// driver recorded for its servers.
 //
 // # Guarantees and caveats
 //
