@@ -316,13 +316,28 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) MinHold() time.Duration { return l.minHold }
 
 // MinHoldEnd returns when the lease's minimum hold ends, by the client's
-// Clock: when the store's grant arrived, plus MinHold. A release before
-// then keeps the key until then. Zero without a minimum hold.
+// Clock: when the store's grant arrived, plus MinHold (for a lease of an
+// RWGrant, when the grant was complete: see restartHold). A release
+// before then keeps the key until then. Zero without a minimum hold.
 func (l *Lease) MinHoldEnd() time.Time {
 	if l.minHold == 0 {
 		return time.Time{}
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.granted.Add(l.minHold)
+}
+
+// restartHold makes the lease's minimum hold count from at: a recipe's
+// grant made of several leases (an RWLock's write grant: the gate, then
+// every slot, the last perhaps long after the first while readers
+// drained) is handed out when its last lease arrived, and the hold
+// belongs to the grant, so every lease of it keeps its record until at
+// plus MinHold.
+func (l *Lease) restartHold(at time.Time) {
+	l.mu.Lock()
+	l.granted = at
+	l.mu.Unlock()
 }
 
 // Metadata returns a copy of the lease's metadata as the store last
@@ -421,7 +436,7 @@ func (releasedByClose) Is(target error) bool { return target == ErrReleased || t
 func (l *Lease) release(ctx context.Context, cause error) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.o.ReleaseTimeout)
+		ctx, cancel = l.c.cleanupCtx(ctx)
 		defer cancel()
 	} else if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -562,7 +577,7 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 			// The wait used ctx up: the hold renewal gets a budget
 			// of its own.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+			ctx, cancel = c.cleanupCtx(ctx)
 			defer cancel()
 		}
 		t.Stop()
@@ -646,10 +661,14 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 				// has no answer yet: once it has one, renew the
 				// record for the rest of the window one last time
 				// (Close waits for this goroutine before it closes
-				// the backend).
-				<-inFlight
+				// the backend), unless Close's budget ends first.
+				select {
+				case <-inFlight:
+				case <-c.drain.Done():
+					return
+				}
 				if c.now().Before(end) {
-					ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+					ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
 					_, _ = c.holdRenew(ctx, g, true, end)
 					cancel()
 				}

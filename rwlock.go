@@ -573,6 +573,13 @@ type RWGrant struct {
 func newRWGrant(rw *RWLock, parent context.Context, write bool, token Token, ls []*Lease) *RWGrant {
 	g := &RWGrant{rw: rw, write: write, token: token, leases: ls, state: held}
 	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	// The minimum hold is the grant's: it counts from now for every
+	// lease, not from when each arrived (a writer's gate may have come
+	// long before its last slot).
+	now := rw.c.now()
+	for _, l := range ls {
+		l.restartHold(now)
+	}
 	for _, l := range ls {
 		l.setOnEnd(g.partEnded)
 	}
