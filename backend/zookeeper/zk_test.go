@@ -228,7 +228,14 @@ func TestSessionExpiryEndsLease(t *testing.T) {
 //
 // The test asks for a 1.2 s session; a server whose minSessionTimeout is
 // longer (a stock one: tickTime 2000, so 4 s) negotiates its own, which
-// the grant reports and the test then waits by.
+// the grant reports. The holder reconnects only once the server has
+// expired the session, as a second client sees (the holder's ephemeral
+// znode deleted): the server expires a session between its timeout and
+// its timeout plus a tickTime after it last heard from the client (its
+// session tracker expires sessions in tickTime buckets), so a reconnect
+// after a fixed "session timeout plus a second" (5 s of a 4 s session,
+// tickTime 2000) often came before the expiry, the session lived on, and
+// rightly no loss was reported.
 func TestExpiryAfterPartition(t *testing.T) {
 	ctx := t.Context()
 	const asked = 1200 * time.Millisecond
@@ -242,15 +249,34 @@ func TestExpiryAfterPartition(t *testing.T) {
 		t.Errorf("Grant.TTL = %v; want the negotiated session timeout, at least the %v asked for", sess, asked)
 	}
 	t.Logf("session timeout %v (asked %v)", sess, asked)
+	h, _ := parseHandle(g.Handle)
+	obs, _ := open(t, testTTL)
+	ok, _, gone, err := obs.conn.ExistsW(h.path)
+	if err != nil || !ok {
+		t.Fatalf("the holder's znode %s as another client sees it: exists %v, %v", h.path, ok, err)
+	}
 	lost := make(chan error, 1)
 	stop := b.NotifyLoss(g, func(cause error) { lost <- cause })
 	defer stop()
 	time.Sleep(2 * lossWatchDelay)
 	b.d.cut(true)
+	// The server expires the session at most a tickTime after its timeout,
+	// and tickTime is at most half the session timeout (sessions are
+	// negotiated within 2..20 tickTimes unless the server says otherwise).
 	select {
 	case err := <-lost:
 		t.Fatalf("lost reported while merely disconnected: %v", err)
-	case <-time.After(sess + time.Second):
+	case ev := <-gone:
+		if ev.Type != zk.EventNodeDeleted {
+			t.Fatalf("watch on the holder's znode: %+v; want its deletion on session expiry", ev)
+		}
+	case <-time.After(2*sess + 5*time.Second):
+		t.Fatalf("the server did not expire the %v session within %v of the cut", sess, 2*sess+5*time.Second)
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("lost reported while merely disconnected: %v", err)
+	default:
 	}
 	b.d.cut(false)
 	select {
