@@ -77,6 +77,16 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		}
 	}
 	goErr := func(err error) error {
+		if names, ok := strings.CutPrefix(err.Error(), "redis: unexpected option: "); ok {
+			// go-redis names the parameters it does not know, and no
+			// others: list them, with the one probably meant.
+			first, _, _ := strings.Cut(names, ",")
+			known := append([]string{"prefix", "skip_checks"}, goredisParams[kind]...)
+			if kind == "sentinel" {
+				known = append(known, "sentinel_username", "sentinel_password")
+			}
+			return driver.UnknownParam(strings.TrimSpace(first), known)
+		}
 		// go-redis names the parameter or value at fault; it is
 		// redacted all the same, in case a value was a secret.
 		return badURL(u, driver.RedactText(strings.TrimPrefix(err.Error(), "redis: "), u.String()))
@@ -150,6 +160,24 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 		o.MaxRetries, o.DialerRetries = failFast(rest, o.MaxRetries, o.DialerRetries)
 		return goredis.NewClusterClient(o), opts, nil
 	}
+}
+
+// goredisParams are the query parameters go-redis's URL parsers read, by
+// URL kind ("" for a single server, "sentinel", "cluster"), for the error
+// that names an unknown one. addr and master_name are left out: the URL's
+// host list and path give them.
+var goredisParams = map[string][]string{
+	"": {"client_name", "conn_max_idle_time", "conn_max_lifetime", "db", "dial_timeout",
+		"max_active_conns", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol", "read_timeout", "skip_verify", "write_timeout"},
+	"sentinel": {"client_name", "conn_max_idle_time", "conn_max_lifetime", "db", "dial_timeout", "dialer_retries",
+		"max_active_conns", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol", "read_timeout", "replica_only",
+		"route_by_latency", "route_randomly", "skip_verify", "use_disconnected_replicas", "write_timeout"},
+	"cluster": {"client_name", "conn_max_idle_time", "conn_max_lifetime", "dial_timeout", "dialer_retries",
+		"max_active_conns", "max_idle_conns", "max_redirects", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pool_fifo", "pool_size", "pool_timeout", "protocol", "read_only", "read_timeout",
+		"route_by_latency", "route_randomly", "write_timeout"},
 }
 
 // Defaults of a URL's client where go-redis's would hide a refused

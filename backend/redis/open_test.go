@@ -211,3 +211,25 @@ func TestBadPortIsInvalidOption(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenUnknownParameterNamesTheLikelyOne checks that a misspelt URL
+// parameter gets this backend's parameters, go-redis's and the engine's
+// listed, with the one probably meant, on each URL form.
+func TestOpenUnknownParameterNamesTheLikelyOne(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"redis://127.0.0.1:1/0?tll=5s", "did you mean ttl?"},
+		{"redis://127.0.0.1:1/0?dial_timout=1s", "did you mean dial_timeout?"},
+		{"redis://127.0.0.1:1/0?prefx=x", "did you mean prefix?"},
+		{"redis+cluster://127.0.0.1:1?pool_sise=3", "did you mean pool_size?"},
+		{"redis+sentinel://127.0.0.1:1/m?sentinel_pasword=s3cret", "did you mean sentinel_password?"},
+	} {
+		_, err := Open(context.Background(), c.url)
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "prefix") || !strings.Contains(err.Error(), "ttl") {
+			t.Errorf("Open(%s) = %v; want ErrInvalidOption listing prefix and ttl, saying %q", c.url, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%s) error shows the secret: %v", c.url, err)
+		}
+	}
+}
