@@ -2,6 +2,8 @@ package fencelock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"sort"
 	"strconv"
@@ -81,15 +83,26 @@ func init() {
 // OpenBackend opens a backend from a URL without creating a Client, and
 // returns the engine parameters found in the URL as Options.
 func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
+	if err := checkURLText(rawURL); err != nil {
+		return nil, nil, err
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Parse errors quote the URL, password included.
-		return nil, nil, driver.InvalidURL(rawURL, "cannot be parsed")
+		if i := strings.Index(rawURL, "://"); i <= 0 || strings.ContainsAny(rawURL[:i], "@/?#:") {
+			// "127.0.0.1:6379", "app:pw@db:5432/app": no scheme at all.
+			return nil, nil, unknownScheme("", rawURL)
+		}
+		// url.Parse errors quote the URL, password included: say what
+		// is wrong without them.
+		return nil, nil, driver.InvalidURL(rawURL, parseFailure(err))
 	}
 	if err := driver.CheckPorts(u); err != nil {
 		return nil, nil, err
 	}
 	scheme := strings.ToLower(u.Scheme)
+	if err := checkSlashes(rawURL, u, scheme); err != nil {
+		return nil, nil, err
+	}
 	registryMu.RLock()
 	open, ok := registry[scheme]
 	registryMu.RUnlock()
@@ -128,9 +141,98 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 		if msg := err.Error(); driver.RedactText(msg, rawURL) != msg {
 			err = driver.RedactError(err, rawURL)
 		}
-		return nil, nil, err
+		return nil, nil, engineParamGuess(err, q)
 	}
 	return b, o, nil
+}
+
+// checkURLText refuses, with what to do, a URL that is empty or carries
+// white space or quotes around it (an environment file or a YAML value
+// that kept them, a line read with its newline): url.Parse would fail on
+// it or, worse, hand a backend a host or database name with a space.
+func checkURLText(rawURL string) error {
+	switch t := strings.TrimSpace(rawURL); {
+	case t == "":
+		return driver.InvalidURL(rawURL, "empty: give a backend URL such as redis://HOST:6379/0 or file:///DIR")
+	case t != rawURL:
+		return driver.InvalidURL(strconv.Quote(driver.RedactURL(t)), "white space before or after it; remove it")
+	case len(t) >= 2 && (t[0] == '"' || t[0] == '\'') && t[len(t)-1] == t[0]:
+		return driver.InvalidURL(driver.RedactURL(t[1:len(t)-1]), "it is in quotes, which are part of the value here (an env file or a config that kept them); remove them")
+	}
+	return nil
+}
+
+// parseFailure says what made url.Parse refuse a URL that has a scheme,
+// without repeating url.Parse's message: it quotes the URL, and the text
+// it names (a "port" or an "escape") is often a piece of the password.
+func parseFailure(err error) string {
+	var ue *url.Error
+	inner := err.Error()
+	if errors.As(err, &ue) {
+		inner = ue.Err.Error()
+	}
+	const encode = "; in the user and the password, percent-encode '/' as %2F, '?' as %3F, '#' as %23, '@' as %40, '%' as %25 and a space as %20"
+	switch {
+	case strings.HasPrefix(inner, "invalid port"):
+		return "cannot be parsed: what follows the host's ':' is not a port number (a password with '/', '?' or '#' ends the host early)" + encode
+	case strings.HasPrefix(inner, "invalid URL escape"):
+		return "cannot be parsed: a '%' not followed by two hexadecimal digits" + encode
+	case strings.Contains(inner, "invalid userinfo"):
+		return "cannot be parsed: the user or the password holds a character a URL cannot" + encode
+	case strings.Contains(inner, "in host name"):
+		return "cannot be parsed: the host holds a character a host name cannot (a space, or a password's '/', '?' or '#' ended the user part early)" + encode
+	case strings.Contains(inner, "control character"):
+		return "cannot be parsed: it holds a control character (a newline or a tab?); remove it"
+	}
+	return "cannot be parsed; write it as SCHEME://[USER[:PASSWORD]@]HOST[:PORT]/..." + encode
+}
+
+// networkSchemes are the schemes of the project's backends that always
+// name a host: "redis:/host" (one slash) is a typo for "redis://host".
+var networkSchemes = map[string]bool{
+	"postgres": true, "postgresql": true, "redis": true, "rediss": true,
+	"redis+cluster": true, "rediss+cluster": true, "redis+sentinel": true, "rediss+sentinel": true,
+	"etcd": true, "etcds": true, "zk": true, "mongodb": true, "mongodb+srv": true,
+}
+
+// checkSlashes refuses a URL of a network backend written with one slash
+// after the scheme, which url.Parse reads as a path with no host.
+func checkSlashes(rawURL string, u *url.URL, scheme string) error {
+	rest := rawURL[len(u.Scheme)+1:]
+	if !networkSchemes[scheme] || u.Host != "" || !strings.HasPrefix(rest, "/") || strings.HasPrefix(rest, "//") {
+		return nil
+	}
+	fixed := u.Scheme + ":/" + rest
+	return &driver.InvalidOptionError{Option: "URL", Value: driver.RedactText(rawURL, fixed),
+		Reason: "one slash after " + strconv.Quote(u.Scheme+":") + "; did you mean " + driver.RedactURL(fixed) + "?"}
+}
+
+// engineParamGuess adds to a backend's refusal of a URL parameter the
+// engine parameter it was probably meant to be ("tll" → ttl), for
+// backends whose own message does not (those that hand unknown
+// parameters to their client library or server).
+func engineParamGuess(err error, rest url.Values) error {
+	var ioe *InvalidOptionError
+	msg := err.Error()
+	if !errors.As(err, &ioe) || !strings.HasPrefix(ioe.Option, "URL") || strings.Contains(msg, "did you mean") {
+		return err
+	}
+	names := make([]string, 0, len(rest))
+	for name := range rest {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !strings.Contains(msg, strconv.Quote(name)) && !strings.Contains(msg, "option: "+name) {
+			continue
+		}
+		for _, e := range driver.EngineParams {
+			if d := driver.EditDistance(strings.ToLower(name), e); d > 0 && d <= 2 && d*2 <= len(name) {
+				return fmt.Errorf("%w; did you mean %s? (every URL takes the engine's %s)", err, e, strings.Join(driver.EngineParams, ", "))
+			}
+		}
+	}
+	return err
 }
 
 // Open opens the backend named by rawURL's scheme ("mem://", "postgres://",

@@ -2,6 +2,7 @@ package fencelock
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/fencelock/fencelock/driver"
@@ -45,13 +46,52 @@ func unknownScheme(scheme, rawURL string) error {
 			ErrUnknownScheme, scheme, shown, pkg[strings.LastIndexByte(pkg, '/')+1:], modulePath+"/"+pkg)
 	}
 	if scheme == "" || !strings.Contains(rawURL, "://") {
-		return fmt.Errorf("%w: %s has no scheme; write the URL as SCHEME://[USER[:PASSWORD]@]HOST/..., with one of: %s",
-			ErrUnknownScheme, shown, strings.Join(Schemes(), ", "))
+		return fmt.Errorf("%w: %s has no scheme; write the URL as SCHEME://[USER[:PASSWORD]@]HOST/...%s",
+			ErrUnknownScheme, shown, schemeFromPort(rawURL))
 	}
 	if guess := suggestScheme(lower); guess != "" {
 		return fmt.Errorf("%w %q in %s; did you mean %s://?", ErrUnknownScheme, scheme, shown, guess)
 	}
-	return fmt.Errorf("%w %q in %s; known schemes: %s", ErrUnknownScheme, scheme, shown, strings.Join(Schemes(), ", "))
+	return fmt.Errorf("%w %q in %s; known schemes: %s", ErrUnknownScheme, scheme, shown, mainSchemes())
+}
+
+// mainSchemes names the schemes a user most probably wants, one per
+// backend (not every variant, such as rediss+sentinel), plus any scheme a
+// third-party backend registered: short enough for a one-line error.
+func mainSchemes() string {
+	names := []string{"postgres", "redis", "etcd", "zk", "mongodb", "file", "mem", "dual"}
+	for _, s := range Schemes() {
+		if _, ours := packageOf[s]; !ours {
+			names = append(names, s)
+		}
+	}
+	return strings.Join(names, ", ") + " (and variants such as rediss, etcds, mongodb+srv)"
+}
+
+// defaultPorts maps a store's well-known port to its scheme, so that a URL
+// written without a scheme ("localhost:6379") is told the one it lacks.
+var defaultPorts = map[string]string{
+	"5432": "postgres", "6379": "redis", "26379": "redis+sentinel",
+	"2379": "etcd", "2181": "zk", "27017": "mongodb",
+}
+
+// schemeFromPort completes the error for rawURL, a URL without a scheme:
+// the URL with the scheme its port suggests (credentials redacted), or
+// the list of schemes.
+func schemeFromPort(rawURL string) string {
+	hostPort := rawURL[strings.LastIndexByte(rawURL, '@')+1:]
+	if i := strings.IndexAny(hostPort, "/?#"); i >= 0 {
+		hostPort = hostPort[:i]
+	}
+	port := hostPort[strings.LastIndexByte(hostPort, ':')+1:]
+	if scheme, ok := defaultPorts[port]; ok {
+		fixed := scheme + "://" + rawURL
+		if u, err := url.Parse(fixed); err == nil && u.Host != "" {
+			return fmt.Sprintf("; %s is the %s port: did you mean %s?", port, scheme, driver.RedactURL(fixed))
+		}
+		return fmt.Sprintf("; %s is the %s port: did you mean %s://?", port, scheme, scheme)
+	}
+	return "; SCHEME is one of " + mainSchemes()
 }
 
 // suggestScheme returns the registered or known scheme that s most
