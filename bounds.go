@@ -20,11 +20,42 @@ import (
 //     attempt in flight and the clean-up after it share one overrun
 //     budget, Options.ReleaseTimeout (see callEnds.end and cleanUp);
 //   - the clean-up still unfinished when that budget ends goes on in the
-//     background, bounded by ReleaseTimeout, and Close waits for it.
+//     background, bounded by ReleaseTimeout, and Close waits for it;
+//   - Close has one budget of ReleaseTimeout for all it waits for (the
+//     calls in flight, the releases, the background clean-up, at once):
+//     every clean-up request runs on Client.drain, which ends with that
+//     budget, and the backend's own Close is waited for only until the
+//     budget (and closeGrace) ends.
 
 // errOverrun is the cancellation cause of a call's attempts' context: the
 // call's overrun budget passed after its context ended or Close began.
 var errOverrun = errors.New("Options.ReleaseTimeout after the call's context ended (its overrun budget)")
+
+// errCloseBudget is the cancellation cause of the clean-up requests still
+// in flight when Close's budget (Options.ReleaseTimeout after Close
+// began) ends.
+var errCloseBudget = errors.New("Options.ReleaseTimeout after Client.Close began (its budget)")
+
+// errBackendCloseLate is the error of a Close whose backend's own Close
+// had not returned when Close's budget and grace ended.
+var errBackendCloseLate = fmt.Errorf("%w: the backend's Close had not returned within Options.ReleaseTimeout after Client.Close began; it goes on in the background (is the store reachable?)", context.DeadlineExceeded)
+
+// closeGrace is the time Client.Close may take past its budget, RT: a
+// tenth of RT, at most half a second (the time for goroutines to see the
+// end of their requests, and for the backend's own Close).
+func closeGrace(rt time.Duration) time.Duration { return min(rt/10, 500*time.Millisecond) }
+
+// cleanupCtx returns the context of a clean-up request with values's
+// values (not its cancellation): bounded by Options.ReleaseTimeout, and
+// by Close's budget.
+func (c *Client) cleanupCtx(values context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(values), c.o.ReleaseTimeout)
+	stop := context.AfterFunc(c.drain, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // requestBound is the cancellation cause of one backend request that ran
 // for its whole bound.
@@ -173,8 +204,13 @@ func (e *storeFailedError) Error() string {
 
 func (e *storeFailedError) Unwrap() error { return e.last }
 
-// gaveUp is the error of an Acquire whose failure window ended.
+// gaveUp is the error of an Acquire whose failure window ended. If ctx
+// has ended meanwhile, the call's outcome is that (see ended): the
+// caller's end of the call is what it asked for.
 func (c *Client) gaveUp(ctx context.Context, f *failing) error {
+	if ctx.Err() != nil {
+		return c.ended(ctx, f.last)
+	}
 	return c.wrap(ctx, "acquire", &storeFailedError{ttl: f.limit, last: f.last})
 }
 

@@ -37,6 +37,11 @@ type Client struct {
 
 	life    context.Context // cancelled when Close begins
 	endLife context.CancelFunc
+	// drain bounds every clean-up request (abandon, releaseGrant, the
+	// releases of Close): it ends when Close's budget,
+	// Options.ReleaseTimeout after Close began, has passed.
+	drain    context.Context
+	endDrain context.CancelCauseFunc
 	mu      sync.Mutex
 	closed  bool                // no new leases
 	stopped bool                // no new background work
@@ -82,6 +87,7 @@ func New(b Backend, opts *Options) (*Client, error) {
 	}
 	c.ttlBound = &requestBound{o.TTL}
 	c.life, c.endLife = context.WithCancel(context.Background())
+	c.drain, c.endDrain = context.WithCancelCause(context.Background())
 	c.waiter, _ = b.(driver.Waiter)
 	c.watcher, _ = driver.Watches(b)
 	c.batch, _ = b.(driver.BatchRenewer)
@@ -184,10 +190,13 @@ type callEnds struct {
 // cancels the attempts' context sooner; the grace timer is then stopped,
 // so that a cancelled call does not keep its contexts (and the caller's
 // values) alive for the rest of ReleaseTimeout.
-func (e callEnds) end(c *Client, cause error) {
+//
+// Close ends its calls with half the budget, overrun: their clean-up has
+// the other half before Close's budget ends (see Client.Close).
+func (e callEnds) end(cause error, overrun time.Duration) {
 	e.bound(cause)
 	if e.cancelAttempts != nil {
-		t := time.AfterFunc(c.o.ReleaseTimeout, func() { e.cancelAttempts(errOverrun) })
+		t := time.AfterFunc(overrun, func() { e.cancelAttempts(errOverrun) })
 		context.AfterFunc(e.attempts, func() { t.Stop() })
 	}
 }
@@ -225,7 +234,7 @@ func (c *Client) beginCall(ctx context.Context, attempts bool) (context.Context,
 	c.mu.Unlock()
 	if attempts && ctx.Done() != nil {
 		ends := k.ends
-		k.stop = context.AfterFunc(ctx, func() { ends.end(c, context.Cause(ctx)) })
+		k.stop = context.AfterFunc(ctx, func() { ends.end(context.Cause(ctx), c.o.ReleaseTimeout) })
 	}
 	return bound, k, nil
 }
@@ -399,7 +408,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // fell silent (a failure, as f counts them).
 func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, f *failing) (*Lease, error) {
 	backoff := c.o.MinBackoff
-	var last error
+	last := f.last // the first attempt's failure, if it failed
 	for {
 		wstart := c.now()
 		wctx, cancel := c.requestCtx(ctx, cfg.ttl, f.until())
@@ -695,10 +704,12 @@ func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest
 var errWaitBound = errors.New("fencelock: wait bound passed")
 
 // waitBoundErr turns the error of an Acquire whose WithWait bound passed
-// (and not the caller's ctx) into one matching ErrNotAcquired, joined with
-// the store's last failure, if any.
-func waitBoundErr(parent, ctx context.Context, wait time.Duration, err error) error {
-	if err == nil || wait <= 0 || parent.Err() != nil || !errors.Is(context.Cause(ctx), errWaitBound) {
+// (before the caller's ctx ended: ctx's cause says which came first) into
+// one matching ErrNotAcquired, joined with the store's last failure, if
+// any. parent is the caller's context (unused: the cause of ctx tells
+// which came first).
+func waitBoundErr(_, ctx context.Context, wait time.Duration, err error) error {
+	if err == nil || wait <= 0 || !errors.Is(context.Cause(ctx), errWaitBound) {
 		return err
 	}
 	e := fmt.Errorf("%w within the wait bound (%v)", ErrNotAcquired, wait)
@@ -758,11 +769,11 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // abandon removes a record that an acquire attempt with an unknown outcome
-// may have left, using a fresh context bounded by Options.ReleaseTimeout,
-// and retries in the background if that fails. A call uses abandonFor,
+// may have left, using a fresh context bounded by Options.ReleaseTimeout
+// (and by Close's budget, see Client.drain), and retries in the background if that fails. A call uses abandonFor,
 // which bounds its wait by the call's overrun budget.
 func (c *Client) abandon(req driver.AcquireRequest) {
-	if c.abandonOnce(context.Background(), req) {
+	if c.abandonOnce(c.drain, req) {
 		return
 	}
 	// The clean-up failed: a session store (ZooKeeper) would keep the
@@ -818,9 +829,10 @@ func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) 
 	return true
 }
 
-// releaseGrant releases g with a fresh bounded context, best effort.
+// releaseGrant releases g with a fresh context bounded by
+// Options.ReleaseTimeout (and by Close's budget), best effort.
 func (c *Client) releaseGrant(g driver.Grant) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
 	defer cancel()
 	if err := c.b.Release(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
 		c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
@@ -940,13 +952,24 @@ func (c *Client) Holding() []string {
 	return keys
 }
 
-// Close releases every lease the client holds (each with a fresh context
-// bounded by Options.ReleaseTimeout) and retries releases that failed,
-// makes waiting Acquire calls return ErrClosed (each within its overrun
-// budget, ReleaseTimeout), waits for the clean-up those calls left to
-// the background (each bounded by ReleaseTimeout), stops every goroutine
+// Close releases every lease the client holds (and retries releases
+// that failed), makes waiting Acquire calls return ErrClosed, waits for
+// the clean-up those calls left to the background, stops every goroutine
 // the client started, and closes the backend. Calls after the first
 // return nil.
+//
+// Close returns within Options.ReleaseTimeout (RT), plus a grace of at
+// most a tenth of RT, whatever the store does: the releases, the end of
+// the calls in flight and the wait for background clean-up run at once,
+// under one budget of RT from the moment Close began, and every request
+// they make is cut off when that budget ends. An acquire attempt in
+// flight gets the first half of the budget for its answer, so that the
+// clean-up after it has the second. The backend's own Close gets
+// what is left of the budget (at least the grace); if it has not returned
+// by then (a driver that waits on an unreachable store), Close returns an
+// error matching context.DeadlineExceeded and the backend's Close goes on
+// in a goroutine of its own. So do the client's goroutines still running
+// then (requests of a backend that ignores its context's end).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -954,17 +977,17 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	begun := time.Now()
+	budget := time.AfterFunc(c.o.ReleaseTimeout, func() { c.endDrain(errCloseBudget) })
 	c.endLife()
 	for _, e := range c.calling {
-		e.end(c, ErrClosed)
+		e.end(ErrClosed, c.o.ReleaseTimeout/2)
 	}
-	c.mu.Unlock()
-	// Acquire calls in flight end promptly (their contexts were just
-	// cancelled) and clean up after themselves while the backend is open.
-	c.calls.Wait()
-	c.mu.Lock()
 	// Held leases, and released ones whose release failed: their
-	// records would otherwise stay until the TTL.
+	// records would otherwise stay until the TTL. No lease is added once
+	// closed is set (newLease checks it); a lease its holder is
+	// releasing is already among the pending ones, and its release
+	// here waits for the holder's.
 	leases := make([]*Lease, 0, len(c.leases)+len(c.pending))
 	for l := range c.leases {
 		leases = append(leases, l)
@@ -974,37 +997,85 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
+	// Every wait of Close ends by half the grace after the budget; the
+	// backend's Close gets the rest of the budget, at least half the
+	// grace.
+	grace := closeGrace(c.o.ReleaseTimeout)
+	by := time.NewTimer(time.Until(begun.Add(c.o.ReleaseTimeout + grace/2)))
+	defer by.Stop()
 	var (
 		errMu sync.Mutex
 		errs  []error
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, 32)
 	)
-	for _, l := range leases {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
-			defer cancel()
-			if err := l.release(ctx, errReleasedByClose); err != nil && !errors.Is(err, ErrNotHeld) {
-				errMu.Lock()
-				errs = append(errs, err)
-				errMu.Unlock()
-			}
-		}()
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
 	}
-	wg.Wait()
+	// The releases and the end of the calls in flight (each within its
+	// overrun budget, which ends with Close's) at once.
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for _, l := range leases {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
+				defer cancel()
+				if err := l.release(ctx, errReleasedByClose); err != nil && !errors.Is(err, ErrNotHeld) {
+					fail(err)
+				}
+			}()
+		}
+		wg.Wait()
+		// The calls' clean-up runs while the backend is open.
+		c.calls.Wait()
+	}()
+	late := false
+	select {
+	case <-settled:
+	case <-by.C:
+		late = true
+	}
 
 	c.mu.Lock()
 	c.stopped = true
 	c.mu.Unlock()
 	close(c.stop)
-	c.wg.Wait()
-	if err := c.b.Close(); err != nil {
-		errs = append(errs, c.wrap(context.Background(), "close", err))
+	stopped := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(stopped)
+	}()
+	if !late {
+		select {
+		case <-stopped:
+			// Nothing is left that uses the budget.
+			budget.Stop()
+			c.endDrain(ErrClosed)
+		case <-by.C:
+		}
 	}
+
+	closed := make(chan error, 1)
+	go func() { closed <- c.b.Close() }()
+	t := time.NewTimer(max(time.Until(begun.Add(c.o.ReleaseTimeout+grace/2)), grace/2))
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		if err != nil {
+			fail(c.wrap(context.Background(), "close", err))
+		}
+	case <-t.C:
+		fail(&BackendError{Backend: c.name, Op: "close", Err: errBackendCloseLate})
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
 	return errors.Join(errs...)
 }
 

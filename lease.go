@@ -436,7 +436,7 @@ func (releasedByClose) Is(target error) bool { return target == ErrReleased || t
 func (l *Lease) release(ctx context.Context, cause error) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.c.o.ReleaseTimeout)
+		ctx, cancel = l.c.cleanupCtx(ctx)
 		defer cancel()
 	} else if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -577,7 +577,7 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 			// The wait used ctx up: the hold renewal gets a budget
 			// of its own.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+			ctx, cancel = c.cleanupCtx(ctx)
 			defer cancel()
 		}
 		t.Stop()
@@ -661,10 +661,14 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 				// has no answer yet: once it has one, renew the
 				// record for the rest of the window one last time
 				// (Close waits for this goroutine before it closes
-				// the backend).
-				<-inFlight
+				// the backend), unless Close's budget ends first.
+				select {
+				case <-inFlight:
+				case <-c.drain.Done():
+					return
+				}
 				if c.now().Before(end) {
-					ctx, cancel := context.WithTimeout(context.Background(), c.o.ReleaseTimeout)
+					ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
 					_, _ = c.holdRenew(ctx, g, true, end)
 					cancel()
 				}

@@ -231,6 +231,11 @@ func (c *Client) renewPlanned(l *Lease, start time.Time, p plan) {
 	parent := l.Context()
 	if l.minHold > 0 {
 		parent = context.WithoutCancel(parent)
+		// Close's budget ends it still (see Client.drain).
+		var stop context.CancelFunc
+		parent, stop = context.WithCancel(parent)
+		defer context.AfterFunc(c.drain, stop)()
+		defer stop()
 	}
 	ctx, cancel := context.WithTimeout(parent, p.deadline.Sub(start))
 	ng, err := c.b.Renew(ctx, p.g, p.request(l.ttl))
@@ -292,7 +297,7 @@ func (c *Client) renewBatch(due []*Lease) {
 		for j, it := range gr.items {
 			grants[j] = it.p.g
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(start))
+		ctx, cancel := context.WithTimeout(c.drain, deadline.Sub(start))
 		results, err := c.batch.RenewBatch(ctx, grants, gr.req)
 		cancel()
 		if err == nil && len(results) != len(grants) {
