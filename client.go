@@ -42,6 +42,7 @@ type Client struct {
 	// Options.ReleaseTimeout after Close began, has passed.
 	drain    context.Context
 	endDrain context.CancelCauseFunc
+
 	mu      sync.Mutex
 	closed  bool                // no new leases
 	stopped bool                // no new background work
