@@ -107,13 +107,18 @@ type ElectOptions struct {
 // a leader that should lead until ctx ends blocks in fn until its context
 // is done.
 //
-// Elect returns ctx's error once ctx has ended (after the lease, if held,
-// was released); fn's error, if fn returned one while it still led (the
-// lease is released first); or an error that makes campaigning pointless:
-// ErrClosed, ErrInvalidKey, an *InvalidOptionError for a bad identity,
-// value or option. A term whose lease was lost does not end Elect,
-// whatever fn returned: the loss is reported to OnStoppedLeading and Elect
-// campaigns again.
+// Elect returns nil once ctx has ended: the campaigner resigned, and the
+// lease, if it held one, was released (a release that failed is retried
+// in the background, as after any term, and the record expires with its
+// TTL in any case). What the store did meanwhile (a failure, a WithWait
+// bound that passed) does not change that outcome. Otherwise it returns
+// fn's error, if fn returned one (other than its context's) while it
+// still led (the lease is released first); or an error that makes
+// campaigning pointless: ErrClosed, ErrInvalidKey, an *InvalidOptionError
+// for a bad identity, value or option, or the store's failure when an
+// Acquire without a deadline gave up (see Client.Acquire). A term whose
+// lease was lost does not end Elect, whatever fn returned: the loss is
+// reported to OnStoppedLeading and Elect campaigns again.
 //
 // The lease's guarantees hold for fn's context: it is cancelled before
 // any other campaigner can be granted the key, so the next leader's fn
@@ -183,7 +188,10 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 			return fnErr
 		}, append(o.Acquire[:len(o.Acquire):len(o.Acquire)], WithLabel(identity), WithMetadata(value))...)
 		if !started {
-			if errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil && !misuse(err):
+				return nil // resigned while campaigning
+			case errors.Is(err, ErrNotAcquired):
 				continue // a WithWait bound passed: campaign again
 			}
 			return err
@@ -199,7 +207,10 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 		}
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			if fnErr != nil && !lost && !isCtxErr(fnErr) {
+				return err // fn failed as it resigned
+			}
+			return nil // resigned
 		case errors.Is(err, ErrClosed):
 			return ErrClosed
 		case lost:
@@ -212,6 +223,12 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 			// record expires with its TTL in any case.
 		}
 	}
+}
+
+// misuse reports whether err is a caller's mistake that Elect reports
+// even when its ctx has ended: a bad key or option.
+func misuse(err error) bool {
+	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrUnsupported)
 }
 
 // Observe returns a channel that delivers key's leader each time it

@@ -30,11 +30,11 @@ func ExampleClient_Elect() {
 				fmt.Printf("%s stopped leading (lost: %v)\n", l.Identity, err != nil)
 			},
 		})
-	fmt.Println("Elect returned:", err)
+	fmt.Println("Elect returned:", err) // nil: it resigned when ctx ended
 	// Output:
 	// leading with token 1
 	// node-1 stopped leading (lost: false)
-	// Elect returned: context canceled
+	// Elect returned: <nil>
 }
 
 func ExampleClient_Leader() {

@@ -34,9 +34,12 @@ import (
 //     replaced never delivered again);
 //   - ObservedValuePublished: every leader Observe delivered carries a
 //     value its campaigner published;
-//   - ResignFreesKey: once every campaigner's Elect returned, the key is
-//     free — at once without faults or crashes, else within the TTL plus
-//     slack (a failed release or a crashed holder's record expires).
+//   - ResignFreesKey: Elect returns nil when its campaigner resigns (its
+//     ctx ends), whatever the store did meanwhile, and does not return
+//     before that unless its client crashed; once every campaigner's
+//     Elect returned, the key is free — at once without faults or
+//     crashes, else within the TTL plus slack (a failed release or a
+//     crashed holder's record expires).
 
 type electActionKind int
 
@@ -414,9 +417,19 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 			done <- c.Elect(ectx, key, id, []byte(value), fn, &fencelock.ElectOptions{Acquire: cp.termOptions(tenth)})
 		}()
 		return func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				e.violate("ResignFreesKey", "%s: Elect returned %v after its ctx ended; want context.Canceled", id, err)
+			select {
+			case err := <-done:
+				// Elect returned before its ctx ended: only the store's
+				// failure for a whole TTL (a crashed client's) ends it.
+				cancel()
+				if err == nil || !crashedProg(cp) {
+					e.violate("ResignFreesKey", "%s: Elect returned %v before its ctx ended", id, err)
+				}
+			default:
+				cancel()
+				if err := <-done; err != nil {
+					e.violate("ResignFreesKey", "%s: Elect returned %v after its ctx ended; want nil (it resigned)", id, err)
+				}
 			}
 		}
 	}
