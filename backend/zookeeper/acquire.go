@@ -18,13 +18,15 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
-	b.sweep()
+	if err := b.sweep(ctx); err != nil {
+		return driver.Grant{}, err
+	}
 	parent := b.parent(req.Key)
 	if b.hot.Hot(req.Key) {
 		// Contended lately: look before writing, so a contender that
 		// will wait anyway costs the server two reads instead of two
 		// writes.
-		node, data, st, err := b.holder(parent)
+		node, data, st, err := b.holder(ctx, parent)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -44,9 +46,9 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	b.hot.Mark(req.Key)
 	for range 5 {
-		names, pst, err := b.conn.Children(parent)
+		names, pst, err := b.conn.Children(ctx, parent)
 		if err != nil {
-			b.deleteOwn(node)
+			b.deleteOwn(ctx, node)
 			return driver.Grant{}, err
 		}
 		cs := sortChildren(names)
@@ -57,28 +59,30 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if cs[0].name == own {
 			// The holder left meanwhile.
 			if pst.Aversion == e.aversion {
-				return b.acquiredLate(b.grant(req.Key, req.Owner, node, 0, e.czxid), nil)
+				return b.acquiredLate(ctx, b.grant(req.Key, req.Owner, node, 0, e.czxid), nil)
 			}
-			return b.acquiredLate(b.bump(req, node, 0))
+			g, err := b.bump(ctx, req, node, 0)
+			return b.acquiredLate(ctx, g, err)
 		}
 		lowest := parent + "/" + cs[0].name
-		data, st, err := b.conn.Get(lowest)
+		data, st, err := b.conn.Get(ctx, lowest)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
 		if err != nil {
-			b.deleteOwn(node)
+			b.deleteOwn(ctx, node)
 			return driver.Grant{}, err
 		}
-		b.deleteOwn(node)
+		b.deleteOwn(ctx, node)
 		if ownerOf(data) == req.Owner && st.EphemeralOwner == b.conn.SessionID() {
 			// A retry of an acquire whose reply was lost: the lock is
 			// already ours (bump writes this request's metadata).
-			return b.acquiredLate(b.bump(req, lowest, st.Version))
+			g, err := b.bump(ctx, req, lowest, st.Version)
+			return b.acquiredLate(ctx, g, err)
 		}
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: ownerOf(data), Token: driver.Token(st.Mzxid)}}
 	}
-	b.deleteOwn(node)
+	b.deleteOwn(ctx, node)
 	return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 }
 
@@ -96,11 +100,11 @@ const (
 // and metadata so that its mzxid, the grant's token, is a fresh zxid:
 // higher than every token issued for the key before, including rotated
 // ones.
-func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (driver.Grant, error) {
-	st, err := b.markedSet(node, nodeData(req.Owner, req.Metadata), version)
+func (b *Backend) bump(ctx context.Context, req driver.AcquireRequest, node string, version int32) (driver.Grant, error) {
+	st, err := b.markedSet(ctx, node, nodeData(req.Owner, req.Metadata), version)
 	if err != nil {
 		if !definiteZK(err) {
-			b.deleteOwn(node)
+			b.deleteOwn(ctx, node)
 		}
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
@@ -124,16 +128,16 @@ func (b *Backend) bump(req driver.AcquireRequest, node string, version int32) (d
 // node stays in b.rotating, so that a later Renew or Release of the grant
 // (which still names the old version) can finish the job instead of taking
 // the lock for lost while its znode lives on.
-func (b *Backend) markedSet(node string, data []byte, version int32) (*zk.Stat, error) {
+func (b *Backend) markedSet(ctx context.Context, node string, data []byte, version int32) (*zk.Stat, error) {
 	b.setRotating(node, version)
-	st, err := b.conn.Set(node, data, version)
+	st, err := b.conn.Set(ctx, node, data, version)
 	if err != nil {
 		if definiteZK(err) {
 			b.clearRotating(node)
 		}
 		return nil, err
 	}
-	if err := b.mark(node); err != nil {
+	if err := b.mark(ctx, node); err != nil {
 		return nil, err
 	}
 	b.clearRotating(node)
@@ -143,15 +147,15 @@ func (b *Backend) markedSet(node string, data []byte, version int32) (*zk.Stat, 
 // keptSet is markedSet keeping the znode's data (its owner and metadata):
 // it reads the data, and rewrites it only if the znode still has the given
 // version (else zk.ErrBadVersion, nothing written).
-func (b *Backend) keptSet(node string, version int32) (*zk.Stat, error) {
-	data, st, err := b.conn.Get(node)
+func (b *Backend) keptSet(ctx context.Context, node string, version int32) (*zk.Stat, error) {
+	data, st, err := b.conn.Get(ctx, node)
 	if err != nil {
 		return nil, err
 	}
 	if st.Version != version {
 		return nil, zk.ErrBadVersion
 	}
-	return b.markedSet(node, data, version)
+	return b.markedSet(ctx, node, data, version)
 }
 
 // nodeData is a contender znode's data: the owner, followed, when there is
@@ -195,8 +199,8 @@ func (b *Backend) clearRotating(node string) {
 	b.mu.Unlock()
 }
 
-func (b *Backend) mark(node string) error {
-	_, err := b.conn.SetACL(path.Dir(node), b.acl, -1)
+func (b *Backend) mark(ctx context.Context, node string) error {
+	_, err := b.conn.SetACL(ctx, path.Dir(node), b.acl, -1)
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path"
 	"sync"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/go-zookeeper/zk"
@@ -44,10 +45,14 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
-	b.sweep()
+	ctx, cancel := b.batchContext(ctx)
+	defer cancel()
+	if err := b.sweep(ctx); err != nil {
+		return nil, err
+	}
 	out := make([]driver.RenewResult, len(grants))
 	if !req.Rotate {
-		b.renewEach(ctx, grants, req, b.renewWatched(grants, out), out)
+		b.renewEach(ctx, grants, req, b.renewWatched(ctx, grants, out), out)
 		return out, nil
 	}
 	if err := b.rotateBatch(ctx, grants, req, out); err != nil {
@@ -56,10 +61,29 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 	return out, nil
 }
 
+// batchContext bounds the requests of a batch: ctx's deadline does not
+// end them (see renewBatch) but its cancellation does, and so does the
+// later of that deadline and a session timeout from now, after which
+// every lease of the session that the server has not answered for is
+// lost anyway.
+func (b *Backend) batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	by := time.Now().Add(max(b.SessionTimeout(), time.Second))
+	if d, ok := ctx.Deadline(); ok && d.After(by) {
+		by = d
+	}
+	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	return bctx, func() { stop(); cancel() }
+}
+
 // renewEach renews the grants at the indexes idx one by one with renew,
 // pipelined on the session, filling out.
 func (b *Backend) renewEach(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, idx []int, out []driver.RenewResult) {
-	rctx := context.WithoutCancel(ctx)
+	rctx := ctx // a batchContext
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxPipelined)
 	for _, i := range idx {
@@ -94,20 +118,20 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 		switch {
 		case g.Handle == "" || ok && (h.unconfirmed || b.isRotating(h.path)):
 			// Rare shapes: the single-grant path handles them.
-			out[i].Grant, out[i].Err = b.renew(context.WithoutCancel(ctx), g, req)
+			out[i].Grant, out[i].Err = b.renew(ctx, g, req)
 		case !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token):
 			out[i].Err = driver.ErrNotHeld
 		default:
 			items = append(items, rotateItem{i: i, h: h})
 		}
 	}
-	items = b.readData(items, out)
+	items = b.readData(ctx, items, out)
 	for len(items) > 0 {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return ctx.Err()
 		}
 		chunk := items[:min(len(items), maxBatch)]
-		bad, err := b.rotateChunk(grants, chunk, out)
+		bad, err := b.rotateChunk(ctx, grants, chunk, out)
 		switch {
 		case err != nil:
 			return err
@@ -125,7 +149,7 @@ func (b *Backend) rotateBatch(ctx context.Context, grants []driver.Grant, req dr
 // and returns the items still to rotate: a znode that is gone, changed
 // (another version) or not this session's gets ErrNotHeld in out, a read
 // that failed its error.
-func (b *Backend) readData(items []rotateItem, out []driver.RenewResult) []rotateItem {
+func (b *Backend) readData(ctx context.Context, items []rotateItem, out []driver.RenewResult) []rotateItem {
 	errs := make([]error, len(items))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxPipelined)
@@ -136,7 +160,7 @@ func (b *Backend) readData(items []rotateItem, out []driver.RenewResult) []rotat
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			data, st, err := b.conn.Get(items[j].h.path)
+			data, st, err := b.conn.Get(ctx, items[j].h.path)
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				errs[j] = driver.ErrNotHeld
@@ -165,13 +189,13 @@ func (b *Backend) readData(items []rotateItem, out []driver.RenewResult) []rotat
 // their key znodes (see markedSet) and fills out for each. If the multi
 // failed as a whole at a grant whose znode is gone or changed, it fills
 // nothing and returns that grant's index in chunk; otherwise bad is -1.
-func (b *Backend) rotateChunk(grants []driver.Grant, chunk []rotateItem, out []driver.RenewResult) (bad int, err error) {
+func (b *Backend) rotateChunk(ctx context.Context, grants []driver.Grant, chunk []rotateItem, out []driver.RenewResult) (bad int, err error) {
 	ops := make([]any, len(chunk))
 	for j, it := range chunk {
 		ops[j] = &zk.SetDataRequest{Path: it.h.path, Data: it.data, Version: it.h.version}
 		b.setRotating(it.h.path, it.h.version)
 	}
-	res, err := b.conn.Multi(ops...)
+	res, err := b.conn.Multi(ctx, nil, ops...)
 	if err != nil && definiteZK(err) {
 		for _, it := range chunk {
 			b.clearRotating(it.h.path)
@@ -182,7 +206,7 @@ func (b *Backend) rotateChunk(grants []driver.Grant, chunk []rotateItem, out []d
 		if len(res) != len(chunk) {
 			return -1, errors.New("zookeeper: malformed multi response")
 		}
-		marks := b.markParents(chunk)
+		marks := b.markParents(ctx, chunk)
 		for j, it := range chunk {
 			g := grants[it.i]
 			if err := marks[path.Dir(it.h.path)]; err != nil || res[j].Stat == nil {
@@ -208,7 +232,7 @@ func (b *Backend) rotateChunk(grants []driver.Grant, chunk []rotateItem, out []d
 
 // markParents bumps the ACL version of the key znode of every grant in
 // chunk (see markedSet), pipelined, and returns each key znode's error.
-func (b *Backend) markParents(chunk []rotateItem) map[string]error {
+func (b *Backend) markParents(ctx context.Context, chunk []rotateItem) map[string]error {
 	marks := map[string]error{}
 	var parents []string
 	for _, it := range chunk {
@@ -227,7 +251,7 @@ func (b *Backend) markParents(chunk []rotateItem) map[string]error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_, err := b.conn.SetACL(parent, b.acl, -1)
+			_, err := b.conn.SetACL(ctx, parent, b.acl, -1)
 			mu.Lock()
 			marks[parent] = err
 			mu.Unlock()
@@ -247,7 +271,7 @@ func (b *Backend) isRotating(p string) bool {
 // renewWatched renews in one read the grants whose znode has an armed,
 // event-free watch (see RenewBatch), filling out; it returns the indexes of
 // the grants left to renew one by one.
-func (b *Backend) renewWatched(grants []driver.Grant, out []driver.RenewResult) (slow []int) {
+func (b *Backend) renewWatched(ctx context.Context, grants []driver.Grant, out []driver.RenewResult) (slow []int) {
 	type cand struct {
 		i      int
 		h      handle
@@ -272,7 +296,7 @@ func (b *Backend) renewWatched(grants []driver.Grant, out []driver.RenewResult) 
 	if len(fast) == 0 {
 		return slow
 	}
-	_, _, err := b.conn.Exists(b.root)
+	_, _, err := b.conn.Exists(ctx, b.root)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, c := range fast {

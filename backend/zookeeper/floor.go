@@ -266,7 +266,7 @@ func floorMoved(res []zk.MultiResponse) bool {
 func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error) {
 	p := b.floorPath()
 	for range 5 {
-		data, st, err := b.conn.Get(p)
+		data, st, err := b.conn.Get(ctx, p)
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := b.createFloor(ctx); err != nil {
 				return floorSnap{}, err
@@ -288,12 +288,12 @@ func (b *Backend) readFloor(ctx context.Context, after int64) (floorSnap, error)
 }
 
 func (b *Backend) createFloor(ctx context.Context) error {
-	_, err := b.conn.Create(b.floorPath(), nil, zk.FlagPersistent, b.acl)
+	_, err := b.conn.Create(ctx, b.floorPath(), nil, zk.FlagPersistent, b.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err := b.ensurePath(ctx, b.root); err != nil {
 			return err
 		}
-		_, err = b.conn.Create(b.floorPath(), nil, zk.FlagPersistent, b.acl)
+		_, err = b.conn.Create(ctx, b.floorPath(), nil, zk.FlagPersistent, b.acl)
 	}
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return fmt.Errorf("zookeeper: creating the token floor znode: %w", err)
@@ -395,7 +395,7 @@ func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() err
 		return driver.Grant{}, errors.New("zookeeper: malformed handle")
 	}
 	if synced == nil {
-		synced = b.startSync()
+		synced = b.startSync(ctx)
 	}
 	if err := synced(); err != nil {
 		return driver.Grant{}, err
@@ -407,7 +407,7 @@ func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() err
 	if s.mzxid <= h.token {
 		return g, nil
 	}
-	st, err := b.keptSet(h.path, h.version)
+	st, err := b.keptSet(ctx, h.path, h.version)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -416,17 +416,18 @@ func (b *Backend) handOff(ctx context.Context, g driver.Grant, synced func() err
 
 // acquiredLate is handOff for acquire, which found itself first in the
 // queue after joining it: on failure its znode is deleted and a znode that
-// went or changed is reported as a held key.
-func (b *Backend) acquiredLate(g driver.Grant, err error) (driver.Grant, error) {
+// went or changed is reported as a held key. ctx bounds it, and so does
+// floorTimeout.
+func (b *Backend) acquiredLate(ctx context.Context, g driver.Grant, err error) (driver.Grant, error) {
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
+	hctx, cancel := context.WithTimeout(ctx, b.floorTimeout())
 	defer cancel()
-	ng, err := b.handOff(ctx, g, nil)
+	ng, err := b.handOff(hctx, g, nil)
 	if err != nil {
 		if h, ok := parseHandle(g.Handle); ok {
-			b.deleteOwn(h.path)
+			b.deleteOwn(ctx, h.path)
 		}
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: g.Key}}
@@ -438,13 +439,14 @@ func (b *Backend) acquiredLate(g driver.Grant, err error) (driver.Grant, error) 
 
 // confirmedLate is handOff for confirm, the first Renew of a waiter's
 // grant: a znode that went or changed is no longer held. synced waits for
-// the sync started before confirm's read (the two go out together).
-func (b *Backend) confirmedLate(synced func() error, g driver.Grant, err error) (driver.Grant, error) {
+// the sync started before confirm's read (the two go out together). ctx
+// bounds it, and so does floorTimeout.
+func (b *Backend) confirmedLate(ctx context.Context, synced func() error, g driver.Grant, err error) (driver.Grant, error) {
 	if err != nil {
 		_ = synced()
 		return driver.Grant{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
+	ctx, cancel := context.WithTimeout(ctx, b.floorTimeout())
 	defer cancel()
 	ng, err := b.handOff(ctx, g, synced)
 	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
@@ -455,19 +457,19 @@ func (b *Backend) confirmedLate(synced func() error, g driver.Grant, err error) 
 
 // startSync sends a sync of the root to the server and returns a function
 // that waits for its reply. The sync goes out at once, pipelined with the
-// caller's next request; the goroutine ends when go-zookeeper answers
-// (the reply, or the connection's end), and the caller always waits for it.
-func (b *Backend) startSync() (wait func() error) {
+// caller's next request; the goroutine ends when the sync's reply comes or
+// ctx ends (see call), and the caller always waits for it.
+func (b *Backend) startSync(ctx context.Context) (wait func() error) {
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.conn.Sync(b.root)
+		_, err := b.conn.Sync(ctx, b.root)
 		done <- err
 	}()
 	return func() error { return <-done }
 }
 
-// floorTimeout bounds the floor reads of a hand-off (go-zookeeper calls
-// take no context; this only stops between calls).
+// floorTimeout bounds the floor reads of a hand-off, besides the caller's
+// context.
 func (b *Backend) floorTimeout() time.Duration { return max(b.SessionTimeout(), 10*time.Second) }
 
 var _ driver.TokenFloorer = (*Backend)(nil)
@@ -499,7 +501,7 @@ func (b *Backend) tokenGrant(ctx context.Context, g driver.Grant) (driver.Grant,
 	t, err := b.token(ctx, int64(g.Token))
 	if err != nil {
 		if h, ok := parseHandle(g.Handle); ok {
-			b.deleteOwn(h.path)
+			b.deleteOwn(ctx, h.path)
 		}
 		return driver.Grant{}, err
 	}
@@ -626,7 +628,7 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 // prefix, the highest zxid that may be a token of it (see HighWater), up
 // to 16 keys at a time.
 func (b *Backend) keyMarks(ctx context.Context, prefix string) (map[string]int64, error) {
-	names, _, err := b.conn.Children(b.root)
+	names, _, err := b.conn.Children(ctx, b.root)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -655,7 +657,7 @@ func (b *Backend) keyMarks(ctx context.Context, prefix string) (map[string]int64
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			z, err := b.keyMark(b.parent(k))
+			z, err := b.keyMark(ctx, b.parent(k))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -682,9 +684,9 @@ func cmpOr(a, b error) error {
 
 // keyMark is the highest zxid that may be a token of the key znode parent
 // (0 if it is gone): its mzxid and pzxid, and its holder's mzxid.
-func (b *Backend) keyMark(parent string) (int64, error) {
+func (b *Backend) keyMark(ctx context.Context, parent string) (int64, error) {
 	for range 5 {
-		names, pst, err := b.conn.Children(parent)
+		names, pst, err := b.conn.Children(ctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
 			return 0, nil
 		}
@@ -696,7 +698,7 @@ func (b *Backend) keyMark(parent string) (int64, error) {
 		if len(cs) == 0 {
 			return z, nil
 		}
-		_, st, err := b.conn.Get(parent + "/" + cs[0].name)
+		_, st, err := b.conn.Get(ctx, parent+"/"+cs[0].name)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // it just went (pzxid moved): read again
 		}
@@ -755,7 +757,7 @@ func (b *Backend) writeFloor(ctx context.Context, floor int64) (floorSnap, error
 			return s, nil
 		}
 		data := s.h.encode(floor)
-		st, err := b.conn.Set(b.floorPath(), []byte(data), s.version)
+		st, err := b.conn.Set(ctx, b.floorPath(), []byte(data), s.version)
 		switch {
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):
 			continue // raised (or removed) concurrently: read again

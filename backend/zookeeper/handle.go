@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -78,9 +79,9 @@ func (b *Backend) grant(key, owner, node string, version int32, token int64) dri
 // Token; a forged or mixed-up grant gets ok false. A grant without a
 // handle (the engine's clean-up after an ambiguous acquire builds one from
 // Inspect) is looked up on the server.
-func (b *Backend) ownHandle(g driver.Grant) (handle, bool, error) {
+func (b *Backend) ownHandle(ctx context.Context, g driver.Grant) (handle, bool, error) {
 	if g.Handle == "" {
-		return b.lookup(g)
+		return b.lookup(ctx, g)
 	}
 	h, ok := parseHandle(g.Handle)
 	if !ok || h.tag != ownerTag(g.Owner) || h.token != int64(g.Token) || g.Token == 0 {
@@ -93,11 +94,11 @@ func (b *Backend) ownHandle(g driver.Grant) (handle, bool, error) {
 }
 
 // lookup finds the holder znode of g.Key and checks it is g's.
-func (b *Backend) lookup(g driver.Grant) (handle, bool, error) {
+func (b *Backend) lookup(ctx context.Context, g driver.Grant) (handle, bool, error) {
 	if driver.ValidateKey(g.Key) != nil {
 		return handle{}, false, nil
 	}
-	node, data, st, err := b.holder(b.parent(g.Key))
+	node, data, st, err := b.holder(ctx, b.parent(g.Key))
 	if err != nil || node == "" {
 		return handle{}, false, err
 	}
@@ -109,9 +110,9 @@ func (b *Backend) lookup(g driver.Grant) (handle, bool, error) {
 
 // holder returns the lowest contender znode under parent, with its data
 // and Stat; node is "" if there is none.
-func (b *Backend) holder(parent string) (node string, data []byte, st *zk.Stat, err error) {
+func (b *Backend) holder(ctx context.Context, parent string) (node string, data []byte, st *zk.Stat, err error) {
 	for range 5 {
-		names, _, err := b.conn.Children(parent)
+		names, _, err := b.conn.Children(ctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
 			return "", nil, nil, nil
 		}
@@ -123,7 +124,7 @@ func (b *Backend) holder(parent string) (node string, data []byte, st *zk.Stat, 
 			return "", nil, nil, nil
 		}
 		node = parent + "/" + cs[0].name
-		data, st, err = b.conn.Get(node)
+		data, st, err = b.conn.Get(ctx, node)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // it just went: look again
 		}

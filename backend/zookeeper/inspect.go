@@ -19,15 +19,17 @@ func (b *Backend) inspectKey(ctx context.Context, key string) (driver.Info, erro
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	b.sweep()
+	if err := b.sweep(ctx); err != nil {
+		return driver.Info{}, err
+	}
 	if b.pendingUnder(b.parent(key)) {
 		return driver.Info{}, errCleanupPending
 	}
-	return b.inspect(key)
+	return b.inspect(ctx, key)
 }
 
-func (b *Backend) inspect(key string) (driver.Info, error) {
-	node, data, st, err := b.holder(b.parent(key))
+func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) {
+	node, data, st, err := b.holder(ctx, b.parent(key))
 	if err != nil || node == "" {
 		return driver.Info{Key: key}, err
 	}
@@ -44,7 +46,7 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 	if err := driver.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	names, _, err := b.conn.Children(b.root)
+	names, _, err := b.conn.Children(ctx, b.root)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -70,7 +72,7 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			infos[i], errs[i] = b.inspect(k)
+			infos[i], errs[i] = b.inspect(ctx, k)
 		}()
 	}
 	wg.Wait()

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -74,10 +75,21 @@ func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 		if !b.sleep(w.stopCh, lossWatchDelay) {
 			return
 		}
+		// The watch's requests end with stop or Close.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-w.stopCh:
+			case <-b.done:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
 		h, ok := parseHandle(g.Handle)
 		if !ok {
 			var err error
-			if h, ok, err = b.lookup(g); err == nil && !ok {
+			if h, ok, err = b.lookup(ctx, g); err == nil && !ok {
 				fire(errZnodeDeleted)
 				return
 			} else if err != nil {
@@ -100,7 +112,7 @@ func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 			b.mu.Lock()
 			ev0 := nw.events
 			b.mu.Unlock()
-			_, st, ch, err := b.conn.GetW(h.path)
+			_, st, ch, err := b.conn.GetW(ctx, h.path)
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				fire(errZnodeDeleted)

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -71,6 +72,12 @@ func (b *Backend) reconnected() {
 	if b.orphans.Len() == 0 {
 		return
 	}
+	b.sweepSoon()
+}
+
+// sweepSoon sweeps at once, in a goroutine of its own, bounded by
+// floorTimeout.
+func (b *Backend) sweepSoon() {
 	b.mu.Lock() // orders this after Close, as NotifyLoss does
 	if b.closed.Load() {
 		b.mu.Unlock()
@@ -81,7 +88,9 @@ func (b *Backend) reconnected() {
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
-		b.sweep()
+		ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
+		defer cancel()
+		_ = b.sweep(ctx)
 	}()
 }
 
@@ -89,24 +98,29 @@ func (b *Backend) reconnected() {
 // (Acquire, AcquireWait, Renew, RenewBatch, Release, Inspect) run it
 // first, and so does a reconnection (see reconnected); the backend never
 // loops or waits to retry (see driver). It costs nothing when nothing is
-// pending, and one sweep at a time runs.
-func (b *Backend) sweep() {
+// pending, and one sweep at a time runs. Its requests are bounded by ctx,
+// the caller's: if ctx ends, it stops and returns the error of the request
+// it gave up on (the clean-ups stay pending); else it returns nil.
+func (b *Backend) sweep(ctx context.Context) error {
 	if b.orphans.Len() == 0 || !b.sweeping.CompareAndSwap(false, true) {
-		return
+		return nil
 	}
 	defer b.sweeping.Store(false)
 	b.mu.Lock()
 	early := time.Now().Before(b.nextSweep)
 	b.mu.Unlock()
 	if early {
-		return
+		return nil
 	}
 	left := false
 	for k, o := range b.orphans.Batch(maxSweep) {
 		if b.closed.Load() {
-			return
+			return nil
 		}
-		if err := b.cleanOrphan(o); err != nil {
+		if err := b.cleanOrphan(ctx, o); err != nil {
+			if ctx.Err() != nil {
+				return err // pending still; the sweep pacing is unchanged
+			}
 			left = true
 			b.log.Warn("zookeeper: could not delete an orphaned contender znode yet; retrying on a later call", "znode", o.path, "parent", o.parent, "err", err)
 			continue
@@ -125,23 +139,24 @@ func (b *Backend) sweep() {
 		b.sweepWait = 0
 	}
 	b.mu.Unlock()
+	return nil
 }
 
 // cleanOrphan deletes an orphaned znode, or every znode of its nonce.
-func (b *Backend) cleanOrphan(o orphan) error {
+func (b *Backend) cleanOrphan(ctx context.Context, o orphan) error {
 	if o.path != "" {
-		if err := b.conn.Delete(o.path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		if err := b.conn.Delete(ctx, o.path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return err
 		}
 		return nil
 	}
-	names, _, err := b.conn.Children(o.parent)
+	names, _, err := b.conn.Children(ctx, o.parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		err = nil
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, nodePrefix+o.nonce+seqMarker) {
-			if e := b.conn.Delete(o.parent+"/"+n, -1); e != nil && !errors.Is(e, zk.ErrNoNode) {
+			if e := b.conn.Delete(ctx, o.parent+"/"+n, -1); e != nil && !errors.Is(e, zk.ErrNoNode) {
 				err = e
 			}
 		}

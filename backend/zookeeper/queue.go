@@ -83,7 +83,7 @@ func (b *Backend) enqueue(ctx context.Context, parent string, data []byte) (entr
 		if err != nil {
 			return entry{}, err
 		}
-		res, err := b.conn.Multi(
+		res, err := b.conn.Multi(ctx, b.lateCreate(parent, nonce),
 			&zk.CreateRequest{Path: prefix, Data: data, Acl: b.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 			b.floorCheck(fs), // the token offset in force at this zxid (floor.go)
@@ -117,11 +117,41 @@ func (b *Backend) enqueue(ctx context.Context, parent string, data []byte) (entr
 		case definiteZK(err):
 			return entry{}, err
 		default:
-			// The reply was lost: the znode may exist. Find it by its
-			// nonce and delete it, now or (if the server is unreachable)
-			// later, so it never blocks the queue.
-			b.addOrphan(orphan{parent: parent, nonce: nonce, until: time.Now().Add(max(b.SessionTimeout(), 10*time.Second))})
+			// The reply was lost, or ctx ended before it came: the znode
+			// may exist. Find it by its nonce and delete it, now or (if
+			// the server is unreachable) later, so it never blocks the
+			// queue.
+			b.addOrphan(b.nonceOrphan(parent, nonce))
 			return entry{}, err
+		}
+	}
+}
+
+// nonceOrphan is the clean-up of a create under parent with an unknown
+// outcome: a search for its nonce, for a session timeout (at least 10 s)
+// from now.
+func (b *Backend) nonceOrphan(parent, nonce string) orphan {
+	return orphan{parent: parent, nonce: nonce, until: time.Now().Add(max(b.SessionTimeout(), 10*time.Second))}
+}
+
+// lateCreate accounts for the answer to an enqueue multi that its caller
+// abandoned when its context ended (the caller has recorded the nonce's
+// clean-up, see enqueue): a znode that was created is deleted at once,
+// whenever the answer comes, so a create that lands after the nonce
+// search (a request that waited in go-zookeeper's queue while it
+// reconnected, or on a server that stopped answering for longer) leaves
+// no contender for nobody; an answer that is no answer (the connection was
+// lost) starts the nonce search again, from now.
+func (b *Backend) lateCreate(parent, nonce string) func([]zk.MultiResponse, error) {
+	return func(res []zk.MultiResponse, err error) {
+		switch {
+		case err == nil && len(res) == 3:
+			b.addOrphan(orphan{path: res[0].String})
+			b.sweepSoon()
+		case err == nil, definiteZK(err), floorMoved(res):
+			// Nothing was created.
+		default:
+			b.addOrphan(b.nonceOrphan(parent, nonce))
 		}
 	}
 }
@@ -140,7 +170,7 @@ func definiteZK(err error) bool {
 }
 
 func (b *Backend) ensureParent(ctx context.Context, parent string) error {
-	_, err := b.conn.CreateContainer(parent, nil, zk.FlagContainer, b.acl)
+	_, err := b.conn.CreateContainer(ctx, parent, nil, zk.FlagContainer, b.acl)
 	if err == nil || errors.Is(err, zk.ErrNodeExists) {
 		return nil
 	}
@@ -150,20 +180,35 @@ func (b *Backend) ensureParent(ctx context.Context, parent string) error {
 	if err := b.ensurePath(ctx, b.root); err != nil {
 		return err
 	}
-	_, err = b.conn.CreateContainer(parent, nil, zk.FlagContainer, b.acl)
+	_, err = b.conn.CreateContainer(ctx, parent, nil, zk.FlagContainer, b.acl)
 	if errors.Is(err, zk.ErrNodeExists) {
 		return nil
 	}
 	return err
 }
 
-// deleteOwn removes one of our contender znodes whatever the caller's
-// context says; if the server cannot be reached, a later call retries
-// (see sweep).
-func (b *Backend) deleteOwn(node string) {
+// deleteOwn removes one of our contender znodes. It waits for the answer
+// while ctx lives; once ctx has ended (a waiter whose caller gave up, a
+// request abandoned at its deadline) it still sends the delete but waits
+// at most cleanupGrace for the answer. If the server does not answer (in
+// time), a later call retries (see sweep); the delete already sent may
+// well go through meanwhile, and the retry then finds nothing to delete.
+func (b *Backend) deleteOwn(ctx context.Context, node string) {
 	b.clearRotating(node)
-	err := b.conn.Delete(node, -1)
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
+		defer cancel()
+	}
+	err := b.conn.Delete(ctx, node, -1)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		b.addOrphan(orphan{path: node})
 	}
 }
+
+// cleanupGrace is how long deleteOwn waits for the answer to a delete
+// made after its caller's context ended: a server that answers at all
+// answers a delete well within it, and the engine's overrun budget after
+// a deadline (Options.ReleaseTimeout, shared with its own clean-up) is not
+// spent waiting on one that does not.
+const cleanupGrace = 100 * time.Millisecond

@@ -1,8 +1,10 @@
 package zookeeper
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -107,9 +109,10 @@ func (h hosts) Connected() {
 	h.r.connected()
 }
 
-// conn is the backend's ZooKeeper connection. On a connection Open made
-// (r not nil) its requests fail fast while the servers are down, and its
-// errors name the cause of a lost connection (see reach).
+// conn is the backend's ZooKeeper connection. Every request takes the
+// caller's context and returns when it ends (see call); on a connection
+// Open made (r not nil) its requests also fail fast while the servers are
+// down, and its errors name the cause of a lost connection (see reach).
 type conn struct {
 	*zk.Conn
 	r *reach
@@ -148,118 +151,253 @@ func lostError(server string, err error) error {
 	return fmt.Errorf("connection to %s lost: %w", server, err)
 }
 
-// Children is zk.Conn's, failing fast (see reach).
-func (c conn) Children(path string) ([]string, *zk.Stat, error) {
-	if err := c.fast(); err != nil {
-		return nil, nil, err
-	}
-	names, st, err := c.Conn.Children(path)
-	return names, st, c.why(err)
+// ErrNoAnswer is the cause joined to the context's error of a request that
+// the ZooKeeper server had not answered when the caller's context ended:
+// a server that stopped answering (a frozen process, a network that drops
+// packets), a connection being re-established, or a deadline too short
+// for the server's latency. errors.Is(err, ErrNoAnswer) and
+// errors.Is(err, context.DeadlineExceeded) both hold for such an error.
+// Check that the servers in the URL are up and reachable from this host,
+// or give the call a longer deadline.
+var ErrNoAnswer = errors.New("zookeeper: no answer from the server")
+
+// noAnswerError is ErrNoAnswer for one request: what it was, the server
+// and the connection's state, and the last failure of the connection, if
+// any.
+type noAnswerError struct {
+	op, path string
+	server   string
+	state    zk.State
+	sent     bool  // false: the context had ended before the request
+	cause    error // the connection's last failure (see reach), or nil
 }
 
-// ChildrenW is zk.Conn's, failing fast (see reach).
-func (c conn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.fast(); err != nil {
-		return nil, nil, nil, err
+func (e *noAnswerError) Error() string {
+	var sb strings.Builder
+	sb.WriteString(ErrNoAnswer.Error())
+	if e.server != "" {
+		sb.WriteString(" " + e.server)
 	}
-	names, st, ch, err := c.Conn.ChildrenW(path)
-	return names, st, ch, c.why(err)
+	if e.sent {
+		fmt.Fprintf(&sb, " to %s %s before the context ended", e.op, e.path)
+	} else {
+		fmt.Fprintf(&sb, " in time: %s %s not sent, the context had ended", e.op, e.path)
+	}
+	fmt.Fprintf(&sb, " (connection %s)", strings.TrimPrefix(e.state.String(), "State"))
+	if e.cause != nil {
+		sb.WriteString(": " + e.cause.Error())
+	}
+	return sb.String()
 }
 
-// Get is zk.Conn's, failing fast (see reach).
-func (c conn) Get(path string) ([]byte, *zk.Stat, error) {
-	if err := c.fast(); err != nil {
-		return nil, nil, err
+func (e *noAnswerError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrNoAnswer, e.cause}
 	}
-	data, st, err := c.Conn.Get(path)
-	return data, st, c.why(err)
+	return []error{ErrNoAnswer}
 }
 
-// GetW is zk.Conn's, failing fast (see reach).
-func (c conn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.fast(); err != nil {
-		return nil, nil, nil, err
+// noAnswer is the error of a request abandoned (sent true) or not sent
+// because ctx ended: a *noAnswerError joined with ctx's error (errors.Is
+// matches ErrNoAnswer, ctx's error and the connection's last failure).
+func (c conn) noAnswer(ctx context.Context, op, path string, sent bool) error {
+	e := &noAnswerError{op: op, path: path, sent: sent, server: c.Server(), state: c.State()}
+	if c.r != nil {
+		e.cause, _, _ = c.r.state()
 	}
-	data, st, ch, err := c.Conn.GetW(path)
-	return data, st, ch, c.why(err)
+	return fmt.Errorf("%w: %w", e, ctx.Err())
 }
 
-// Set is zk.Conn's, failing fast (see reach).
-func (c conn) Set(path string, data []byte, version int32) (*zk.Stat, error) {
+// call runs f, one request of go-zookeeper, and returns its result, or,
+// if ctx ends first, ctx's error joined with a *noAnswerError. go-zookeeper
+// v1.0.4 takes no context: a request waits for its reply, or, while the
+// connection is down, in go-zookeeper's send queue, for up to two thirds
+// of a session timeout (more while it reconnects), whatever the caller's
+// deadline. So f runs on a goroutine of its own, which a caller whose ctx
+// ended leaves behind: the request carries on and may still be executed
+// by the server, as when its reply is lost. The callers treat both alike
+// (an error that is not definiteZK: the outcome is unknown). late, if not
+// nil, gets the result of an abandoned request when it comes (enqueue
+// uses it to account for a create that landed after all). A request is
+// not sent if ctx has already ended.
+func call[T any](ctx context.Context, c conn, op, path string, f func() (T, error), late func(T, error)) (T, error) {
+	var zero T
 	if err := c.fast(); err != nil {
-		return nil, err
+		return zero, err
 	}
-	st, err := c.Conn.Set(path, data, version)
-	return st, c.why(err)
+	if ctx.Err() != nil {
+		return zero, c.noAnswer(ctx, op, path, false)
+	}
+	if ctx.Done() == nil { // never ends: no need for a goroutine
+		v, err := f()
+		return v, c.why(err)
+	}
+	var (
+		mu        sync.Mutex
+		abandoned bool
+		v         T
+		err       error
+	)
+	done := make(chan struct{})
+	go func() {
+		rv, rerr := f()
+		rerr = c.why(rerr)
+		mu.Lock()
+		if abandoned {
+			mu.Unlock()
+			if late != nil {
+				late(rv, rerr)
+			}
+			return
+		}
+		v, err = rv, rerr
+		mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return v, err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case <-done: // answered as ctx ended: take the answer
+		return v, err
+	default:
+	}
+	abandoned = true
+	return zero, c.noAnswer(ctx, op, path, true)
 }
 
-// Create is zk.Conn's, failing fast (see reach).
-func (c conn) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	if err := c.fast(); err != nil {
-		return "", err
-	}
-	p, err := c.Conn.Create(path, data, flags, acl)
-	return p, c.why(err)
+// nothing is the value of a request that returns only an error.
+type nothing struct{}
+
+// stat is a request's znode Stat with its data, children or watch.
+type stat[T any] struct {
+	v  T
+	st *zk.Stat
+	ch <-chan zk.Event
 }
 
-// CreateContainer is zk.Conn's, failing fast (see reach).
-func (c conn) CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	if err := c.fast(); err != nil {
-		return "", err
-	}
-	p, err := c.Conn.CreateContainer(path, data, flags, acl)
-	return p, c.why(err)
+// Children is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Children(ctx context.Context, path string) ([]string, *zk.Stat, error) {
+	r, err := call(ctx, c, "list children of", path, func() (stat[[]string], error) {
+		names, st, err := c.Conn.Children(path)
+		return stat[[]string]{v: names, st: st}, err
+	}, nil)
+	return r.v, r.st, err
 }
 
-// Delete is zk.Conn's, failing fast (see reach).
-func (c conn) Delete(path string, version int32) error {
-	if err := c.fast(); err != nil {
-		return err
-	}
-	return c.why(c.Conn.Delete(path, version))
+// ChildrenW is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) ChildrenW(ctx context.Context, path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
+	r, err := call(ctx, c, "watch children of", path, func() (stat[[]string], error) {
+		names, st, ch, err := c.Conn.ChildrenW(path)
+		return stat[[]string]{v: names, st: st, ch: ch}, err
+	}, nil)
+	return r.v, r.st, r.ch, err
 }
 
-// Exists is zk.Conn's, failing fast (see reach).
-func (c conn) Exists(path string) (bool, *zk.Stat, error) {
-	if err := c.fast(); err != nil {
-		return false, nil, err
-	}
-	ok, st, err := c.Conn.Exists(path)
-	return ok, st, c.why(err)
+// Get is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
+	r, err := call(ctx, c, "get", path, func() (stat[[]byte], error) {
+		data, st, err := c.Conn.Get(path)
+		return stat[[]byte]{v: data, st: st}, err
+	}, nil)
+	return r.v, r.st, err
 }
 
-// ExistsW is zk.Conn's, failing fast (see reach).
-func (c conn) ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.fast(); err != nil {
-		return false, nil, nil, err
-	}
-	ok, st, ch, err := c.Conn.ExistsW(path)
-	return ok, st, ch, c.why(err)
+// GetW is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) GetW(ctx context.Context, path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	r, err := call(ctx, c, "watch", path, func() (stat[[]byte], error) {
+		data, st, ch, err := c.Conn.GetW(path)
+		return stat[[]byte]{v: data, st: st, ch: ch}, err
+	}, nil)
+	return r.v, r.st, r.ch, err
 }
 
-// SetACL is zk.Conn's, failing fast (see reach).
-func (c conn) SetACL(path string, acl []zk.ACL, version int32) (*zk.Stat, error) {
-	if err := c.fast(); err != nil {
-		return nil, err
-	}
-	st, err := c.Conn.SetACL(path, acl, version)
-	return st, c.why(err)
+// Set is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Set(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {
+	return call(ctx, c, "set", path, func() (*zk.Stat, error) { return c.Conn.Set(path, data, version) }, nil)
 }
 
-// Sync is zk.Conn's, failing fast (see reach).
-func (c conn) Sync(path string) (string, error) {
-	if err := c.fast(); err != nil {
-		return "", err
-	}
-	p, err := c.Conn.Sync(path)
-	return p, c.why(err)
+// Create is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return call(ctx, c, "create", path, func() (string, error) { return c.Conn.Create(path, data, flags, acl) }, nil)
 }
 
-// Multi is zk.Conn's, failing fast (see reach).
-func (c conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
-	if err := c.fast(); err != nil {
-		return nil, err
+// CreateContainer is zk.Conn's, bounded by ctx (see call) and failing fast
+// (see reach).
+func (c conn) CreateContainer(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	return call(ctx, c, "create", path, func() (string, error) { return c.Conn.CreateContainer(path, data, flags, acl) }, nil)
+}
+
+// Delete is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Delete(ctx context.Context, path string, version int32) error {
+	_, err := call(ctx, c, "delete", path, func() (nothing, error) { return nothing{}, c.Conn.Delete(path, version) }, nil)
+	return err
+}
+
+// Exists is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Exists(ctx context.Context, path string) (bool, *zk.Stat, error) {
+	r, err := call(ctx, c, "check", path, func() (stat[bool], error) {
+		ok, st, err := c.Conn.Exists(path)
+		return stat[bool]{v: ok, st: st}, err
+	}, nil)
+	return r.v, r.st, err
+}
+
+// ExistsW is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) ExistsW(ctx context.Context, path string) (bool, *zk.Stat, <-chan zk.Event, error) {
+	r, err := call(ctx, c, "watch", path, func() (stat[bool], error) {
+		ok, st, ch, err := c.Conn.ExistsW(path)
+		return stat[bool]{v: ok, st: st, ch: ch}, err
+	}, nil)
+	return r.v, r.st, r.ch, err
+}
+
+// SetACL is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) SetACL(ctx context.Context, path string, acl []zk.ACL, version int32) (*zk.Stat, error) {
+	return call(ctx, c, "set the ACL of", path, func() (*zk.Stat, error) { return c.Conn.SetACL(path, acl, version) }, nil)
+}
+
+// Sync is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach).
+func (c conn) Sync(ctx context.Context, path string) (string, error) {
+	return call(ctx, c, "sync", path, func() (string, error) { return c.Conn.Sync(path) }, nil)
+}
+
+// Multi is zk.Conn's, bounded by ctx (see call) and failing fast (see
+// reach). late, if not nil, gets the result of a multi abandoned because
+// ctx ended (see call).
+func (c conn) Multi(ctx context.Context, late func([]zk.MultiResponse, error), ops ...any) ([]zk.MultiResponse, error) {
+	return call(ctx, c, "multi on", pathOf(ops), func() ([]zk.MultiResponse, error) { return c.Conn.Multi(ops...) }, late)
+}
+
+// pathOf names a multi's first operation's path, for errors.
+func pathOf(ops []any) string {
+	if len(ops) == 0 {
+		return ""
 	}
-	rs, err := c.Conn.Multi(ops...)
-	return rs, c.why(err)
+	switch op := ops[0].(type) {
+	case *zk.CreateRequest:
+		return op.Path
+	case *zk.SetDataRequest:
+		return op.Path
+	case *zk.DeleteRequest:
+		return op.Path
+	case *zk.CheckVersionRequest:
+		return op.Path
+	}
+	return ""
 }

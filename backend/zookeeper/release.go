@@ -15,10 +15,12 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	b.sweep()
-	h, ok, err := b.ownHandle(g)
+	// A sweep that ctx ended does not stop the release: its delete is
+	// then not sent, and the znode is left to a later sweep (below).
+	serr := b.sweep(ctx)
+	h, ok, err := b.ownHandle(ctx, g)
 	if err != nil {
-		return err
+		return cmpOr(serr, err)
 	}
 	if !ok {
 		return driver.ErrNotHeld
@@ -29,9 +31,9 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	b.mu.Lock()
 	from, amb := b.rotating[h.path]
 	b.mu.Unlock()
-	err = b.conn.Delete(h.path, h.version)
+	err = b.conn.Delete(ctx, h.path, h.version)
 	if errors.Is(err, zk.ErrBadVersion) && amb && from == h.version {
-		err = b.conn.Delete(h.path, h.version+1) // our rotation did go through
+		err = b.conn.Delete(ctx, h.path, h.version+1) // our rotation did go through
 	}
 	switch {
 	case err == nil:
@@ -51,7 +53,7 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	// The sweep deletes it, at the latest once the client has a session
 	// again (see reconnected).
 	b.addOrphan(orphan{path: h.path})
-	return err
+	return cmpOr(serr, err)
 }
 
 // forceRelease is ForceRelease (floor.go) on native tokens: it deletes the key's
@@ -65,11 +67,11 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 		return driver.Info{}, err
 	}
 	for range 5 {
-		node, data, st, err := b.holder(b.parent(key))
+		node, data, st, err := b.holder(ctx, b.parent(key))
 		if err != nil || node == "" {
 			return driver.Info{Key: key}, err
 		}
-		err = b.conn.Delete(node, st.Version)
+		err = b.conn.Delete(ctx, node, st.Version)
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			continue
 		}

@@ -26,8 +26,10 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if err := driver.CheckRenew(req); err != nil {
 		return driver.Grant{}, err
 	}
-	b.sweep()
-	h, ok, err := b.ownHandle(g)
+	if err := b.sweep(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	h, ok, err := b.ownHandle(ctx, g)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -35,9 +37,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	if h.unconfirmed {
-		synced := b.startSync() // pipelined with confirm's read
-		cg, err := b.confirm(g, h)
-		cg, err = b.confirmedLate(synced, cg, err)
+		synced := b.startSync(ctx) // pipelined with confirm's read
+		cg, err := b.confirm(ctx, g, h)
+		cg, err = b.confirmedLate(ctx, synced, cg, err)
 		if err != nil || !req.SetMetadata {
 			return cg, err
 		}
@@ -50,12 +52,12 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		st     *zk.Stat
 	)
 	if req.Rotate || req.SetMetadata {
-		data, st, err = b.conn.Get(h.path)
+		data, st, err = b.conn.Get(ctx, h.path)
 		if errors.Is(err, zk.ErrNoNode) {
 			exists, err = false, nil
 		}
 	} else {
-		exists, st, err = b.conn.Exists(h.path)
+		exists, st, err = b.conn.Exists(ctx, h.path)
 	}
 	if err != nil {
 		return driver.Grant{}, err
@@ -72,7 +74,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		if !amb || from != h.version || st.Version != h.version+1 {
 			return driver.Grant{}, driver.ErrNotHeld
 		}
-		if err := b.mark(h.path); err != nil {
+		if err := b.mark(ctx, h.path); err != nil {
 			return driver.Grant{}, err
 		}
 		h.version, h.token = st.Version, st.Mzxid
@@ -87,7 +89,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	if !req.Rotate {
 		return b.grant(g.Key, g.Owner, h.path, h.version, h.token), nil
 	}
-	st, err = b.markedSet(h.path, data, h.version)
+	st, err = b.markedSet(ctx, h.path, data, h.version)
 	if err != nil {
 		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return driver.Grant{}, driver.ErrNotHeld

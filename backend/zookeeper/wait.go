@@ -31,7 +31,9 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
 	}
-	b.sweep()
+	if err := b.sweep(ctx); err != nil {
+		return driver.Grant{}, err
+	}
 	parent := b.parent(req.Key)
 	e, err := b.enqueue(ctx, parent, nodeData(req.Owner, req.Metadata))
 	if err != nil {
@@ -72,22 +74,22 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 	for {
 		if pred == "" {
 			if err := ctx.Err(); err != nil {
-				b.deleteOwn(node)
+				b.deleteOwn(ctx, node)
 				return err
 			}
-			p, lowest, err := b.predecessor(parent, own)
+			p, lowest, err := b.predecessor(ctx, parent, own)
 			switch {
 			case errors.Is(err, errVanished):
 				return err
 			case err != nil:
-				b.deleteOwn(node)
+				b.deleteOwn(ctx, node)
 				return err
 			case p == "":
 				return nil
 			}
 			pred, predLowest = p, lowest
 		}
-		_, _, ch, err := b.conn.GetW(pred)
+		_, _, ch, err := b.conn.GetW(ctx, pred)
 		if errors.Is(err, zk.ErrNoNode) {
 			if predLowest {
 				return nil
@@ -96,7 +98,7 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 			continue
 		}
 		if err != nil {
-			b.deleteOwn(node)
+			b.deleteOwn(ctx, node)
 			return err
 		}
 		select {
@@ -113,7 +115,7 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 			default:
 				// Not watching any more: the session expired or the
 				// connection closed.
-				b.deleteOwn(node)
+				b.deleteOwn(ctx, node)
 				if b.closed.Load() {
 					return driver.ErrClosed
 				}
@@ -121,15 +123,15 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 			}
 		case <-recheck.C:
 			b.rechecks.Add(1)
-			b.sweep() // our own orphan may be ahead of us in the queue
+			_ = b.sweep(ctx) // our own orphan may be ahead of us in the queue
 			pred = ""
 			recheck.Reset(b.recheckEvery())
 		case <-ctx.Done():
-			b.deleteOwn(node)
+			b.deleteOwn(ctx, node)
 			return ctx.Err()
 		case <-b.done:
 			if !b.owned {
-				b.deleteOwn(node) // the caller's connection, and session, live on
+				b.deleteOwn(ctx, node) // the caller's connection, and session, live on
 			}
 			return driver.ErrClosed
 		}
@@ -139,9 +141,9 @@ func (b *Backend) waitFirst(ctx context.Context, parent, node string) error {
 // predecessor lists parent's queue and returns the contender znode just
 // before own ("" if own is first) and whether that one is the lowest; it
 // returns errVanished if own is not in the queue.
-func (b *Backend) predecessor(parent, own string) (pred string, lowest bool, err error) {
+func (b *Backend) predecessor(ctx context.Context, parent, own string) (pred string, lowest bool, err error) {
 	b.lists.Add(1)
-	names, _, err := b.conn.Children(parent)
+	names, _, err := b.conn.Children(ctx, parent)
 	if err != nil {
 		return "", false, err
 	}
@@ -171,8 +173,8 @@ func (b *Backend) recheckEvery() time.Duration {
 // parent's ACL version first (markedSet). So if the ACL version is the one
 // we saw at creation, the czxid is the token; otherwise we take a fresh
 // zxid the same way.
-func (b *Backend) confirm(g driver.Grant, h handle) (driver.Grant, error) {
-	names, pst, err := b.conn.Children(path.Dir(h.path))
+func (b *Backend) confirm(ctx context.Context, g driver.Grant, h handle) (driver.Grant, error) {
+	names, pst, err := b.conn.Children(ctx, path.Dir(h.path))
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return driver.Grant{}, driver.ErrNotHeld
@@ -186,7 +188,7 @@ func (b *Backend) confirm(g driver.Grant, h handle) (driver.Grant, error) {
 	if pst.Aversion == h.aversion {
 		return b.grant(g.Key, g.Owner, h.path, 0, h.token), nil
 	}
-	st, err := b.keptSet(h.path, 0)
+	st, err := b.keptSet(ctx, h.path, 0)
 	switch {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
 		return driver.Grant{}, driver.ErrNotHeld

@@ -51,7 +51,7 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error
 		backoff := 50 * time.Millisecond
 		missed := false // an arm failed: a change may have gone unseen
 		for ctx.Err() == nil && !b.closed.Load() {
-			evs, err := b.armWatches(parent)
+			evs, err := b.armWatches(ctx, parent)
 			if err != nil {
 				missed = true
 				t := time.NewTimer(backoff)
@@ -82,10 +82,10 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error
 
 // armWatches sets the watches of one round of Watch on the key znode
 // parent and returns a channel that receives the first event of any.
-func (b *Backend) armWatches(parent string) (<-chan zk.Event, error) {
-	names, _, cw, err := b.conn.ChildrenW(parent)
+func (b *Backend) armWatches(ctx context.Context, parent string) (<-chan zk.Event, error) {
+	names, _, cw, err := b.conn.ChildrenW(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
-		ok, _, ew, err := b.conn.ExistsW(parent)
+		ok, _, ew, err := b.conn.ExistsW(ctx, parent)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +101,7 @@ func (b *Backend) armWatches(parent string) (<-chan zk.Event, error) {
 	if len(cs) == 0 {
 		return cw, nil
 	}
-	_, _, dw, err := b.conn.GetW(parent + "/" + cs[0].name)
+	_, _, dw, err := b.conn.GetW(ctx, parent+"/"+cs[0].name)
 	if errors.Is(err, zk.ErrNoNode) {
 		return cw, nil // the head just went: the children watch fires
 	}

@@ -251,7 +251,7 @@ func TestExpiryAfterPartition(t *testing.T) {
 	t.Logf("session timeout %v (asked %v)", sess, asked)
 	h, _ := parseHandle(g.Handle)
 	obs, _ := open(t, testTTL)
-	ok, _, gone, err := obs.conn.ExistsW(h.path)
+	ok, _, gone, err := obs.conn.ExistsW(ctx, h.path)
 	if err != nil || !ok {
 		t.Fatalf("the holder's znode %s as another client sees it: exists %v, %v", h.path, ok, err)
 	}
@@ -350,7 +350,7 @@ func queued(t *testing.T, b *Backend, key string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		names, _, err := b.conn.Children(b.parent(key))
+		names, _, err := b.conn.Children(t.Context(), b.parent(key))
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			t.Fatal(err)
 		}

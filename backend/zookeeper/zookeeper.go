@@ -177,7 +177,7 @@ func (b *Backend) ensurePath(ctx context.Context, p string) error {
 	if p == "/" {
 		return nil
 	}
-	ok, _, err := b.conn.Exists(p)
+	ok, _, err := b.conn.Exists(ctx, p)
 	if err != nil || ok {
 		return err
 	}
@@ -187,7 +187,7 @@ func (b *Backend) ensurePath(ctx context.Context, p string) error {
 			return err
 		}
 		cur += "/" + seg
-		if _, err := b.conn.Create(cur, nil, zk.FlagPersistent, b.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		if _, err := b.conn.Create(ctx, cur, nil, zk.FlagPersistent, b.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
 	}
