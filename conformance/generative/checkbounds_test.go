@@ -40,10 +40,14 @@ func TestCallEndsWithinBound(t *testing.T) {
 		{boundTryDeadline, 300 * time.Millisecond, 3400 * time.Millisecond, true},
 		{boundTry, 0, 3900 * time.Millisecond, false},
 		{boundTry, 0, 4100 * time.Millisecond, true},
-		{boundAcquire, 0, 3900 * time.Millisecond, false},
-		{boundAcquire, 0, 15 * time.Second, true},
+		// Acquire without a deadline: 2×TTL + ReleaseTimeout + slack.
+		{boundAcquire, 0, 4900 * time.Millisecond, false},
+		{boundAcquire, 0, 5100 * time.Millisecond, true},
 		{boundRelease, 0, 2900 * time.Millisecond, false},
 		{boundRelease, 0, 3100 * time.Millisecond, true},
+		// Close: ReleaseTimeout + its grace (0.2s) + slack.
+		{boundClose, 0, 3100 * time.Millisecond, false},
+		{boundClose, 0, 3300 * time.Millisecond, true},
 	} {
 		vs := boundViolations(c.op, c.dl, c.took, cause, outageStall)
 		if got := len(vs) > 0; got != c.want {

@@ -36,11 +36,16 @@ import (
 // without a deadline, the holder releases, and both close. Each call's
 // start, end, deadline and error are recorded and checked for:
 //
-//   - CallEndsWithinBound: a call with a deadline D ends by D +
-//     ReleaseTimeout + slack; a TryAcquire without one within its TTL +
-//     ReleaseTimeout + slack; an Acquire without one within its TTL of
-//     continuous failure + ReleaseTimeout + slack; Release and Close
-//     within ReleaseTimeout + slack. Slack is at least 1s.
+//   - CallEndsWithinBound: every call ends by its bound in the table of
+//     docs/design.md ("The bounds as a caller measures them"), plus
+//     slack: a call with a deadline D by D + ReleaseTimeout; a
+//     TryAcquire without one by its start + TTL + ReleaseTimeout; an
+//     Acquire without one by the later of its start and the outage's
+//     beginning + 2×TTL + ReleaseTimeout; Release by its start +
+//     ReleaseTimeout; Close by its start + ReleaseTimeout + its grace
+//     (a tenth of ReleaseTimeout, at most 0.5s). Slack is the harness's
+//     Slack, at least 1s (the safety suite's call-bounds cell judges by
+//     the same table and slack policy).
 //   - StoreCauseInError: an acquire that failed while the store refused
 //     says so (errors.Is(err, syscall.ECONNREFUSED), "connection
 //     refused" in its text); one that failed while it did not answer
@@ -261,7 +266,8 @@ func (b *boundStats) String() string {
 	return fmt.Sprintf("%d calls during outages; largest overrun past the nominal end: %s", b.calls, strings.Join(parts, ", "))
 }
 
-// boundSlack is the slack of CallEndsWithinBound: h.Slack, at least 1s.
+// boundSlack is the slack of CallEndsWithinBound: h.Slack, at least 1s
+// (docs/design.md, "The bounds as a caller measures them").
 func boundSlack(h conformance.Harness) time.Duration { return max(h.Slack, time.Second) }
 
 // outageCheck runs one generated outage program as Run's property does
@@ -434,18 +440,25 @@ func callBound(c callRec, h conformance.Harness) (bound, nominal time.Time) {
 	case c.op == boundTry:
 		nominal = c.start.Add(c.ttl)
 	case c.op == boundAcquire:
-		// Continuous failure from the outage's beginning, or the call's
-		// start if later.
+		// Failure from the outage's beginning, or the call's start if
+		// later: one TTL of failure, after a request (a queue wait)
+		// that may itself take a TTL.
 		from := c.start
 		if c.outageAt.After(from) {
 			from = c.outageAt
 		}
-		nominal = from.Add(c.ttl)
-	default: // Release, Close
+		nominal = from.Add(2 * c.ttl)
+	case c.op == boundClose:
+		nominal = c.start.Add(closeGrace(rt))
+	default: // Release
 		nominal = c.start
 	}
 	return nominal.Add(rt + slack), nominal
 }
+
+// closeGrace is the time Client.Close may take past ReleaseTimeout rt: a
+// tenth of it, at most 0.5s (docs/design.md, "Bounds").
+func closeGrace(rt time.Duration) time.Duration { return min(rt/10, 500*time.Millisecond) }
 
 // checkBounds checks an outage program's calls.
 func checkBounds(calls []callRec, kind outageKind) []violation {

@@ -30,6 +30,10 @@ func TestNamesCause(t *testing.T) {
 		{errors.New("unexpected EOF"), true},
 		{errors.New("fencelock: redis: acquire: no answer from the store within the request's bound (the call's TTL, 1s)"), true},
 		{errors.New("fencelock: not acquired within the wait bound (2s)"), false},
+		// WithWait's bound passed on a failing store: ErrNotAcquired
+		// with the store's failure beside it names the cause.
+		{errors.Join(fmt.Errorf("%w within the wait bound (2s)", fencelock.ErrNotAcquired),
+			&fencelock.BackendError{Backend: "redis", Op: "acquire", Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}), true},
 	} {
 		if got := namesCause(c.err); got != c.want {
 			t.Errorf("namesCause(%v) = %v, want %v", c.err, got, c.want)

@@ -371,7 +371,7 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		rc := report.NewCell(be.name, spec.fault, judgeBounds(calls), be.rules.Lookup(be.name, spec.fault))
 		rc.Setup, rc.Seed, rc.Claim, rc.Calls = c.spec.setup, seed, be.claim, calls
 		rc.Duration = time.Since(start).Round(time.Millisecond)
-		rc.Config = check.Config{TTL: be.ttl, Slack: max(boundMinSlack, 2*be.slack)}
+		rc.Config = check.Config{TTL: be.ttl, Slack: boundSlackFor(be)}
 		return rc, nil, nil
 	}
 	// A short directory: unix socket paths are limited to 108 bytes.
