@@ -194,6 +194,7 @@ func cmdRelease(e *env, args []string) int {
 	var cf connFlags
 	addConnFlags(fset, &cf)
 	force := fset.Bool("force", false, "required: remove the lock whoever holds it")
+	cf.readOnly = true // nothing is locked in a file backend's missing directory: do not create it
 	pos, rest, exit, stop := e.parse(fset, args, 0)
 	if stop {
 		return exit

@@ -26,6 +26,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -99,7 +100,25 @@ func (e *env) main(args []string) int {
 			return c.run(e, args[1:])
 		}
 	}
+	if strings.HasPrefix(args[0], "-") {
+		return e.flagsBeforeCommand(args)
+	}
 	return e.unknownCommand(args[0])
+}
+
+// flagsBeforeCommand reports flags written before the command
+// ("fencelock --url URL status KEY"), naming the command if one follows,
+// without repeating the arguments (a --url may carry a password).
+func (e *env) flagsBeforeCommand(args []string) int {
+	name := "COMMAND"
+	for _, a := range args {
+		if slices.ContainsFunc(commands, func(c command) bool { return c.name == a }) {
+			name = a
+			break
+		}
+	}
+	fmt.Fprintf(e.stderr, "fencelock: flags go after the command: fencelock %s [flags] ...\nRun 'fencelock --help' for the list of commands.\n", name)
+	return exitUsage
 }
 
 // unknownCommand reports a command that does not exist, naming the one
@@ -147,7 +166,7 @@ Run 'fencelock COMMAND --help' for a command's flags, examples and exit statuses
 }
 
 func cmdHelp(e *env, args []string) int {
-	if len(args) == 0 {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		e.usage(e.stdout)
 		return exitOK
 	}
@@ -199,6 +218,7 @@ func (e *env) flagSet(name, usage, examples string) *flag.FlagSet {
 // caller should stop (help was shown, or a usage error), stop is true and
 // exit is the status.
 func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest []string, exit int, stop bool) {
+	unitDurations(fs)
 	for {
 		cut := len(args)
 		for i, a := range args {
@@ -214,7 +234,7 @@ func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest [
 				fs.Usage()
 				return nil, nil, exitOK, true
 			}
-			return nil, nil, e.usageError(name, "%s", flagError(err)), true
+			return nil, nil, e.usageError(name, "%s", flagError(fs, err)), true
 		}
 		left, tail := fs.Args(), args[cut:]
 		if len(left) == 0 {
@@ -240,7 +260,7 @@ func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest [
 						args[0], pos[len(pos)-1], pos[len(pos)-1], name, pos[len(pos)-1]), true
 				}
 				if err := fs.Parse(args[:end]); err != nil {
-					return nil, nil, e.usageError(name, "%s", flagError(err)), true
+					return nil, nil, e.usageError(name, "%s", flagError(fs, err)), true
 				}
 				if fs.NArg() > 0 {
 					return nil, nil, e.usageError(name, "unexpected %q among the flags after %s: the command goes after --", fs.Arg(0), pos[len(pos)-1]), true
@@ -252,16 +272,76 @@ func (e *env) parse(fs *flag.FlagSet, args []string, stopAfter int) (pos, rest [
 	}
 }
 
-// flagError is the message of a flag parsing error: a value a flag's own
+// flagError is the message of a flag parsing error, written with the
+// flag as the user typed it (--timeout, not -timeout): a value a flag's own
 // parser refused with an *InvalidOptionError reads as that error alone
 // ("invalid --ttl "5": ... did you mean 5s?"), not wrapped in the flag
-// package's "invalid value ... for flag -ttl: fencelock: ...".
-func flagError(err error) string {
+// package's "invalid value ... for flag -ttl: fencelock: ..."; a number
+// that does not parse says so rather than "parse error"; an unknown flag
+// names the one probably meant.
+func flagError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if i := strings.Index(msg, ": fencelock: invalid "); i >= 0 && strings.HasPrefix(msg, "invalid value ") {
 		return msg[i+len(": fencelock: "):]
 	}
-	return msg
+	var value, name string
+	if n, _ := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); n == 2 {
+		name = strings.TrimSuffix(name, ":")
+		switch {
+		case strings.HasSuffix(msg, ": parse error"):
+			return fmt.Sprintf("invalid --%s %q: not a whole number", name, value)
+		case strings.HasSuffix(msg, ": value out of range"):
+			return fmt.Sprintf("invalid --%s %q: out of range", name, value)
+		}
+	}
+	if n, _ := fmt.Sscanf(msg, "invalid boolean value %q for -%s", &value, &name); n == 2 {
+		return fmt.Sprintf("invalid --%s %q: want true or false (or leave the value out)", strings.TrimSuffix(name, ":"), value)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		name = strings.TrimLeft(name, "-")
+		best, bestD := "", 3
+		fs.VisitAll(func(f *flag.Flag) {
+			if d := driver.EditDistance(strings.ToLower(name), f.Name); d < bestD || d == bestD && f.Name < best {
+				best, bestD = f.Name, d
+			}
+		})
+		if best != "" && bestD*2 <= len(name) {
+			return fmt.Sprintf("unknown flag --%s; did you mean --%s?", name, best)
+		}
+		return fmt.Sprintf("unknown flag --%s", name)
+	}
+	return strings.Replace(msg, " -", " --", 1)
+}
+
+// unitDuration wraps a duration flag so that its value parses with
+// driver.ParseDuration: "--timeout 5" is answered "it needs a unit; did
+// you mean 5s?", as --ttl is, instead of the flag package's "parse error".
+type unitDuration struct {
+	name string
+	orig flag.Value // the flag package's own, which sets the variable
+}
+
+func (v *unitDuration) String() string { return v.orig.String() }
+
+func (v *unitDuration) Set(s string) error {
+	d, err := driver.ParseDuration("--"+v.name, s)
+	if err != nil {
+		return err
+	}
+	return v.orig.Set(d.String())
+}
+
+func (v *unitDuration) Get() any { return v.orig.(flag.Getter).Get() }
+
+// unitDurations makes every time.Duration flag of fs a unitDuration.
+func unitDurations(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDur := g.Get().(time.Duration); isDur {
+				f.Value = &unitDuration{name: f.Name, orig: f.Value}
+			}
+		}
+	})
 }
 
 func (e *env) usageError(cmd, format string, args ...any) int {

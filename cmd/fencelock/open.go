@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -132,7 +134,7 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 		}
 		return c, nil
 	}
-	msg := driver.RedactText(err.Error(), raw)
+	msg := oneLine(driver.RedactText(err.Error(), raw))
 	var ioe *fencelock.InvalidOptionError
 	switch {
 	case perr != nil:
@@ -151,7 +153,39 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	if octx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return nil, &backendError{msg: fmt.Sprintf("cannot reach the %s backend at %s within %v (--connect-timeout): %s", u.Scheme, where, cf.connectTimeout, msg)}
 	}
+	if refused(err) && !strings.Contains(msg, "check that") {
+		msg += fmt.Sprintf("; check that the server runs at %s and that the URL (from %s) is right", where, from)
+	}
 	return nil, &backendError{msg: fmt.Sprintf("cannot use the %s backend at %s: %s", u.Scheme, where, msg)}
+}
+
+// refused reports whether err says that no server listens at the address
+// or that the host name does not resolve: a wrong URL or a stopped server.
+func refused(err error) bool {
+	var dns *net.DNSError
+	msg := err.Error()
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dns) ||
+		strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host")
+}
+
+// oneLine joins the lines of a client library's multi-line message (pgx
+// lists every address it tried, often the same one twice) into one line,
+// without repeats, so each failure is one line on stderr.
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || seen[l] {
+			continue
+		}
+		seen[l] = true
+		parts = append(parts, strings.TrimSuffix(l, ":"))
+	}
+	return strings.Join(parts, ": ")
 }
 
 // scrub removes every credential of the URL u from a message, in case a

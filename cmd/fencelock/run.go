@@ -167,6 +167,10 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--wait and --no-wait are exclusive"), true
 	case rf.noWait && explicit["timeout"]:
 		return rf, e.usageError("run", "--timeout applies to waiting; it makes no sense with --no-wait"), true
+	case explicit["timeout"] && rf.timeout == 0:
+		// flock(1) -w 0 means "do not wait"; here 0 would mean "no
+		// timeout": refuse rather than guess.
+		return rf, e.usageError("run", "--timeout 0 is ambiguous: to not wait, use --no-wait (exit 75 at once if KEY is held); to wait as long as it takes, leave --timeout out"), true
 	case rf.timeout < 0 || rf.grace < 0 || rf.ttl < 0 || rf.minHold < 0:
 		return rf, e.usageError("run", "durations must not be negative"), true
 	case rf.minHold > fencelock.MaxTTL:
