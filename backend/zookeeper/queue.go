@@ -190,14 +190,14 @@ func (b *Backend) ensureParent(ctx context.Context, parent string) error {
 // deleteOwn removes one of our contender znodes. It waits for the answer
 // while ctx lives; once ctx has ended (a waiter whose caller gave up, a
 // request abandoned at its deadline) it still sends the delete but waits
-// at most cleanupGrace for the answer. If the server does not answer (in
+// at most answerGrace for the answer. If the server does not answer (in
 // time), a later call retries (see sweep); the delete already sent may
 // well go through meanwhile, and the retry then finds nothing to delete.
 func (b *Backend) deleteOwn(ctx context.Context, node string) {
 	b.clearRotating(node)
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), answerGrace)
 		defer cancel()
 	}
 	err := b.conn.Delete(ctx, node, -1)
@@ -206,9 +206,9 @@ func (b *Backend) deleteOwn(ctx context.Context, node string) {
 	}
 }
 
-// cleanupGrace is how long deleteOwn waits for the answer to a delete
-// made after its caller's context ended: a server that answers at all
-// answers a delete well within it, and the engine's overrun budget after
-// a deadline (Options.ReleaseTimeout, shared with its own clean-up) is not
-// spent waiting on one that does not.
-const cleanupGrace = 100 * time.Millisecond
+// answerGrace is how long a write whose caller's context ended still waits
+// for its answer (see call), and deleteOwn for the answer to a delete made
+// after it ended: a server that answers at all answers well within it, and
+// the engine's overrun budget after a deadline (Options.ReleaseTimeout,
+// shared with its own clean-up) is not spent waiting on one that does not.
+const answerGrace = 100 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -220,7 +221,13 @@ func (c conn) noAnswer(ctx context.Context, op, path string, sent bool) error {
 // nil, gets the result of an abandoned request when it comes (enqueue
 // uses it to account for a create that landed after all). A request is
 // not sent if ctx has already ended.
-func call[T any](ctx context.Context, c conn, op, path string, f func() (T, error), late func(T, error)) (T, error) {
+//
+// A write (write true) whose ctx ends is given answerGrace more for its
+// answer before it is abandoned: a server that answers at all answers
+// within it, and a definite outcome is worth that much (the driver
+// contract asks for one where the store allows): a cancelled acquire,
+// say, then leaves no contender znode behind for a clean-up to find.
+func call[T any](ctx context.Context, c conn, op, path string, write bool, f func() (T, error), late func(T, error)) (T, error) {
 	var zero T
 	if err := c.fast(); err != nil {
 		return zero, err
@@ -259,6 +266,14 @@ func call[T any](ctx context.Context, c conn, op, path string, f func() (T, erro
 		return v, err
 	case <-ctx.Done():
 	}
+	if write {
+		t := time.NewTimer(answerGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	select {
@@ -283,7 +298,7 @@ type stat[T any] struct {
 // Children is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Children(ctx context.Context, path string) ([]string, *zk.Stat, error) {
-	r, err := call(ctx, c, "list children of", path, func() (stat[[]string], error) {
+	r, err := call(ctx, c, "list children of", path, false, func() (stat[[]string], error) {
 		names, st, err := c.Conn.Children(path)
 		return stat[[]string]{v: names, st: st}, err
 	}, nil)
@@ -293,7 +308,7 @@ func (c conn) Children(ctx context.Context, path string) ([]string, *zk.Stat, er
 // ChildrenW is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) ChildrenW(ctx context.Context, path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	r, err := call(ctx, c, "watch children of", path, func() (stat[[]string], error) {
+	r, err := call(ctx, c, "watch children of", path, false, func() (stat[[]string], error) {
 		names, st, ch, err := c.Conn.ChildrenW(path)
 		return stat[[]string]{v: names, st: st, ch: ch}, err
 	}, nil)
@@ -303,7 +318,7 @@ func (c conn) ChildrenW(ctx context.Context, path string) ([]string, *zk.Stat, <
 // Get is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
-	r, err := call(ctx, c, "get", path, func() (stat[[]byte], error) {
+	r, err := call(ctx, c, "get", path, false, func() (stat[[]byte], error) {
 		data, st, err := c.Conn.Get(path)
 		return stat[[]byte]{v: data, st: st}, err
 	}, nil)
@@ -313,7 +328,7 @@ func (c conn) Get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
 // GetW is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) GetW(ctx context.Context, path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	r, err := call(ctx, c, "watch", path, func() (stat[[]byte], error) {
+	r, err := call(ctx, c, "watch", path, false, func() (stat[[]byte], error) {
 		data, st, ch, err := c.Conn.GetW(path)
 		return stat[[]byte]{v: data, st: st, ch: ch}, err
 	}, nil)
@@ -323,32 +338,32 @@ func (c conn) GetW(ctx context.Context, path string) ([]byte, *zk.Stat, <-chan z
 // Set is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Set(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {
-	return call(ctx, c, "set", path, func() (*zk.Stat, error) { return c.Conn.Set(path, data, version) }, nil)
+	return call(ctx, c, "set", path, true, func() (*zk.Stat, error) { return c.Conn.Set(path, data, version) }, nil)
 }
 
 // Create is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	return call(ctx, c, "create", path, func() (string, error) { return c.Conn.Create(path, data, flags, acl) }, nil)
+	return call(ctx, c, "create", path, true, func() (string, error) { return c.Conn.Create(path, data, flags, acl) }, nil)
 }
 
 // CreateContainer is zk.Conn's, bounded by ctx (see call) and failing fast
 // (see reach).
 func (c conn) CreateContainer(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	return call(ctx, c, "create", path, func() (string, error) { return c.Conn.CreateContainer(path, data, flags, acl) }, nil)
+	return call(ctx, c, "create", path, true, func() (string, error) { return c.Conn.CreateContainer(path, data, flags, acl) }, nil)
 }
 
 // Delete is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Delete(ctx context.Context, path string, version int32) error {
-	_, err := call(ctx, c, "delete", path, func() (nothing, error) { return nothing{}, c.Conn.Delete(path, version) }, nil)
+	_, err := call(ctx, c, "delete", path, true, func() (nothing, error) { return nothing{}, c.Conn.Delete(path, version) }, nil)
 	return err
 }
 
 // Exists is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Exists(ctx context.Context, path string) (bool, *zk.Stat, error) {
-	r, err := call(ctx, c, "check", path, func() (stat[bool], error) {
+	r, err := call(ctx, c, "check", path, false, func() (stat[bool], error) {
 		ok, st, err := c.Conn.Exists(path)
 		return stat[bool]{v: ok, st: st}, err
 	}, nil)
@@ -358,7 +373,7 @@ func (c conn) Exists(ctx context.Context, path string) (bool, *zk.Stat, error) {
 // ExistsW is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) ExistsW(ctx context.Context, path string) (bool, *zk.Stat, <-chan zk.Event, error) {
-	r, err := call(ctx, c, "watch", path, func() (stat[bool], error) {
+	r, err := call(ctx, c, "watch", path, false, func() (stat[bool], error) {
 		ok, st, ch, err := c.Conn.ExistsW(path)
 		return stat[bool]{v: ok, st: st, ch: ch}, err
 	}, nil)
@@ -368,20 +383,20 @@ func (c conn) ExistsW(ctx context.Context, path string) (bool, *zk.Stat, <-chan 
 // SetACL is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) SetACL(ctx context.Context, path string, acl []zk.ACL, version int32) (*zk.Stat, error) {
-	return call(ctx, c, "set the ACL of", path, func() (*zk.Stat, error) { return c.Conn.SetACL(path, acl, version) }, nil)
+	return call(ctx, c, "set the ACL of", path, true, func() (*zk.Stat, error) { return c.Conn.SetACL(path, acl, version) }, nil)
 }
 
 // Sync is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach).
 func (c conn) Sync(ctx context.Context, path string) (string, error) {
-	return call(ctx, c, "sync", path, func() (string, error) { return c.Conn.Sync(path) }, nil)
+	return call(ctx, c, "sync", path, false, func() (string, error) { return c.Conn.Sync(path) }, nil)
 }
 
 // Multi is zk.Conn's, bounded by ctx (see call) and failing fast (see
 // reach). late, if not nil, gets the result of a multi abandoned because
 // ctx ended (see call).
 func (c conn) Multi(ctx context.Context, late func([]zk.MultiResponse, error), ops ...any) ([]zk.MultiResponse, error) {
-	return call(ctx, c, "multi on", pathOf(ops), func() ([]zk.MultiResponse, error) { return c.Conn.Multi(ops...) }, late)
+	return call(ctx, c, "multi on", pathOf(ops), true, func() ([]zk.MultiResponse, error) { return c.Conn.Multi(ops...) }, late)
 }
 
 // pathOf names a multi's first operation's path, for errors.
