@@ -25,8 +25,9 @@ import (
 // engine must Renew before using the token.
 //
 // When ctx ends first, the queue znode is deleted before AcquireWait
-// returns ctx's error (go-zookeeper's own timeouts bound that call; if the
-// server is unreachable, a later call deletes it: see sweep).
+// returns ctx's error (that delete waits at most answerGrace for its
+// answer; if the server does not answer, a later call deletes it: see
+// sweep).
 func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.validate(ctx, req); err != nil {
 		return driver.Grant{}, err
