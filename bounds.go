@@ -49,21 +49,34 @@ func closeGrace(rt time.Duration) time.Duration { return min(rt/10, 500*time.Mil
 // values (not its cancellation): bounded by Options.ReleaseTimeout, and
 // by Close's budget.
 func (c *Client) cleanupCtx(values context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(values), c.o.ReleaseTimeout)
-	stop := context.AfterFunc(c.drain, cancel)
+	ctx, end := context.WithCancelCause(context.WithoutCancel(values))
+	ctx, cancel := context.WithTimeoutCause(ctx, c.o.ReleaseTimeout, c.releaseBound())
+	stop := context.AfterFunc(c.drain, func() { end(context.Cause(c.drain)) })
 	return ctx, func() {
 		stop()
 		cancel()
+		end(nil)
 	}
 }
 
 // requestBound is the cancellation cause of one backend request that ran
-// for its whole bound.
-type requestBound struct{ ttl time.Duration }
+// for its whole bound: the call's TTL, or (what set) another bound such
+// as Options.ReleaseTimeout.
+type requestBound struct {
+	ttl  time.Duration
+	what string // the bound's name; "": the call's TTL
+}
 
 func (b *requestBound) Error() string {
+	if b.what != "" {
+		return fmt.Sprintf("%s (%v)", b.what, b.ttl)
+	}
 	return fmt.Sprintf("the request's bound (the call's TTL, %v)", b.ttl)
 }
+
+// releaseBound returns the cause of a clean-up or release request bounded
+// by Options.ReleaseTimeout.
+func (c *Client) releaseBound() *requestBound { return c.rtBound }
 
 // noAnswerError reports a backend request that the engine cut short
 // because the store had not answered within the request's bound (the
@@ -108,7 +121,7 @@ func (c *Client) requestCtx(parent context.Context, ttl time.Duration, until tim
 	}
 	cause := c.ttlBound
 	if ttl != cause.ttl {
-		cause = &requestBound{ttl}
+		cause = &requestBound{ttl: ttl}
 	}
 	return context.WithTimeoutCause(parent, d, cause)
 }
@@ -119,24 +132,30 @@ func boundCtx(ctx context.Context, d time.Duration) (context.Context, context.Ca
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, d, &requestBound{d})
+	return context.WithTimeoutCause(ctx, d, &requestBound{ttl: d})
 }
 
 // cutShort returns err, the outcome of a request on rctx, as a
-// *noAnswerError if the engine's bound on rctx (its request bound or the
-// call's overrun budget) ended the request. Call it before cancelling
+// *noAnswerError if the engine's bound on rctx (its request bound, the
+// call's overrun budget, Close's budget) ended the request, or if the
+// backend gave up with a context's error while rctx was still live: its
+// driver's own timeout (one that a driver sets from rctx's deadline can
+// fire a moment before rctx's timer does). Call it before cancelling
 // rctx.
 func cutShort(rctx context.Context, err error) error {
-	if err == nil || rctx.Err() == nil || !isCtxErr(err) {
+	if err == nil || !isCtxErr(err) {
 		return err
 	}
 	var na *noAnswerError
 	if errors.As(err, &na) {
 		return err
 	}
+	if rctx.Err() == nil {
+		return &noAnswerError{within: "the driver's own timeout", err: err}
+	}
 	switch cause := context.Cause(rctx); {
-	case cause == errOverrun:
-		return &noAnswerError{within: errOverrun.Error(), err: err}
+	case cause == errOverrun || cause == errCloseBudget:
+		return &noAnswerError{within: cause.Error(), err: err}
 	default:
 		var b *requestBound
 		if errors.As(cause, &b) {

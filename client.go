@@ -60,6 +60,7 @@ type Client struct {
 	pokes atomic.Uint64 // wakes sent to the scheduler (tests read it)
 
 	ttlBound *requestBound // the cause of a request bounded by Options.TTL, made once
+	rtBound  *requestBound // the cause of one bounded by Options.ReleaseTimeout
 }
 
 // New returns a Client that acquires leases from b. The Client owns b: its
@@ -86,7 +87,8 @@ func New(b Backend, opts *Options) (*Client, error) {
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
-	c.ttlBound = &requestBound{o.TTL}
+	c.ttlBound = &requestBound{ttl: o.TTL}
+	c.rtBound = &requestBound{ttl: o.ReleaseTimeout, what: "Options.ReleaseTimeout"}
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.drain, c.endDrain = context.WithCancelCause(context.Background())
 	c.waiter, _ = b.(driver.Waiter)
@@ -192,8 +194,9 @@ type callEnds struct {
 // so that a cancelled call does not keep its contexts (and the caller's
 // values) alive for the rest of ReleaseTimeout.
 //
-// Close ends its calls with half the budget, overrun: their clean-up has
-// the other half before Close's budget ends (see Client.Close).
+// Close ends its calls with three quarters of its budget, overrun: their
+// clean-up has the last quarter before Close's budget ends (see
+// Client.Close).
 func (e callEnds) end(cause error, overrun time.Duration) {
 	e.bound(cause)
 	if e.cancelAttempts != nil {
@@ -532,7 +535,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		// Watch has not returned by then.
 		wctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		bound := &requestBound{cfg.ttl}
+		bound := &requestBound{ttl: cfg.ttl}
 		t := time.AfterFunc(f.wait(c.now(), cfg.ttl), func() { cancel(bound) })
 		ch, err := c.watcher.Watch(wctx, req.Key)
 		err = cutShort(wctx, err)
@@ -964,8 +967,8 @@ func (c *Client) Holding() []string {
 // the calls in flight and the wait for background clean-up run at once,
 // under one budget of RT from the moment Close began, and every request
 // they make is cut off when that budget ends. An acquire attempt in
-// flight gets the first half of the budget for its answer, so that the
-// clean-up after it has the second. The backend's own Close gets
+// flight gets the first three quarters of the budget for its answer, so
+// that the clean-up after it has the last quarter. The backend's own Close gets
 // what is left of the budget (at least the grace); if it has not returned
 // by then (a driver that waits on an unreachable store), Close returns an
 // error matching context.DeadlineExceeded and the backend's Close goes on
@@ -982,7 +985,7 @@ func (c *Client) Close() error {
 	budget := time.AfterFunc(c.o.ReleaseTimeout, func() { c.endDrain(errCloseBudget) })
 	c.endLife()
 	for _, e := range c.calling {
-		e.end(ErrClosed, c.o.ReleaseTimeout/2)
+		e.end(ErrClosed, c.o.ReleaseTimeout*3/4)
 	}
 	// Held leases, and released ones whose release failed: their
 	// records would otherwise stay until the TTL. No lease is added once
@@ -1026,7 +1029,7 @@ func (c *Client) Close() error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
+				ctx, cancel := context.WithTimeoutCause(c.drain, c.o.ReleaseTimeout, c.releaseBound())
 				defer cancel()
 				if err := l.release(ctx, errReleasedByClose); err != nil && !errors.Is(err, ErrNotHeld) {
 					fail(err)

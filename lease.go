@@ -440,7 +440,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		defer cancel()
 	} else if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.c.o.ReleaseTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, l.c.o.ReleaseTimeout, l.c.releaseBound())
 		defer cancel()
 	}
 	// One release of a lease at a time (the holder's and Close's), so
@@ -804,7 +804,7 @@ func (l *Lease) finishRelease(ctx context.Context, start time.Time, err error) e
 	if !done {
 		l.retryRelease()
 	}
-	err = l.c.wrap(ctx, "release", err)
+	err = l.c.wrap(ctx, "release", cutShort(ctx, err))
 	ev := Event{Kind: EventReleased, Key: l.key, Owner: l.owner, Token: l.Token(), Err: err}
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		ev.Kind = EventReleaseFailed
