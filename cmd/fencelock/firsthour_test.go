@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -174,5 +175,26 @@ func TestUnreachableStoreIsOneLineWithWhatToCheck(t *testing.T) {
 	} {
 		args := []string{"status", "--connect-timeout", "5s", "--url", raw, "k"}
 		checkOneLineUsage(t, exitUnavailable, args, "127.0.0.1:1", "check that the server runs at 127.0.0.1:1")
+	}
+}
+
+// TestSafetyBadURLIsUsageAndWritesNoReport checks that `fencelock safety`
+// with a URL no backend can use exits 64 (docs/cli.md: a bad URL is a
+// usage error on every command) before writing a report directory; it
+// exited 69 with a report of a cell that was "not run".
+func TestSafetyBadURLIsUsageAndWritesNoReport(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("fencelock safety runs on Linux")
+	}
+	for _, c := range []struct{ url, want string }{
+		{"nosuch://h", `unknown URL scheme "nosuch"`},
+		{"localhost:6379", "did you mean redis://localhost:6379?"},
+		{"redis://:" + firstHourSecret + "@127.0.0.1:1/0?tll=1s", "did you mean ttl?"},
+	} {
+		out := filepath.Join(t.TempDir(), "report")
+		checkOneLineUsage(t, exitUsage, []string{"safety", "--url", c.url, "--out", out}, c.want)
+		if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("safety --url %s wrote a report: stat = %v", c.url, err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/safety/report"
 	"github.com/fencelock/fencelock/safety/suite"
@@ -140,6 +141,13 @@ func cmdSafety(e *env, args []string) int {
 	}
 	if len(bf.backends) == 0 {
 		return e.usageError("safety", "--url is required")
+	}
+	for _, b := range bf.backends {
+		if err := unusableURL(b.URL); err != nil {
+			// A URL no backend can use is a usage error (64), as for
+			// every other command, found before any report is written.
+			return e.usageError("safety", "--url: %s", oneLine(driver.RedactText(err.Error(), b.URL)))
+		}
 	}
 	var urls []string
 	for _, b := range bf.backends {
@@ -265,3 +273,31 @@ func printSafety(e *env, rep report.Report, dir string) {
 // safetyContender runs this process as a contender of `fencelock safety`
 // and exits, if it is one (suite.MainIfContender): main calls it first.
 func safetyContender() { suite.MainIfContender() }
+
+// unusableURL returns the error of a URL that no backend can use (an
+// unknown scheme, a malformed URL, an unknown or malformed parameter),
+// found without connecting: the backend is opened with a context that has
+// already ended, and any other failure is left to the suite to report.
+func unusableURL(raw string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() {
+		b, _, err := fencelock.OpenBackend(ctx, raw)
+		if err == nil {
+			b.Close()
+		}
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		return nil // a backend that ignores its context: let the suite judge
+	}
+	var ioe *fencelock.InvalidOptionError
+	if errors.Is(err, fencelock.ErrUnknownScheme) || errors.As(err, &ioe) && strings.HasPrefix(ioe.Option, "URL") {
+		return err
+	}
+	return nil
+}
