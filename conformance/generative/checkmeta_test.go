@@ -51,3 +51,26 @@ func TestMetadataLookAfterUpdateShowsIt(t *testing.T) {
 		t.Errorf("a look showed a value never set: violations %v; want MetadataIsHoldersLast", vs)
 	}
 }
+
+// An acquire attempt the engine gave up on but the driver let through
+// later (a late fault) is a same-owner retry when it lands, and puts the
+// metadata it carried back: after it, the look may show that value. A
+// late request that carried no earlier value, or none at all, changes
+// nothing the checker accepts.
+func TestMetadataLateAcquireMayRestoreItsValue(t *testing.T) {
+	r := metaHistory(30, 35, "m-acq")
+	r.faults = append(r.faults, faultRec{seq: 25, client: 0, op: "acquire", kind: "late-cut", owners: []string{"o1"}})
+	if vs := metaViolations(r); len(vs) != 0 {
+		t.Errorf("a look at 30..35 after a late acquire (25) showed its value: %v; want no violation", vs)
+	}
+	r = metaHistory(30, 35, "m-acq")
+	r.faults = append(r.faults, faultRec{seq: 25, client: 0, op: "acquire", kind: "late-cut", owners: []string{"o2"}})
+	if vs := metaViolations(r); len(vs) != 1 {
+		t.Errorf("another owner's late acquire excused the old value: violations %v; want MetadataIsHoldersLast", vs)
+	}
+	r = metaHistory(30, 35, "m-other")
+	r.faults = append(r.faults, faultRec{seq: 25, client: 0, op: "acquire", kind: "late", owners: []string{"o1"}})
+	if vs := metaViolations(r); len(vs) != 1 {
+		t.Errorf("a late acquire excused a value never set: violations %v; want MetadataIsHoldersLast", vs)
+	}
+}

@@ -637,6 +637,14 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 	// for since, before the look returned (an update whose outcome was
 	// unknown, or one that ran concurrently with the look: a look called
 	// before the update returned may be served before it took effect).
+	lateFor := map[string][]faultRec{}
+	for _, f := range r.faults {
+		if (f.kind == "late" || f.kind == "late-cut" || f.kind == "delay-cut") && (strings.HasPrefix(f.op, "acquire") || f.op == "renew" || f.op == "renew-batch") {
+			for _, o := range f.owners {
+				lateFor[o] = append(lateFor[o], f)
+			}
+		}
+	}
 	for _, o := range r.obs {
 		l := r.byOwner[o.owner]
 		if l == nil || o.owner == "" {
@@ -655,6 +663,21 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 				possible = map[string]bool{m.value: true}
 			case m.inv < o.seq:
 				possible[m.value] = true
+			}
+		}
+		// A request the faulty driver let through after the engine gave
+		// up on it (late, late-cut, delay-cut) lands whenever it lands: an
+		// Acquire by the same owner is a retry and replaces the record
+		// with the metadata it carries (the driver contract), and so does
+		// a renewal that carried metadata. The values set before such a
+		// request stay possible after it.
+		for _, f := range lateFor[o.owner] {
+			if f.seq < o.seq {
+				for _, m := range l.metas {
+					if m.inv < f.seq {
+						possible[m.value] = true
+					}
+				}
 			}
 		}
 		if !possible[o.meta] {
