@@ -87,7 +87,9 @@ type Options struct {
 	// begun), the acquire attempt in flight and the clean-up after it
 	// share this one budget, so the call returns by its context's
 	// deadline plus ReleaseTimeout; clean-up unfinished then goes on in
-	// the background, and Close waits for it. Default 5s.
+	// the background, and Close waits for it. And it is Close's budget:
+	// Close returns within ReleaseTimeout plus a tenth of it (at most
+	// 0.5s), whatever the store does. Default 5s.
 	ReleaseTimeout time.Duration
 
 	// OnDanger, if set, is called when a lease enters its danger zone: its
