@@ -190,12 +190,16 @@ func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []AcquireOpti
 		return nil, err
 	}
 	defer done()
+	var run *storeRun // a waiting call's count of the store's failures
+	if wait {
+		run = newStoreRun(bound, cfg.ttl)
+	}
 	var g *RWGrant
 	for {
 		if write {
 			g, err = rw.write(bound, parent, wait, opts)
 		} else {
-			g, err = rw.read(bound, parent, wait, opts)
+			g, err = rw.read(bound, parent, run, opts)
 		}
 		if !errors.Is(err, errGateLost) || !wait || bound.Err() != nil {
 			break
@@ -331,7 +335,7 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		default:
 			return nil, err
 		}
-		if werr := rw.awaitNoWriter(ctx, false); werr != nil {
+		if werr := rw.awaitNoWriter(ctx, nil); werr != nil {
 			return nil, werr
 		}
 	}
@@ -376,37 +380,64 @@ func (rw *RWLock) gateHolder(ctx context.Context, refusal error) (gateKind, stri
 }
 
 // awaitNoWriter returns once no writer holds the intent, by one Inspect
-// of the store, polling with the client's backoff while one does. Without
-// wait it returns a *HeldError naming the intent's holder (matching
-// ErrNotAcquired) instead of waiting.
-func (rw *RWLock) awaitNoWriter(ctx context.Context, wait bool) error {
-	backoff := rw.c.o.MinBackoff
+// of the store, polling with the client's backoff while one does. With
+// run (a waiting call's), each Inspect is bounded by the call's TTL, and
+// a failure is retried until ctx ends or run's window of the store's
+// failures does (see storeRun). Without run it returns a *HeldError
+// naming the intent's holder (matching ErrNotAcquired) instead of
+// waiting, and a failure at once.
+func (rw *RWLock) awaitNoWriter(ctx context.Context, run *storeRun) error {
+	c := rw.c
+	backoff := c.o.MinBackoff
 	for {
-		info, err := rw.c.Inspect(ctx, rw.intent)
+		start := c.now()
+		info, err := rw.inspectIntent(ctx, run)
 		switch {
 		case err == nil && info.Owner == "":
+			if run != nil {
+				run.answered()
+			}
 			return nil
-		case err == nil && !wait:
+		case err == nil && run == nil:
 			return &HeldError{Holder: info}
-		case err != nil && (!wait || definite(err)):
+		case err != nil && (run == nil || definite(err)):
 			return err
+		case err != nil && ctx.Err() != nil:
+			return c.ended(ctx, err)
 		}
 		last, d := err, jitter(backoff)
 		if err == nil {
+			run.answered()
 			last = &HeldError{Holder: info}
 			if info.Remaining > 0 && info.Remaining < d {
 				d = info.Remaining + time.Millisecond
 			}
+		} else if run.failed(start, err); run.over(c.now()) {
+			return c.gaveUp(ctx, &run.failing)
 		}
-		if rw.c.sleep(ctx, d) != nil {
-			return rw.c.ended(ctx, last)
+		if c.sleep(ctx, run.wait(c.now(), d)) != nil {
+			return c.ended(ctx, last)
 		}
-		backoff = min(2*backoff, rw.c.o.MaxBackoff)
+		backoff = min(2*backoff, c.o.MaxBackoff)
 	}
 }
 
-func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
-	if err := rw.awaitNoWriter(ctx, wait); err != nil {
+// inspectIntent looks at the intent: with run, one request bounded as run
+// says.
+func (rw *RWLock) inspectIntent(ctx context.Context, run *storeRun) (Info, error) {
+	if run == nil {
+		return rw.c.Inspect(ctx, rw.intent)
+	}
+	rctx, cancel := run.request(rw.c, ctx)
+	info, err := rw.c.b.Inspect(rctx, rw.intent)
+	err = cutShort(rctx, err)
+	cancel()
+	return info, rw.c.wrap(ctx, "inspect", err)
+}
+
+func (rw *RWLock) read(ctx, parent context.Context, run *storeRun, opts []AcquireOption) (*RWGrant, error) {
+	wait := run != nil
+	if err := rw.awaitNoWriter(ctx, run); err != nil {
 		return nil, err
 	}
 	gate, err := rw.enterRead(ctx, wait, rwOpts(opts, "read gate", false, false))
@@ -427,14 +458,17 @@ func (rw *RWLock) read(ctx, parent context.Context, wait bool, opts []AcquireOpt
 	l, err := s.tryAll(rctx, slotOpts)
 	if err != nil && wait && (!definite(err) || errors.Is(err, ErrNotAcquired)) && rctx.Err() == nil {
 		if rw.c.polled() {
-			l, err = s.poll(rctx, slotOpts, err)
+			l, err = s.poll(rctx, slotOpts, err, run)
 		} else {
 			l, err = s.race(rctx, slotOpts)
 		}
 	}
 	if err != nil {
+		// Whether the gate ended before this call lets it go: the
+		// release below ends it too, and that is no loss.
+		lost := !stop()
 		rw.c.releaseAll(ctx, gate)
-		if errors.Is(context.Cause(rctx), errGateLost) && ctx.Err() == nil {
+		if lost && ctx.Err() == nil {
 			return nil, errGateLost
 		}
 		return nil, err
@@ -515,8 +549,11 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 		}
 	}
 	if first != nil {
+		// Whether the gate ended before this call lets it go: the
+		// release below ends it too, and that is no loss.
+		lost := !stop() || errors.Is(first, errGateLost)
 		rw.c.releaseAll(ctx, all...)
-		if errors.Is(context.Cause(wctx), errGateLost) && ctx.Err() == nil {
+		if lost && ctx.Err() == nil {
 			return nil, errGateLost
 		}
 		return nil, first

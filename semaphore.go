@@ -148,14 +148,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 		return nil, err
 	}
 	opts = s.options(opts)
-	if err := s.check(ctx, false); err != nil {
+	if err := s.check(ctx, nil); err != nil {
 		return nil, err
 	}
 	l, err := s.tryAll(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return s.verify(ctx, l, false)
+	return s.verify(ctx, l, nil)
 }
 
 // Acquire takes a permit, waiting while all N are held, until it has one
@@ -188,12 +188,39 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 		return nil, err
 	}
 	defer done()
-	l, err := s.acquire(bound, opts)
+	l, err := s.acquire(bound, opts, newStoreRun(bound, cfg.ttl))
 	return l, waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, bound, err))
 }
 
-func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, error) {
-	if err := s.check(ctx, true); err != nil {
+// storeRun counts the store's failures for a recipe's waiting call, as
+// Client.Acquire counts them (see failing), for the requests the recipe
+// makes and retries itself (a semaphore's List, a read-write lock's look
+// at the intent, a round of tries): without a deadline on the call's
+// context, it gives up once the store has failed for the call's TTL
+// without an answer; with one, it retries until the deadline. Each such
+// request is bounded by the call's TTL.
+type storeRun struct {
+	failing
+	ttl time.Duration // the call's TTL
+}
+
+// newStoreRun returns the count of a waiting call on ctx whose TTL is ttl.
+func newStoreRun(ctx context.Context, ttl time.Duration) *storeRun {
+	r := &storeRun{ttl: ttl}
+	if _, ok := ctx.Deadline(); !ok {
+		r.limit = ttl
+	}
+	return r
+}
+
+// request returns the context of one request of the call: ctx bounded by
+// the call's TTL and the end of the failure window.
+func (r *storeRun) request(c *Client, ctx context.Context) (context.Context, context.CancelFunc) {
+	return c.requestCtx(ctx, r.ttl, r.until())
+}
+
+func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption, run *storeRun) (*Lease, error) {
+	if err := s.check(ctx, run); err != nil {
 		return nil, err
 	}
 	l, err := s.tryAll(ctx, opts)
@@ -205,7 +232,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, 
 			return nil, s.c.ended(ctx, err)
 		}
 		if s.c.polled() {
-			l, err = s.poll(ctx, opts, err)
+			l, err = s.poll(ctx, opts, err, run)
 		} else {
 			l, err = s.race(ctx, opts)
 		}
@@ -213,7 +240,7 @@ func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption) (*Lease, 
 			return nil, err
 		}
 	}
-	return s.verify(ctx, l, true)
+	return s.verify(ctx, l, run)
 }
 
 // options returns opts followed by the semaphore's own: the permit header
@@ -256,21 +283,27 @@ func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, e
 
 // poll waits for a permit on a backend that can neither queue nor
 // notify: tryAll again after a capped, jittered backoff, never longer than
-// until the first holder's record is due to expire. (Racing N polling
+// until the first holder's record is due to expire, until run's window of
+// the store's failures ends (see storeRun). last is the first round's
+// error, begun at the call's start. (Racing N polling
 // Acquires there would cancel N−1 store requests in flight at every win;
 // a store that applies a cancelled insert after the engine's clean-up has
 // looked (FerretDB) keeps such a record until its TTL.)
-func (s *Semaphore) poll(ctx context.Context, opts []AcquireOption, last error) (*Lease, error) {
+func (s *Semaphore) poll(ctx context.Context, opts []AcquireOption, last error, run *storeRun) (*Lease, error) {
+	if !definite(last) {
+		run.failed(s.c.now(), last)
+	}
 	backoff := s.c.o.MinBackoff
 	for {
 		wait := jitter(backoff)
 		if d := soonestExpiry(last); d > 0 && d < wait {
 			wait = d + time.Millisecond
 		}
-		if err := s.c.sleep(ctx, wait); err != nil {
+		if err := s.c.sleep(ctx, run.wait(s.c.now(), wait)); err != nil {
 			return nil, s.c.ended(ctx, last)
 		}
 		backoff = min(2*backoff, s.c.o.MaxBackoff)
+		start := s.c.now()
 		l, err := s.tryAll(ctx, opts)
 		switch {
 		case err == nil:
@@ -279,6 +312,12 @@ func (s *Semaphore) poll(ctx context.Context, opts []AcquireOption, last error) 
 			return nil, err
 		case ctx.Err() != nil:
 			return nil, s.c.ended(ctx, err)
+		case errors.Is(err, ErrNotAcquired):
+			run.answered()
+		default:
+			if run.failed(start, err); run.over(s.c.now()) {
+				return nil, s.c.gaveUp(ctx, &run.failing)
+			}
 		}
 		last = err
 	}
@@ -389,9 +428,10 @@ func (l *Lease) releaseUnheld(ctx context.Context) error {
 }
 
 // verify checks, after l was granted, that no holder uses another number
-// of permits; if one does, or the check fails, it releases l.
-func (s *Semaphore) verify(ctx context.Context, l *Lease, retry bool) (*Lease, error) {
-	if err := s.check(ctx, retry); err != nil {
+// of permits; if one does, or the check fails, it releases l. run is as
+// check's.
+func (s *Semaphore) verify(ctx context.Context, l *Lease, run *storeRun) (*Lease, error) {
+	if err := s.check(ctx, run); err != nil {
 		s.release(ctx, l)
 		return nil, err
 	}
@@ -399,13 +439,19 @@ func (s *Semaphore) verify(ctx context.Context, l *Lease, retry bool) (*Lease, e
 }
 
 // check lists the semaphore's holders and returns a *PermitsMismatchError
-// if one recorded another number of permits. With retry, a transient
-// failure of List is retried with backoff until ctx ends.
-func (s *Semaphore) check(ctx context.Context, retry bool) error {
+// if one recorded another number of permits. With run (a waiting call's),
+// each List is bounded by the call's TTL, and a transient failure is
+// retried with backoff until ctx ends or run's window of the store's
+// failures does (see storeRun); without, the first failure is returned.
+func (s *Semaphore) check(ctx context.Context, run *storeRun) error {
 	backoff := s.c.o.MinBackoff
 	for {
-		hs, err := s.Holders(ctx)
+		start := s.c.now()
+		hs, err := s.list(ctx, run)
 		if err == nil {
+			if run != nil {
+				run.answered()
+			}
 			for _, h := range hs {
 				if h.Permits != 0 && h.Permits != s.n {
 					return &PermitsMismatchError{Key: s.key, Permits: s.n, Held: h.Permits, Slot: h.Key}
@@ -413,17 +459,35 @@ func (s *Semaphore) check(ctx context.Context, retry bool) error {
 			}
 			return nil
 		}
-		if !retry || definite(err) || ctx.Err() != nil {
+		if run == nil || definite(err) || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return s.c.ended(ctx, err)
 			}
 			return err
 		}
-		if serr := s.c.sleep(ctx, jitter(backoff)); serr != nil {
+		if run.failed(start, err); run.over(s.c.now()) {
+			return s.c.gaveUp(ctx, &run.failing)
+		}
+		if serr := s.c.sleep(ctx, run.wait(s.c.now(), jitter(backoff))); serr != nil {
 			return s.c.ended(ctx, err)
 		}
 		backoff = min(2*backoff, s.c.o.MaxBackoff)
 	}
+}
+
+// list is Holders for check: with run, one request bounded as run says.
+func (s *Semaphore) list(ctx context.Context, run *storeRun) ([]Permit, error) {
+	if run == nil {
+		return s.Holders(ctx)
+	}
+	rctx, cancel := run.request(s.c, ctx)
+	infos, err := s.c.b.List(rctx, s.key+PermitSeparator)
+	err = cutShort(rctx, err)
+	cancel()
+	if err != nil {
+		return nil, s.c.wrap(ctx, "list", err)
+	}
+	return s.permits(infos), nil
 }
 
 // Permit describes one held permit of a semaphore, as the store sees it.
@@ -446,11 +510,17 @@ type Permit struct {
 // PermitSeparator as prefix). It includes slots beyond Permits() held by
 // callers that use more permits.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
-	prefix := s.key + PermitSeparator
-	infos, err := s.c.List(ctx, prefix)
+	infos, err := s.c.List(ctx, s.key+PermitSeparator)
 	if err != nil {
 		return nil, err
 	}
+	return s.permits(infos), nil
+}
+
+// permits turns a List of the semaphore's prefix into its permits, sorted
+// by slot.
+func (s *Semaphore) permits(infos []Info) []Permit {
+	prefix := s.key + PermitSeparator
 	var ps []Permit
 	for _, info := range infos {
 		rest, ok := strings.CutPrefix(info.Key, prefix)
@@ -463,7 +533,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Slot < ps[j].Slot })
-	return ps, nil
+	return ps
 }
 
 // slotNumber parses a slot's number: decimal digits without a leading

@@ -1,0 +1,172 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/synctest"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+)
+
+// A recipe's waiting call without a deadline (Semaphore.Acquire, RLock,
+// Lock) on a store that fails every request gives up as Client.Acquire
+// does: once the store has failed for the call's TTL, with the store's
+// cause in the error; it does not retry its own requests (the
+// semaphore's List, the read-write lock's look at the intent) for as long
+// as the context lasts.
+func TestRecipeWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
+	calls := []struct {
+		name string
+		call func(ctx context.Context, c *fencelock.Client) error
+	}{
+		{"Semaphore.Acquire", func(ctx context.Context, c *fencelock.Client) error {
+			s, err := c.Semaphore("pool", 3)
+			if err == nil {
+				_, err = s.Acquire(ctx)
+			}
+			return err
+		}},
+		{"RWLock.RLock", func(ctx context.Context, c *fencelock.Client) error {
+			rw, err := c.RWLock("k")
+			if err == nil {
+				_, err = rw.RLock(ctx)
+			}
+			return err
+		}},
+		{"RWLock.Lock", func(ctx context.Context, c *fencelock.Client) error {
+			rw, err := c.RWLock("k")
+			if err == nil {
+				_, err = rw.Lock(ctx)
+			}
+			return err
+		}},
+	}
+	faults := []struct {
+		name  string
+		fault func(context.Context) error
+		cause func(error) bool
+	}{
+		{"refusing", refusing, func(err error) bool {
+			return errors.Is(err, syscall.ECONNREFUSED) && strings.Contains(err.Error(), "connection refused")
+		}},
+		{"silent", silent, func(err error) bool {
+			return errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "no answer")
+		}},
+	}
+	for _, fc := range faults {
+		for _, call := range calls {
+			t.Run(fc.name+"/"+call.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					store := memory.NewStore()
+					b := newFaulty(store)
+					o := boundOpts()
+					c := newClient(t, driver.Backend(b), o)
+					b.setAll(fc.fault)
+					var err error
+					// Each step that fails gives up after one TTL
+					// of failures; allow a few in turn.
+					within(t, b, c, 3*o.TTL+o.ReleaseTimeout, call.name+"(Background) on a failing store", func() {
+						err = call.call(context.Background(), c)
+					})
+					if !fc.cause(err) {
+						t.Errorf("%s = %v; want the store's cause", call.name, err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// refuseAcquires is a memory backend (its optional capabilities hidden:
+// waits poll) whose acquire requests of the keys that match fail as on a
+// store that refuses connections; every other request is answered.
+type refuseAcquires struct {
+	driver.Backend
+	match func(key string) bool
+}
+
+func (b refuseAcquires) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if b.match(req.Key) {
+		return driver.Grant{}, refused
+	}
+	return b.Backend.Acquire(ctx, req)
+}
+
+// refuseAcquiresNotify is refuseAcquires with the memory backend's
+// notifications: a waiting call waits on every slot at once.
+type refuseAcquiresNotify struct{ refuseAcquires }
+
+func (b refuseAcquiresNotify) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	return b.Backend.(*faulty).Backend.(*memory.Backend).Watch(ctx, key)
+}
+
+// A recipe's waiting call without a deadline whose tries at its slots
+// fail gives up once they have failed for the call's TTL, with the
+// store's cause, even though the store answers its other requests (the
+// semaphore's List, the read-write lock's look at the intent and its
+// gate): whether it polls the slots or waits on every one at once. The
+// gate a reader releases after its slot wait failed is no loss of the
+// gate: the call does not enter again (and fail again, for ever). Each
+// call is made several times: whether the release of the gate is taken
+// for a loss depends on the order of two goroutines.
+func TestRecipeSlotWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
+	calls := []struct {
+		name string
+		call func(ctx context.Context, c *fencelock.Client) error
+	}{
+		{"Semaphore.Acquire", func(ctx context.Context, c *fencelock.Client) error {
+			s, err := c.Semaphore("pool", 3)
+			if err == nil {
+				_, err = s.Acquire(ctx)
+			}
+			return err
+		}},
+		{"RWLock.RLock", func(ctx context.Context, c *fencelock.Client) error {
+			rw, err := c.RWLock("k")
+			if err == nil {
+				_, err = rw.RLock(ctx)
+			}
+			return err
+		}},
+	}
+	ways := []struct {
+		name string
+		wrap func(refuseAcquires) driver.Backend
+	}{
+		{"poll", func(b refuseAcquires) driver.Backend { return b }},
+		{"notify", func(b refuseAcquires) driver.Backend { return refuseAcquiresNotify{b} }},
+	}
+	const rounds = 8
+	for _, way := range ways {
+		for _, call := range calls {
+			t.Run(way.name+"/"+call.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					store := memory.NewStore()
+					b := newFaulty(store)
+					o := boundOpts()
+					slots := func(key string) bool {
+						return strings.Contains(key, fencelock.PermitSeparator) || strings.Contains(key, fencelock.RWSeparator+"r/")
+					}
+					c := newClient(t, way.wrap(refuseAcquires{b, slots}), o)
+					for round := range rounds {
+						var err error
+						within(t, b, c, 2*o.TTL+o.ReleaseTimeout, call.name+"(Background) whose tries are refused", func() {
+							err = call.call(context.Background(), c)
+						})
+						if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+							t.Fatalf("round %d: %s = %v; want the store's cause (connection refused)", round, call.name, err)
+						}
+						if infos := storeRecords(t, store); len(infos) != 0 {
+							t.Fatalf("round %d: after %s failed, the store holds %v; want nothing", round, call.name, infos)
+						}
+					}
+				})
+			})
+		}
+	}
+}
