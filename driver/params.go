@@ -128,8 +128,14 @@ func UnknownParam(name string, known []string) error {
 	own := append([]string(nil), known...)
 	sort.Strings(own)
 	reason := "unknown"
-	if guess := closest(name, append(append([]string(nil), own...), EngineParams...)); guess != "" {
-		reason += "; did you mean " + guess + "?"
+	switch strings.ToLower(name) {
+	case "password", "pass", "pwd", "user", "username":
+		// Credentials go where every URL form keeps them.
+		reason += "; credentials go in the URL's userinfo: SCHEME://USER:PASSWORD@HOST/... (percent-encode / ? # @ : in them)"
+	default:
+		if guess := closest(name, append(append([]string(nil), own...), EngineParams...)); guess != "" {
+			reason += "; did you mean " + guess + "?"
+		}
 	}
 	if len(own) > 0 {
 		reason += "; this backend's parameters: " + strings.Join(own, ", ") + "; every URL's: " + strings.Join(EngineParams, ", ")

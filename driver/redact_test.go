@@ -178,3 +178,16 @@ func TestUnknownParamNamesTheLikelyOne(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownCredentialParamSaysWhereItGoes checks that a password or
+// user given as a query parameter, to a backend that takes none, is told
+// the userinfo is its place, without showing the value.
+func TestUnknownCredentialParamSaysWhereItGoes(t *testing.T) {
+	u, _ := url.Parse("x://h?password=" + pw)
+	p := driver.NewParams(u)
+	p.String("table", "")
+	err := p.Err()
+	if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), "USER:PASSWORD@HOST") || strings.Contains(err.Error(), pw) {
+		t.Errorf("err = %v; want the userinfo named as the place for credentials, and no secret", err)
+	}
+}
