@@ -85,8 +85,10 @@ func (b *Backend) garbageAfter(ctx context.Context, explicit bool) error {
 			if d.Kind != kindConfig || stored <= 0 {
 				return fmt.Errorf("mongo: %s: the document {_id: %q} is not a GarbageAfter record: %w", name, configID, ErrOldFormat)
 			}
+			// The record keeps milliseconds: a value with a finer part
+			// (which the options accept) is the same value.
 			if stored != b.o.GarbageAfter {
-				if explicit {
+				if explicit && stored != b.o.GarbageAfter.Truncate(time.Millisecond) {
 					return &GarbageAfterError{Collection: name, Stored: stored, Given: b.o.GarbageAfter}
 				}
 				b.o.GarbageAfter = stored
