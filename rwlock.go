@@ -148,10 +148,11 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, e
 // for readers to drain), a writer waits for the gate (a *HeldError
 // naming its intent), or every slot is held. Other readers do not make
 // it fail: it tries the gate again while readers pass it, and gives up
-// only when one reader stays in the gate for Options.MaxBackoff (its
-// process paused or dead: it holds the gate until its lease ends), or
-// after 2×MaxReaders other readers passed the gate before it. It leaves
-// nothing behind when it fails.
+// only when one reader stays in the gate for Options.MaxBackoff, or for
+// as long as MaxReaders+4 of the store's round trips if that is longer
+// (its process paused or dead: it holds the gate until its lease ends),
+// or after 2×MaxReaders other readers passed the gate before it. It
+// leaves nothing behind when it fails.
 func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, false, opts)
 }
@@ -286,9 +287,10 @@ func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOptio
 // at its first look (writers stay preferred). Between attempts it waits
 // with the client's backoff, started again from Options.MinBackoff each
 // time another reader is found in the gate. It gives up when one reader
-// has stayed in the gate for Options.MaxBackoff (its process paused or
-// died: it holds the gate until its lease ends, and a try does not wait
-// for that), or after tryReadPasses readers passed the gate before it (a
+// has stayed in the gate for longer than a reader needs to pass it
+// (stuckAfter: its process paused or died, and it holds the gate until
+// its lease ends; a try does not wait for that), or after tryReadPasses
+// readers passed the gate before it (a
 // stream of readers it keeps losing the gate to). How long readers take
 // to pass grows with their number and the store's round trips, so the
 // bound is on progress, not on the whole wait. A gate held by a writer,
@@ -303,9 +305,13 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		since   time.Time // when it was first seen there
 		passes  int       // other readers seen in the gate
 		backoff time.Duration
+		trip    time.Duration // the longest round trip of this call's own requests
 	)
+	timed := func(start time.Time) { trip = max(trip, time.Since(start)) }
 	for {
+		start := time.Now()
 		gate, err := rw.enter(ctx, wait, opts)
+		timed(start)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return gate, err
 		}
@@ -324,7 +330,7 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 				}
 				holder, since, backoff = owner, time.Now(), c.o.MinBackoff
 			}
-			d := min(jitter(backoff), c.o.MaxBackoff-time.Since(since))
+			d := min(jitter(backoff), stuckAfter(c.o.MaxBackoff, trip)-time.Since(since))
 			if d <= 0 {
 				return nil, err // the reader stays in the gate
 			}
@@ -335,10 +341,29 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		default:
 			return nil, err
 		}
-		if werr := rw.awaitNoWriter(ctx, nil); werr != nil {
+		start = time.Now()
+		werr := rw.awaitNoWriter(ctx, nil)
+		timed(start)
+		if werr != nil {
 			return nil, werr
 		}
 	}
+}
+
+// readerPassTrips is how many of the store's round trips a reader needs,
+// at most, to pass the gate: its look at the intent, the gate, up to
+// MaxReaders tries at the slots (all but one held), the gate's release,
+// and one to spare.
+const readerPassTrips = MaxReaders + 4
+
+// stuckAfter is how long a reader may stay in the gate before a TryRLock
+// takes it for stuck: maxBackoff (Options.MaxBackoff), or the time a
+// reader needs to pass the gate, at trip per round trip (the longest a
+// request of the try took), if that is longer. A slow store, or slots
+// nearly all held, make a reader that makes progress take longer than
+// MaxBackoff.
+func stuckAfter(maxBackoff, trip time.Duration) time.Duration {
+	return max(maxBackoff, readerPassTrips*trip)
 }
 
 // tryReadPasses is how many other readers a TryRLock lets pass the gate
