@@ -296,7 +296,7 @@ func (b *Backend) Options() Options { return b.o }
 // ClockBound returns the error bound of the current estimate of the
 // server's clock: half the round trip of the hello it came from, plus 1ms,
 // plus 500 ppm of drift since. Expiries are written at its late edge and
-// judged at its early edge (see the package documentation, "Time"); an
+// judged at its early edge (see "Caveats" in docs/backends/mongo.md); an
 // Acquire does not take over an expired record while it is wider than a
 // tenth of the Acquire's TTL.
 func (b *Backend) ClockBound() time.Duration { return b.clock.Bound() }
@@ -339,8 +339,8 @@ func writeErrorAt(err error, i int) int {
 // cacheAge bounds how long a token this backend claimed is used as the
 // base of its next claim without reading the key's highest claim. Token
 // claims are garbage only once older than GarbageAfter; a base younger
-// than half that can only miss a claim that never existed (see the
-// package documentation).
+// than half that can only miss a claim that never existed (see "Why it
+// is safe" in docs/backends/mongo.md).
 func (b *Backend) cacheAge() time.Duration { return b.o.GarbageAfter / 2 }
 
 // ownBase returns the last token this backend claimed for key, if recent.
