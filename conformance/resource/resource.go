@@ -19,8 +19,21 @@
 //		})
 //	}
 //
-// The first violation is reported with the history of writes that led to
-// it.
+// Each case is a subtest named by the behaviour it proves (RuleTable,
+// ExactTokensPast2to53, Tokens64, ConcurrentWritersInterleaved,
+// ConcurrentHoldersOfOneToken, PausedHolderLateWrite, SameHolderRewrite,
+// RefusalChangesNothing, NamesAreIndependent). Each reports its first
+// violation with the history of writes (and read-backs) that led to it.
+//
+// Tokens: the suite writes tokens up to 2^63-1, the most any backend
+// issues and the largest PostgreSQL bigint, so a resource that stores
+// tokens as signed 64-bit integers passes. A resource that takes every
+// fencelock.Token (up to 2^64-1) sets Harness.Tokens64 and is held to that
+// too.
+//
+// Reads: Read must see every write accepted before it began (a
+// linearizable read of the resource, as a read from the primary is). The
+// concurrent cases judge the order of accepted writes by what reads show.
 package resource
 
 import (
@@ -53,6 +66,10 @@ type Harness struct {
 	// Writers is how many goroutines write at once in the concurrent
 	// cases; 0 means 16.
 	Writers int
+	// Tokens64 says the resource takes every fencelock.Token, up to
+	// 2^64-1, not only those up to 2^63-1: the Tokens64 case then writes
+	// tokens past 2^63 (it is skipped otherwise).
+	Tokens64 bool
 }
 
 // Case is one write of the rule's table and whether the rule accepts it.
