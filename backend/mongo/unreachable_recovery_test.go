@@ -1,0 +1,78 @@
+package mongo_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+
+	mongolock "github.com/fencelock/fencelock/backend/mongo"
+)
+
+// reopen starts a proxy on the address of p, which vanished (a server
+// that comes back on its port).
+func reopen(t *testing.T, p *stallProxy) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := make(chan struct{})
+	close(open)
+	q := &stallProxy{ln: ln, target: p.target, gate: open, held: make(chan struct{}, 1),
+		conns: map[net.Conn]struct{}{}, addr: p.addr, stopped: make(chan struct{})}
+	q.wg.Add(1)
+	go q.accept()
+	t.Cleanup(q.vanish)
+	return q
+}
+
+// TestUnreachableEndsWhenServerIsBack: after calls failed with
+// ErrUnreachable on a server that vanished, a server back on its port
+// serves the next calls: the error does not stick.
+func TestUnreachableEndsWhenServerIsBack(t *testing.T) {
+	eachServer(t, testUnreachableEndsWhenServerIsBack)
+}
+
+func testUnreachableEndsWhenServerIsBack(t *testing.T, _ server, raw string) {
+	const ttl = 3 * time.Second
+	for _, hb := range []string{"", "60000"} {
+		p := newStallProxy(t, raw)
+		params := []string{"database", testDatabase, "collection", freshCollection(t, raw)}
+		if hb != "" {
+			params = append(params, "heartbeatFrequencyMS", hb)
+		}
+		c, err := fencelock.Open(context.Background(), withParams(t, p.url(t, raw), params...), &fencelock.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p.vanish()
+		for i := range 3 {
+			_, err = c.TryAcquire(context.Background(), "back/k")
+			if !errors.Is(err, mongolock.ErrUnreachable) {
+				t.Logf("call %d on the vanished server: %v", i, err)
+			}
+		}
+		reopen(t, p)
+		back := time.Now()
+		deadline := back.Add(20 * time.Second)
+		var n int
+		for {
+			n++
+			l, err := c.TryAcquire(context.Background(), "back/k")
+			if err == nil {
+				t.Logf("hb=%q: served %v after the server came back, call %d", hb, time.Since(back).Round(time.Millisecond), n)
+				_ = l.Release(context.Background())
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hb=%q: still failing 20s after the server came back (%d calls): %v", hb, n, err)
+			}
+			time.Sleep(100 * time.Millisecond) // polling a recovery: no event to await
+		}
+	}
+}
