@@ -60,15 +60,22 @@
 // and then token 5's handler writes over it, late. Two ways to close that
 // gap:
 //
-//   - Server.Serialize holds a per-resource lock from before the check
-//     until the handler returns (for a stream, until the stream ends), so
-//     fenced calls on one resource run one at a time, in the order they
-//     were checked. This holds within one process only, and only for
-//     writes that go through this Server.
+//   - A Server holds a per-resource lock from before the check until the
+//     handler returns (for a stream, until the stream ends), so fenced
+//     calls on one resource run one at a time, in the order they were
+//     checked. This holds within one process only, only for writes that go
+//     through this Server, and only if the handler has finished its write
+//     when it returns. Replicas behind a load balancer, each with its own
+//     Fence, fence nothing; several replicas need a Checker over shared
+//     state, and even then check and write are two steps across replicas.
 //   - With several server processes, or other writers to the same store,
 //     apply the rule inside the store, in the same transaction as the
 //     write (the store kits: kit/postgres, ...), and use the token and
 //     holder of the call there: FromIncomingContext gives them to the
 //     handler. The interceptor's check is then an early refusal, and the
-//     store's check is the one that makes the write safe.
+//     store's check is the one that makes the write safe; set
+//     Server.Concurrent to let such calls run at once.
+//
+// A check that accepts while the handler then fails has still recorded the
+// token; that only refuses older tokens, which is safe.
 package grpcfence

@@ -14,8 +14,10 @@ import (
 // Metadata keys of the fencing token and holder. gRPC metadata keys are
 // lower case; over HTTP/2 they are the headers of the same names.
 const (
-	// TokenKey carries the fencing token, in decimal, exactly as
-	// strconv.FormatUint writes it: no sign, no leading zeros, no spaces.
+	// TokenKey carries the fencing token in decimal, 0 to 2^64-1: the
+	// client writes it as strconv.FormatUint does; the server takes
+	// digits only (no sign, no spaces) and parses them exactly, never
+	// through a floating-point number.
 	TokenKey = "fencing-token"
 	// HolderKey carries the holder (the lease's Owner) when it is
 	// printable ASCII, as gRPC requires of a text metadata value.
@@ -79,8 +81,8 @@ func printable(s string) bool {
 // FromIncomingContext returns the fencing token and holder of the call
 // whose server-side context is ctx, as a handler needs them to apply the
 // rule inside its store. It returns a *MetadataError if either is missing,
-// given more than once, or malformed (a token that is not a decimal uint64
-// written without sign or leading zeros; an empty holder).
+// given more than once, or malformed (a token that is not a decimal
+// integer from 0 to 2^64-1; an empty holder).
 func FromIncomingContext(ctx context.Context) (fencelock.Token, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	toks := md.Get(TokenKey)
@@ -119,9 +121,9 @@ func FromIncomingContext(ctx context.Context) (fencelock.Token, string, error) {
 	return token, holders[0], nil
 }
 
-// parseToken parses a token written by strconv.FormatUint: decimal digits,
-// no sign, no leading zero (except "0" itself), at most 2^64-1. It never
-// goes through a floating-point number.
+// parseToken parses a token in decimal (as strconv.FormatUint writes it):
+// digits only, no sign or spaces, at most 2^64-1. It never goes through a
+// floating-point number.
 func parseToken(s string) (fencelock.Token, error) {
 	bad := func(why string) error {
 		q := s
@@ -137,9 +139,6 @@ func parseToken(s string) (fencelock.Token, error) {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, bad("want a decimal token (digits only)")
 		}
-	}
-	if len(s) > 1 && s[0] == '0' {
-		return 0, bad("want a decimal token without leading zeros")
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {

@@ -32,7 +32,7 @@ type ResourceFunc func(fullMethod string, req any) string
 // for, before the handler runs (see the package documentation for the
 // status codes a refused call gets). Set the fields before first use; a
 // Server is safe for concurrent use. Use one Server for both interceptors,
-// so that Serialize covers unary calls and streams together.
+// so that its per-resource lock covers unary calls and streams together.
 type Server struct {
 	// Checker applies the rule; *fencelock.Fence in memory, or a kit's
 	// checker over a store. Required.
@@ -40,20 +40,27 @@ type Server struct {
 	// Resource names the resource each call writes; "" for calls that are
 	// not fenced. Required.
 	Resource ResourceFunc
-	// Serialize, if true, holds a per-resource lock from before the check
-	// until the handler returns (for a stream, until the stream ends), so
-	// that fenced calls on one resource run one after the other and a
-	// call's check and its handler's write are one atomic step with
-	// respect to the other calls through this Server. A call waits for the
-	// lock at most until its context ends (its deadline, or the client
-	// going away). It does not serialize writes that bypass this Server,
-	// nor other processes: apply the rule inside the store for those.
-	Serialize bool
+	// Concurrent, if true, lets fenced calls on one resource run at once.
+	// By default (false) a Server holds a per-resource lock from before a
+	// call's check until its handler returns (for a stream, until the
+	// stream ends), so that fenced calls on one resource run one after the
+	// other and a call's check and its handler's write are one atomic step
+	// with respect to the other calls through this Server: an older
+	// holder's call checked first cannot write after a newer holder's. A
+	// call waits for the lock at most until its context ends (its
+	// deadline, or the client going away), and is then answered with the
+	// context's code without being checked. The lock does not cover
+	// writes that bypass this Server, nor other server processes, nor a
+	// write the handler leaves running after it returns. Set Concurrent
+	// only when the handler applies the rule inside its store itself, in
+	// the same transaction as its write (FromIncomingContext).
+	Concurrent bool
 
 	mu    sync.Mutex
 	locks map[string]*resourceLock
 
-	testHookWait func(resource string) // called when a call waits for a held lock
+	testHookWait   func(resource string) // called when a call waits for a held lock
+	testHookGaveUp func(resource string) // called when a call gave up waiting
 }
 
 // resourceLock is a lock on one resource; refs counts the calls holding
@@ -90,23 +97,29 @@ func (s *Server) lock(ctx context.Context, resource string) (func(), error) {
 	}
 	select {
 	case l.ch <- struct{}{}:
-		return func() { <-l.ch; release() }, nil
+		if ctx.Err() == nil {
+			return func() { <-l.ch; release() }, nil
+		}
+		<-l.ch // the lock came free as ctx ended: don't run the call
 	case <-ctx.Done():
-		release()
-		return nil, context.Cause(ctx)
 	}
+	release()
+	if s.testHookGaveUp != nil {
+		s.testHookGaveUp(resource)
+	}
+	return nil, ctx.Err()
 }
 
 // admit applies the rule to a call on resource under ctx; on success it
-// returns the unlock to call when the handler is done (a no-op unless
-// Serialize).
+// returns the unlock to call when the handler is done (a no-op if
+// Concurrent).
 func (s *Server) admit(ctx context.Context, resource string) (func(), error) {
 	token, holder, err := FromIncomingContext(ctx)
 	if err != nil {
 		return nil, checkStatus(err)
 	}
 	unlock := func() {}
-	if s.Serialize {
+	if !s.Concurrent {
 		if unlock, err = s.lock(ctx, resource); err != nil {
 			return nil, checkStatus(err)
 		}
@@ -150,8 +163,8 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 // StreamInterceptor returns the server interceptor for streams: it names
 // the resource from the stream's method (Resource gets a nil request),
 // applies the rule to the token and holder of the stream's metadata, and
-// only then runs the handler. The whole stream is one fenced write: with
-// Serialize, the resource stays locked until the handler returns. It panics
+// only then runs the handler. The whole stream is one fenced write: the
+// resource stays locked until the handler returns (unless Concurrent). It panics
 // if Checker or Resource is nil.
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 	s.mustBeSet()

@@ -41,7 +41,9 @@ func staleStatus(err error) *status.Status {
 }
 
 // checkStatus is the status a server interceptor answers for err, an
-// error from the Checker or from reading the call's metadata.
+// error from reading the call's metadata (InvalidArgument), from waiting
+// for the resource's lock (the context's code) or from the Checker
+// (FailedPrecondition if stale, else Unavailable).
 func checkStatus(err error) error {
 	var me *MetadataError
 	switch {
@@ -52,10 +54,8 @@ func checkStatus(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}
-	if st, ok := status.FromError(err); ok {
-		return st.Err()
-	}
-	return status.Error(codes.Unavailable, "grpcfence: fencing check failed, nothing was written: "+err.Error())
+	// The error's text is not sent: it may describe the store.
+	return status.Error(codes.Unavailable, "grpcfence: the fencing check failed, so nothing was written; retry later")
 }
 
 // staleInfo returns the ErrorInfo detail of a refusal by the rule in err,
