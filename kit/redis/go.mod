@@ -1,0 +1,16 @@
+module github.com/fencelock/fencelock/kit/redis
+
+go 1.26.0
+
+require (
+	github.com/fencelock/fencelock v0.0.0
+	github.com/redis/go-redis/v9 v9.22.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
+
+replace github.com/fencelock/fencelock => ../..
