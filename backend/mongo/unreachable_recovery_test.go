@@ -32,7 +32,8 @@ func reopen(t *testing.T, p *stallProxy) *stallProxy {
 
 // TestUnreachableEndsWhenServerIsBack: after calls failed with
 // ErrUnreachable on a server that vanished, a server back on its port
-// serves the next calls: the error does not stick.
+// serves the next calls within 20s, with the default heartbeat and with
+// heartbeatFrequencyMS=60000: the error does not stick.
 func TestUnreachableEndsWhenServerIsBack(t *testing.T) {
 	eachServer(t, testUnreachableEndsWhenServerIsBack)
 }
