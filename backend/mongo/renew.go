@@ -117,8 +117,11 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: epochID(r.rid, r.n)}})
 	}
 	out := driver.Grant{Key: g.Key, Owner: g.Owner, Token: driver.Token(claim.Token), Handle: handle(r.rid, claim.N, claim.ExpiresAt)}
-	if left := claim.ExpiresAt.Time().Sub(b.clock.now(ctx)); left < req.TTL {
-		// A retry found the expiry its first attempt set.
+	if left := claim.ExpiresAt.Time().Sub(b.clock.read(ctx).late()); left < req.TTL {
+		// A retry found the expiry its first attempt set. What is left
+		// of it is counted from the late edge of the clock estimate, so
+		// that an estimate running slow (by up to its bound) cannot
+		// make the holder believe in more time than the server gives.
 		if left <= 0 {
 			return driver.Grant{}, driver.ErrNotHeld
 		}
