@@ -128,7 +128,13 @@ func TestWaitForResourceEndsWithCallContext(t *testing.T) {
 	bctx, cancelB := context.WithCancel(ctx)
 	errB := make(chan error, 1)
 	go func() { errB <- put(grpcfence.WithToken(bctx, 9, "b"), conn, "r", "B") }()
-	await(t, ctx, waiting, "B to wait for the resource")
+	select {
+	case <-waiting:
+	case <-p.enteredB:
+		t.Fatal("B's handler ran while A's call, checked first, had not written yet")
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 	cancelB()
 	if err := <-errB; status.Code(err) != codes.Canceled {
 		t.Errorf("B cancelled while waiting: err %v, want Canceled", err)
