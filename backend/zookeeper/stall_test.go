@@ -13,40 +13,17 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/deadstore"
 	"github.com/fencelock/fencelock/internal/testenv"
 )
 
-// ownServer starts a standalone ZooKeeper of the test's own with
-// internal/testenv (a temporary state dir, free ports), so that the test
-// may kill and restart it without disturbing the servers other tests
-// share, and stops it at the end. It returns the Env and the server's URL
-// with the given session timeout. Without Java or ZooKeeper it skips (fails
-// under CI=true).
+// ownServer starts a standalone ZooKeeper of the test's own
+// (deadstore.OwnServer), so that the test may kill and restart it without
+// disturbing the servers other tests share. It returns the Env and the
+// server's URL with the given session timeout.
 func ownServer(t *testing.T, sess time.Duration) (*testenv.Env, string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("short: starts a ZooKeeper server of its own")
-	}
-	t.Setenv("TMPDIR", t.TempDir())
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log strings.Builder
-	e, _, err := testenv.Up(ctx, testenv.Config{CI: testenv.IsCI(), Log: &log}, "zookeeper")
-	if err != nil {
-		t.Fatalf("starting a ZooKeeper: %v\n%s", err, log.String())
-	}
-	t.Cleanup(func() {
-		if _, err := e.Down(context.Background()); err != nil {
-			t.Errorf("stopping the test's ZooKeeper: %v", err)
-		}
-	})
-	raw := e.URL("zookeeper")
-	if raw == "" {
-		if testenv.IsCI() {
-			t.Fatalf("testenv started no ZooKeeper\n%s", log.String())
-		}
-		t.Skipf("testenv could not start a ZooKeeper here\n%s", log.String())
-	}
+	e, raw := deadstore.OwnServer(t, "zookeeper", "ZooKeeper")
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
