@@ -963,10 +963,10 @@ func (c *Client) Holding() []string {
 // return nil.
 //
 // Close returns within Options.ReleaseTimeout (RT), plus a grace of at
-// most a tenth of RT, whatever the store does: the releases, the end of
-// the calls in flight and the wait for background clean-up run at once,
-// under one budget of RT from the moment Close began, and every request
-// they make is cut off when that budget ends. An acquire attempt in
+// most a tenth of RT, whatever the store does: the end of the calls in
+// flight, the releases and the background clean-up share one budget of
+// RT from the moment Close began (instead of taking one RT each in
+// turn), and every request they make is cut off when that budget ends. An acquire attempt in
 // flight gets the first three quarters of the budget for its answer, so
 // that the clean-up after it has the last quarter. The backend's own Close gets
 // what is left of the budget (at least the grace); if it has not returned
@@ -987,18 +987,6 @@ func (c *Client) Close() error {
 	for _, e := range c.calling {
 		e.end(ErrClosed, c.o.ReleaseTimeout*3/4)
 	}
-	// Held leases, and released ones whose release failed: their
-	// records would otherwise stay until the TTL. No lease is added once
-	// closed is set (newLease checks it); a lease its holder is
-	// releasing is already among the pending ones, and its release
-	// here waits for the holder's.
-	leases := make([]*Lease, 0, len(c.leases)+len(c.pending))
-	for l := range c.leases {
-		leases = append(leases, l)
-	}
-	for l := range c.pending {
-		leases = append(leases, l)
-	}
 	c.mu.Unlock()
 
 	// Every wait of Close ends by half the grace after the budget; the
@@ -1016,11 +1004,26 @@ func (c *Client) Close() error {
 		errs = append(errs, err)
 		errMu.Unlock()
 	}
-	// The releases and the end of the calls in flight (each within its
-	// overrun budget, which ends with Close's) at once.
+	// The calls in flight end first (within three quarters of the
+	// budget), and clean up after themselves while the backend is open:
+	// a call that holds leases (a read-write lock's, a semaphore's)
+	// releases them itself before it returns. Then the held leases,
+	// and released ones whose release failed: their records would
+	// otherwise stay until the TTL. Every request of theirs ends with
+	// the budget.
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
+		c.calls.Wait()
+		c.mu.Lock()
+		leases := make([]*Lease, 0, len(c.leases)+len(c.pending))
+		for l := range c.leases {
+			leases = append(leases, l)
+		}
+		for l := range c.pending {
+			leases = append(leases, l)
+		}
+		c.mu.Unlock()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 32)
 		for _, l := range leases {
@@ -1037,8 +1040,6 @@ func (c *Client) Close() error {
 			}()
 		}
 		wg.Wait()
-		// The calls' clean-up runs while the backend is open.
-		c.calls.Wait()
 	}()
 	late := false
 	select {
