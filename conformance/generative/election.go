@@ -36,7 +36,8 @@ import (
 //     value its campaigner published;
 //   - ResignFreesKey: Elect returns nil when its campaigner resigns (its
 //     ctx ends), whatever the store did meanwhile, and does not return
-//     before that unless its client crashed; once every campaigner's
+//     before that unless its client is faulty or crashed and the store
+//     failed for a whole TTL (a *BackendError); once every campaigner's
 //     Elect returned, the key is free — at once without faults or
 //     crashes, else within the TTL plus slack (a failed release or a
 //     crashed holder's record expires).
@@ -420,9 +421,11 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 			select {
 			case err := <-done:
 				// Elect returned before its ctx ended: only the store's
-				// failure for a whole TTL (a crashed client's) ends it.
+				// failure for a whole TTL (Acquire without a deadline
+				// gives up then) ends it, on a faulty or crashed client.
 				cancel()
-				if err == nil || !crashedProg(cp) {
+				var be *fencelock.BackendError
+				if !errors.As(err, &be) || !crashedProg(cp) && !cp.faults.any() {
 					e.violate("ResignFreesKey", "%s: Elect returned %v before its ctx ended", id, err)
 				}
 			default:
