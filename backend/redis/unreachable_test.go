@@ -2,69 +2,19 @@ package redis_test
 
 import (
 	"context"
-	"errors"
-	"net"
-	"runtime/pprof"
+	"io"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	fencelockredis "github.com/fencelock/fencelock/backend/redis"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/deadstore"
 )
 
-// refusingAddr returns a loopback address where nothing listens: a
-// connection to it is refused.
-func refusingAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// within runs f on a goroutine and returns its result once it returns, or
-// fails the test (with the stacks of the goroutines in fencelock or
-// go-redis) if it has not returned within d: the bound of a call is what
-// is tested, and a call that hangs must not hang the test.
-func within[T any](t *testing.T, what string, d time.Duration, f func() (T, error)) (T, error, time.Duration) {
-	t.Helper()
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go func() {
-		v, err := f()
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err, time.Since(start)
-	case <-time.After(d):
-		var b strings.Builder
-		_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-		for _, g := range strings.Split(b.String(), "\n\n") {
-			if strings.Contains(g, "fencelock") || strings.Contains(g, "go-redis") {
-				t.Log(g)
-			}
-		}
-		t.Fatalf("%s has not returned after %v", what, d)
-		panic("unreachable")
-	}
-}
-
-// refusal reports whether err is a refused connection, as errors.Is and
-// as text: the cause a caller needs to see.
-func refusal(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) && strings.Contains(err.Error(), "connection refused")
-}
+// refusingAddr returns a loopback address where nothing listens
+// (deadstore.RefusingAddr).
+func refusingAddr(t *testing.T) string { return deadstore.RefusingAddr(t) }
 
 // Open on an address where nothing listens fails within a second, saying
 // that the connection was refused, for each kind of URL. go-redis's
@@ -78,21 +28,12 @@ func TestOpenRefusedConnectionFailsAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := strings.Replace(tc.url, "%s", refusingAddr(t), 1)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			b, err, took := within(t, "Open", 30*time.Second, func() (*fencelockredis.Backend, error) {
-				return fencelockredis.Open(ctx, u)
-			})
-			if err == nil {
-				b.Close()
-				t.Fatal("Open succeeded on a port where nothing listens")
-			}
-			if !refusal(err) {
-				t.Errorf("Open's error is not the refused connection: %v", err)
-			}
-			if took > time.Second {
-				t.Errorf("Open took %v to report a refused connection (want under 1s)", took)
-			}
+			deadstore.RefusedOpen{
+				Open:    func(ctx context.Context) (io.Closer, error) { return fencelockredis.Open(ctx, u) },
+				Bound:   time.Second,
+				Refused: deadstore.IsRefusal,
+				Want:    "the refused connection (ECONNREFUSED)",
+			}.Check(t)
 		})
 	}
 }
@@ -113,51 +54,25 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	const ttl, release = 2 * time.Second, time.Second
-	c, err := fencelock.New(b, &fencelock.Options{TTL: ttl, ReleaseTimeout: release})
-	if err != nil {
-		t.Fatal(err)
+	o := &deadstore.Outage{
+		TTL: 2 * time.Second, ReleaseTimeout: time.Second, Slack: time.Second,
+		Cause: deadstore.IsRefusal, Want: "the refused connection",
 	}
-	t.Cleanup(func() { c.Close() })
-	// The pool holds connections that the stop breaks.
-	l, err := c.Acquire(ctx, "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = l
-	s.kill()
+	// The pool holds connections that the stop (kill -9) breaks.
+	o.Stop(ctx, t, b, func(context.Context) error { s.kill(); return nil })
 
-	const slack = time.Second
 	t.Run("Backend.Acquire", func(t *testing.T) {
-		for i := range 3 { // a broken pooled connection, then new dials
-			_, err, took := within(t, "Backend.Acquire(context.Background())", ttl+slack, func() (driver.Grant, error) {
-				return b.Acquire(context.Background(), driver.AcquireRequest{Key: "backend", Owner: "o1", TTL: ttl})
-			})
-			if !refusal(err) {
-				t.Errorf("Backend.Acquire #%d after %v: %v; want the refused connection", i+1, took, err)
-			}
-			if took > time.Second {
-				t.Errorf("Backend.Acquire #%d took %v to report a refused connection (want under 1s)", i+1, took)
-			}
-		}
-	})
-	t.Run("TryAcquire", func(t *testing.T) {
-		_, err, took := within(t, "TryAcquire(context.Background())", ttl+release+slack, func() (*fencelock.Lease, error) {
-			return c.TryAcquire(context.Background(), "try")
+		deadstore.Call{
+			What:  "Backend.Acquire(context.Background())",
+			Times: 3, // a broken pooled connection, then new dials
+			Hang:  o.TTL + o.Slack,
+			Bound: time.Second,
+			Cause: deadstore.IsRefusal,
+			Want:  "the refused connection",
+		}.Check(t, func() error {
+			_, err := b.Acquire(context.Background(), driver.AcquireRequest{Key: "backend", Owner: "o1", TTL: o.TTL})
+			return err
 		})
-		if err == nil || errors.Is(err, fencelock.ErrNotAcquired) || !refusal(err) {
-			t.Errorf("TryAcquire after %v: %v; want an error naming the refused connection", took, err)
-		}
 	})
-	t.Run("AcquireDeadline", func(t *testing.T) {
-		const deadline = 3 * time.Second
-		_, err, took := within(t, "Acquire with a 3s deadline", deadline+release+slack, func() (*fencelock.Lease, error) {
-			dctx, dcancel := context.WithTimeout(context.Background(), deadline)
-			defer dcancel()
-			return c.Acquire(dctx, "wait")
-		})
-		if !errors.Is(err, context.DeadlineExceeded) || !refusal(err) {
-			t.Errorf("Acquire with a %v deadline after %v: %v; want the deadline joined with the refused connection", deadline, took, err)
-		}
-	})
+	o.Run(ctx, t)
 }
