@@ -249,15 +249,24 @@ func (b *Backend) openRenewPool(ctx context.Context, cfg *pgxpool.Config, conns 
 // CancelRequestHandler is the pgconn context-watcher handler that Open
 // configures, and that callers of New are advised to set on their pool's
 // ConnConfig.BuildContextWatcherHandler. When a context ends during a
-// statement it asks the server to cancel the statement and waits (up to 2s)
-// for the server's answer, instead of pgx's default of closing the socket
-// at once. With the default, a statement already sent may still run on the
-// server after the call has returned the context's error, so an acquire
-// abandoned by a cancelled waiter could take the lock after the engine's
-// clean-up had looked for it (the record then lives until its TTL).
+// statement it asks the server to cancel the statement and waits (up to
+// cancelWait) for the server's answer, instead of pgx's default of closing
+// the socket at once. With the default, a statement already sent may still
+// run on the server after the call has returned the context's error, so an
+// acquire abandoned by a cancelled waiter could take the lock after the
+// engine's clean-up had looked for it (the record then lives until its
+// TTL).
 func CancelRequestHandler(pc *pgconn.PgConn) ctxwatch.Handler {
-	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 2 * time.Second}
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelWait}
 }
+
+// cancelWait is how long a statement whose context ended waits for the
+// server to answer the cancel request before its socket is closed: a
+// server that answers at all answers a cancel in milliseconds, and a
+// stopped one must not hold every call (and its clean-up) past its bound
+// for long. It is part of the small overrun a call may have after its
+// deadline (docs/design.md, Bounds).
+const cancelWait = 250 * time.Millisecond
 
 // setup creates or checks the table and reads the server settings that
 // weaken the guarantees.
