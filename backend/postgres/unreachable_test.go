@@ -29,16 +29,12 @@ func TestOpenRefusedConnectionFailsAtOnce(t *testing.T) {
 		Open:    func(ctx context.Context) (io.Closer, error) { return postgres.Open(ctx, u) },
 		Bound:   time.Second,
 		Refused: deadstore.IsRefusal,
-		Want:    "the refused connection (ECONNREFUSED)",
 	}.Check(t)
 }
 
-// A server that stops after Open makes every call end within its bound
-// and name the cause: one backend request (Acquire, and Watch, which
-// connects for LISTEN) fails within a second, TryAcquire without a
-// deadline returns within the lease TTL (plus the release budget), and
-// Acquire with a deadline returns by the deadline plus the release
-// budget, with an error that matches the deadline and names the refused
+// On a PostgreSQL stopped after Open, one backend request (Acquire, and
+// Watch, which connects for LISTEN) fails within a second, and the calls
+// of deadstore.Outage within their bounds, each naming the refused
 // connection.
 func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 	e, u := ownServer(t)
@@ -51,7 +47,7 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	o := &deadstore.Outage{
 		TTL: 2 * time.Second, ReleaseTimeout: time.Second, Slack: time.Second,
-		Cause: deadstore.IsRefusal, Want: "the refused connection",
+		Cause: deadstore.IsRefusal,
 	}
 	// The pools hold connections that the stop breaks.
 	o.Stop(ctx, t, b, func(ctx context.Context) error { return e.Stop(ctx, "postgres") })
@@ -63,7 +59,6 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 			Hang:           o.TTL + o.Slack,
 			Bound:          time.Second,
 			Cause:          deadstore.IsRefusal,
-			Want:           "the refused connection",
 			FirstMayDiffer: true, // it may meet the closed connection
 		}.Check(t, func() error {
 			_, err := b.Acquire(context.Background(), driver.AcquireRequest{Key: "backend", Owner: "o1", TTL: o.TTL})
@@ -76,7 +71,6 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 			Hang:  o.TTL + o.Slack,
 			Bound: time.Second,
 			Cause: deadstore.IsRefusal,
-			Want:  "the refused connection",
 		}.Check(t, func() error {
 			_, err := b.Watch(context.Background(), "watched")
 			return err

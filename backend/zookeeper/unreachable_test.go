@@ -26,20 +26,16 @@ func TestOpenRefusedConnectionFailsAtOnce(t *testing.T) {
 		Open:    func(ctx context.Context) (io.Closer, error) { return Open(ctx, u) },
 		Bound:   2 * time.Second,
 		Refused: deadstore.NamesRefusal,
-		Want:    "the refused connection",
 	}.Check(t)
 }
 
-// A server that stops after Open makes every call end within its bound
-// and name the cause: the backend's own Acquire with no deadline returns
-// within the session timeout, TryAcquire without a deadline within the
-// lease TTL (plus the release budget); Acquire with a deadline returns by
-// the deadline plus the release budget, with an error that matches the
-// deadline and names the refused connection. A request of go-zookeeper
+// On a ZooKeeper stopped after Open, the backend's own Acquire with no
+// deadline fails within the session timeout naming the refused
+// connection, and so do the calls of deadstore.Outage within their bounds;
+// they succeed again once the server is back. A request of go-zookeeper
 // waits, whatever the caller's context, until its connection is back or a
 // round of reconnection attempts has failed, and then fails with "could
-// not connect to a server", not why. Once the server is back, calls
-// succeed again.
+// not connect to a server", not why.
 func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 	const ttl = 2 * time.Second
 	e, u := ownServer(t, ttl)
@@ -52,7 +48,7 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	o := &deadstore.Outage{
 		TTL: ttl, ReleaseTimeout: time.Second, Slack: time.Second,
-		Cause: deadstore.NamesRefusal, Want: "the refused connection",
+		Cause: deadstore.NamesRefusal,
 		Start: func(ctx context.Context) error { return e.Start(ctx, "zookeeper") },
 	}
 	o.Stop(ctx, t, b, func(ctx context.Context) error { return e.Stop(ctx, "zookeeper") })
@@ -62,7 +58,6 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 			What:  "Backend.Acquire(context.Background())",
 			Hang:  ttl + o.Slack,
 			Cause: deadstore.NamesRefusal,
-			Want:  "an error naming the refused connection",
 		}.Check(t, func() error {
 			_, err := b.Acquire(context.Background(), driver.AcquireRequest{Key: "backend", Owner: "o1", TTL: ttl})
 			return err
@@ -79,7 +74,6 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 			Times: 3,
 			Hang:  deadline + slack,
 			Cause: deadstore.NamesRefusal,
-			Want:  "an error naming the refused connection",
 		}.Check(t, func() error {
 			dctx, dcancel := context.WithTimeout(context.Background(), deadline)
 			defer dcancel()

@@ -11,6 +11,7 @@
 package deadstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,10 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testenv"
 )
+
+// refused is what a check wants by default: the cause of an error when
+// nothing listens.
+const refused = "the refused connection"
 
 // RefusingAddr returns a loopback host:port where nothing listens: a
 // connection to it is refused.
@@ -154,7 +159,8 @@ type RefusedOpen struct {
 	Bound time.Duration
 	// Refused reports whether Open's error names the cause.
 	Refused func(error) bool
-	// Want says what Refused checks, for the failure message.
+	// Want says what Refused checks, for the failure message; empty
+	// means "the refused connection".
 	Want string
 }
 
@@ -174,7 +180,7 @@ func (r RefusedOpen) Check(t testing.TB) {
 	}
 	t.Logf("Open after %v: %v", took, err)
 	if !r.Refused(err) {
-		t.Errorf("Open's error is not %s: %v", r.Want, err)
+		t.Errorf("Open's error is not %s: %v", cmp.Or(r.Want, refused), err)
 	}
 	if took > r.Bound {
 		t.Errorf("Open took %v to report a refused connection (want under %v)", took, r.Bound)
@@ -196,7 +202,8 @@ type Call struct {
 	Bound time.Duration
 	// Cause reports whether a call's error names the cause.
 	Cause func(error) bool
-	// Want says what Cause checks, for the failure message.
+	// Want says what Cause checks, for the failure message; empty means
+	// "the refused connection".
 	Want string
 	// FirstMayDiffer lets the first call fail with another error: it may
 	// meet a pooled connection the stop broke rather than a refusal.
@@ -206,7 +213,7 @@ type Call struct {
 // Check makes the call f Times times and checks each.
 func (c Call) Check(t testing.TB, f func() error) {
 	t.Helper()
-	n := max(c.Times, 1)
+	n, want := max(c.Times, 1), cmp.Or(c.Want, refused)
 	for i := range n {
 		what := c.What
 		if n > 1 {
@@ -216,10 +223,10 @@ func (c Call) Check(t testing.TB, f func() error) {
 		t.Logf("%s after %v: %v", what, took, err)
 		switch {
 		case err == nil:
-			t.Errorf("%s succeeded after %v on a server that is down; want %s", what, took, c.Want)
+			t.Errorf("%s succeeded after %v on a server that is down; want %s", what, took, want)
 		case i == 0 && c.FirstMayDiffer:
 		case !c.Cause(err):
-			t.Errorf("%s after %v: %v; want %s", what, took, err, c.Want)
+			t.Errorf("%s after %v: %v; want %s", what, took, err, want)
 		}
 		if c.Bound > 0 && took > c.Bound {
 			t.Errorf("%s took %v to report a failed connection (want under %v)", what, took, c.Bound)
@@ -245,7 +252,7 @@ type Outage struct {
 	// Slack is the scheduling slack allowed past a bound.
 	Slack time.Duration
 	// Cause reports whether an error names the cause; Want says what it
-	// checks ("the refused connection").
+	// checks (empty: "the refused connection").
 	Cause func(error) bool
 	Want  string
 	// TryAcquireCause, if set, replaces Cause for TryAcquire, with
@@ -291,7 +298,7 @@ func (o Outage) Run(ctx context.Context, t *testing.T) {
 // TryAcquire checks TryAcquire(context.Background()).
 func (o Outage) TryAcquire(t *testing.T) {
 	t.Helper()
-	cause, want := o.Cause, "an error naming "+o.Want
+	cause, want := o.Cause, "an error naming "+cmp.Or(o.Want, refused)
 	if o.TryAcquireCause != nil {
 		cause, want = o.TryAcquireCause, o.TryAcquireWant
 	}
@@ -313,7 +320,7 @@ func (o Outage) AcquireDeadline(t *testing.T) {
 		What:  fmt.Sprintf("Acquire with a %v deadline", AcquireDeadline),
 		Hang:  AcquireDeadline + o.ReleaseTimeout + o.Slack,
 		Cause: func(err error) bool { return errors.Is(err, context.DeadlineExceeded) && o.Cause(err) },
-		Want:  "the deadline joined with " + o.Want,
+		Want:  "the deadline joined with " + cmp.Or(o.Want, refused),
 	}.Check(t, func() error {
 		dctx, dcancel := context.WithTimeout(context.Background(), AcquireDeadline)
 		defer dcancel()
