@@ -168,14 +168,14 @@ func stale(resource string, token fencelock.Token, highest int64) error {
 // *fencelock.StaleTokenError (Highest is the resource's highest accepted
 // token), which matches fencelock.ErrStaleToken. If fn returns an error,
 // Tx rolls back fn's statements and the fence record alike and returns
-// fn's error unchanged. A token above 2^63-1 returns a *TokenRangeError
+// fn's error unchanged; if fn panics, Tx rolls back and the panic goes on. A token above 2^63-1 returns a *TokenRangeError
 // before the transaction begins. An error from Commit is returned as is:
 // as with any commit, the outcome is then unknown.
 //
 // The fence row stays locked until the transaction ends, so fenced
 // transactions on one resource run one after the other: keep fn short.
 // fn must not commit or roll back the transaction itself.
-func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fencelock.Token, holder string, fn func(pgx.Tx) error) (err error) {
+func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fencelock.Token, holder string, fn func(pgx.Tx) error) error {
 	tok, err := exactToken(resource, token)
 	if err != nil {
 		return err
@@ -184,12 +184,12 @@ func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fenc
 	if err != nil {
 		return fmt.Errorf("pgfence: beginning the fenced transaction for %q: %w", resource, err)
 	}
+	// Rolls back unless committed: on a refusal, an error, or a panic in
+	// fn (after Commit it is a no-op).
 	defer func() {
-		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			defer cancel()
-			_ = tx.Rollback(rctx)
-		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
 	}()
 	var got int64
 	switch err := tx.QueryRow(ctx, f.checkSQL(), resource, tok, holder).Scan(&got); {
@@ -215,7 +215,7 @@ func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fenc
 // (a *sql.DB or *sql.Conn), fenced for resource, with the same outcomes
 // as Tx. The driver must speak PostgreSQL's SQL ($n parameters, INSERT
 // ... ON CONFLICT); it is tested with pgx's stdlib driver.
-func (f Fences) SQLTx(ctx context.Context, db SQLBeginner, resource string, token fencelock.Token, holder string, fn func(*sql.Tx) error) (err error) {
+func (f Fences) SQLTx(ctx context.Context, db SQLBeginner, resource string, token fencelock.Token, holder string, fn func(*sql.Tx) error) error {
 	tok, err := exactToken(resource, token)
 	if err != nil {
 		return err
@@ -224,11 +224,7 @@ func (f Fences) SQLTx(ctx context.Context, db SQLBeginner, resource string, toke
 	if err != nil {
 		return fmt.Errorf("pgfence: beginning the fenced transaction for %q: %w", resource, err)
 	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	var got int64
 	switch err := tx.QueryRowContext(ctx, f.checkSQL(), resource, tok, holder).Scan(&got); {
 	case errors.Is(err, sql.ErrNoRows):

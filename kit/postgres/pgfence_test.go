@@ -63,13 +63,19 @@ func newFixture(t *testing.T) *fixture {
 		data:   pgx.Identifier{"fencelock_kit_" + id + "_data"}.Sanitize(),
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+f.data+`, `+pgx.Identifier{f.fences.Table}.Sanitize()); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 		_ = f.db.Close()
-		pool.Close()
+		closed := make(chan struct{})
+		go func() { pool.Close(); close(closed) }() // waits for every connection
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			t.Error("cleanup: the pool did not close: a connection is still in use (a transaction left open)")
+		}
 	})
 	if err := f.fences.EnsureTable(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -282,5 +288,44 @@ func TestSchemaQuotesEachPart(t *testing.T) {
 	}
 	if pgfence.Schema() != (pgfence.Fences{Table: pgfence.DefaultTable}).Schema() {
 		t.Error("Schema() is not DefaultTable's")
+	}
+}
+
+// A panic in fn rolls back the fence record and returns the connection:
+// none is in use afterwards.
+func TestFnPanicRollsBack(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		panic func(context.Context, *fixture)
+		inUse func(*fixture) int
+	}{
+		{"pgx", func(ctx context.Context, f *fixture) {
+			_ = f.fences.Tx(ctx, f.pool, "r", 5, "a", func(pgx.Tx) error { panic("boom") })
+		}, func(f *fixture) int { return int(f.pool.Stat().AcquiredConns()) }},
+		{"database-sql", func(ctx context.Context, f *fixture) {
+			_ = f.fences.SQLTx(ctx, f.db, "r", 5, "a", func(*sql.Tx) error { panic("boom") })
+		}, func(f *fixture) int { return f.db.Stats().InUse }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			f := newFixture(t)
+			if err := forms[0].write(ctx, f, "r", 4, "a", "v", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Error("the panic did not reach the caller")
+					}
+				}()
+				c.panic(ctx, f)
+			}()
+			if tok, _ := f.fence(t, "r"); tok != 4 {
+				t.Errorf("fence after a panic = %d; want 4 (the record rolled back)", tok)
+			}
+			if n := c.inUse(f); n != 0 {
+				t.Errorf("%d connections still in use after the panic", n)
+			}
+		})
 	}
 }
