@@ -122,7 +122,11 @@ func (c *Client) Describe() driver.Description {
 }
 
 // newOwner returns a fresh owner string for one call: label, the client's
-// nonce and a call number (see driver.OwnerLabel).
+// nonce and a call number (see driver.OwnerLabel). A call whose grant it
+// released (a late grant, errLateGrant) takes a fresh one for its next
+// attempt: owners are unique per lease (Lease.Owner, Leader.Owner), and
+// the store's next grant is another lease, which an observer that saw the
+// released one go must be able to tell from it.
 func (c *Client) newOwner(label string) string {
 	return label + c.ownerSuffix + strconv.FormatUint(c.seq.Add(1), 10)
 }
@@ -371,7 +375,8 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		if !errors.Is(lerr, errLateGrant) {
 			return l, lerr
 		}
-		err = lerr // released; wait and try again
+		err = lerr // released; wait and try again, as another lease
+		req.Owner = c.newOwner(cfg.label)
 	}
 	var l *Lease
 	contended := errors.Is(err, ErrNotAcquired)
@@ -440,6 +445,8 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 				}
 				last = err // released by newLease; queue again
 				f.failed(start, err)
+				// The next grant is another lease: another owner.
+				req.Owner = c.newOwner(cfg.label)
 			} else if !errors.Is(err, ErrNotHeld) {
 				// The confirmation's outcome is unknown: it may have
 				// re-put our entry under a new token (etcd). Remove it
@@ -639,6 +646,8 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			}
 			last, ambiguous = err, false // newLease released the grant
 			f.failed(start, err)
+			// The next grant is another lease: another owner.
+			req.Owner = c.newOwner(cfg.label)
 			continue
 		}
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
