@@ -19,9 +19,32 @@
 // alike. Concurrent fenced transactions on one resource run one after the
 // other, since each holds the resource's fence row until it ends.
 //
-// Create the fence table once, with EnsureTable or the DDL of Schema. The
-// zero Fences, and the package-level functions, use the table
-// fencelock_fences; set Fences.Table to use another.
+// The rule lives in the database, in one SQL function that EnsureTable (or
+// the DDL of Schema) creates beside the fence table:
+//
+//	fencelock_fence(resource text, token bigint, holder text) RETURNS void
+//
+// It checks token and holder against resource's fence row and records
+// them, or raises SQLSTATE FL001 (StaleSQLState) with the message "stale
+// fencing token T for 'R' (highest accepted H)". Tx and SQLTx call it; so
+// can any SQL client, such as psql in a shell job under `fencelock run`,
+// before its own statements in the same transaction. With a script
+// fenced.sql
+//
+//	SELECT fencelock_fence('accounts/1', :token, :'owner');
+//	UPDATE accounts SET balance = balance + 100 WHERE id = 1;
+//
+// the job is
+//
+//	fencelock run accounts/1 -- sh -c 'psql -v ON_ERROR_STOP=1 --single-transaction \
+//	  -v token="$FENCELOCK_TOKEN" -v owner="$FENCELOCK_OWNER" -f fenced.sql'
+//
+// and psql exits 3, having rolled back, when the token is refused.
+//
+// Create the fence table and its function once, with EnsureTable or the
+// DDL of Schema. The zero Fences, and the package-level functions, use the
+// table fencelock_fences and the function fencelock_fence; set
+// Fences.Table (and Fences.Function) to use others.
 //
 // Tokens are stored exactly, as bigint: a token above 2^63-1 (the most any
 // fencelock backend that issues tokens to PostgreSQL users issues) is
@@ -34,6 +57,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +71,15 @@ import (
 // DefaultTable is the fence table of the zero Fences and of the
 // package-level functions.
 const DefaultTable = "fencelock_fences"
+
+// DefaultFunction is the fencing function of DefaultTable.
+const DefaultFunction = "fencelock_fence"
+
+// StaleSQLState is the SQLSTATE the fencing function raises when the rule
+// refuses a token (a class of its own, so no standard condition is
+// mistaken for it). Its message is "stale fencing token T for 'R'
+// (highest accepted H)".
+const StaleSQLState = "FL001"
 
 // rollbackTimeout bounds a rollback after the caller's context ended.
 const rollbackTimeout = 10 * time.Second
@@ -97,6 +131,12 @@ type Fences struct {
 	// so it is case-sensitive and may not itself contain a dot. Empty
 	// means DefaultTable.
 	Table string
+	// Function is the name of the table's fencing function, optionally
+	// schema-qualified, quoted like Table. Empty means DefaultFunction for
+	// DefaultTable, and otherwise Table's name followed by "_fence" (in
+	// Table's schema): Fences{Table: "app.fences"} has the function
+	// app.fences_fence. Each fence table needs a function of its own.
+	Function string
 }
 
 // ident returns the table name, quoted.
@@ -108,43 +148,113 @@ func (f Fences) ident() string {
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
 }
 
+// FunctionName returns the fencing function's name, quoted, as SQL
+// calls it: "fencelock_fence" for DefaultTable (see Fences.Function).
+func (f Fences) FunctionName() string {
+	name := f.Function
+	switch {
+	case name != "":
+	case f.Table == "" || f.Table == DefaultTable:
+		name = DefaultFunction
+	default:
+		name = f.Table + "_fence"
+	}
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
+}
+
 // Schema returns the DDL that creates the fence table if it does not
-// exist, for a DBA or a migration tool.
+// exist, and creates or replaces its fencing function, for a DBA or a
+// migration tool: two statements, separated by a semicolon.
+//
+// The function, fencelock_fence(resource text, token bigint, holder text)
+// RETURNS void for DefaultTable, applies the rule in one statement: it
+// inserts the resource's first fence, or updates its fence row (locking
+// it until the transaction ends) only where the rule accepts the token.
+// Refused, it raises StaleSQLState, which aborts the caller's
+// transaction; NULL arguments raise SQLSTATE 22004. It resolves the table
+// by the caller's search_path when Table is not schema-qualified, as Tx
+// does.
 func (f Fences) Schema() string {
-	return "CREATE TABLE IF NOT EXISTS " + f.ident() + " (\n" +
+	t := f.ident()
+	return "CREATE TABLE IF NOT EXISTS " + t + " (\n" +
 		"  resource text PRIMARY KEY,\n" +
 		"  token bigint NOT NULL,\n" +
 		"  holder text NOT NULL\n" +
-		")"
+		");\n" +
+		"CREATE OR REPLACE FUNCTION " + f.FunctionName() + "(resource text, token bigint, holder text)\n" +
+		"RETURNS void LANGUAGE plpgsql AS $fencelock$\n" +
+		"#variable_conflict use_column\n" +
+		"DECLARE\n" +
+		"  highest bigint;\n" +
+		"BEGIN\n" +
+		"  IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN\n" +
+		"    RAISE EXCEPTION 'fencing needs a resource, a token and a holder, not NULL'\n" +
+		"      USING ERRCODE = 'null_value_not_allowed';\n" +
+		"  END IF;\n" +
+		"  -- Token 0 is never issued: $2 > 0 refuses it.\n" +
+		"  INSERT INTO " + t + " AS f (resource, token, holder)\n" +
+		"    SELECT $1, $2, $3 WHERE $2 > 0\n" +
+		"    ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder\n" +
+		"    WHERE f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder);\n" +
+		"  IF FOUND THEN\n" +
+		"    RETURN;\n" +
+		"  END IF;\n" +
+		"  SELECT f.token INTO highest FROM " + t + " AS f WHERE f.resource = $1;\n" +
+		"  RAISE EXCEPTION 'stale fencing token % for % (highest accepted %)', $2, quote_literal($1), coalesce(highest, 0)\n" +
+		"    USING ERRCODE = '" + StaleSQLState + "',\n" +
+		"      HINT = 'a later holder of the lock has written to this resource: this holder no longer holds it, so its write must not land; do not retry with this token';\n" +
+		"END\n" +
+		"$fencelock$"
 }
 
-// EnsureTable creates the fence table if it does not exist. Run it once
-// (at deployment or start-up), not concurrently: PostgreSQL's CREATE TABLE
-// IF NOT EXISTS can fail when two sessions race to create one table.
+// EnsureTable creates the fence table if it does not exist, and creates
+// or replaces its fencing function (the DDL of Schema). Run it once (at
+// deployment or start-up), not concurrently: PostgreSQL's CREATE TABLE IF
+// NOT EXISTS and CREATE OR REPLACE FUNCTION can fail when two sessions
+// race on one table or function.
 func (f Fences) EnsureTable(ctx context.Context, db Execer) error {
 	if _, err := db.Exec(ctx, f.Schema()); err != nil {
-		return fmt.Errorf("pgfence: creating fence table %s: %w", f.ident(), err)
+		return fmt.Errorf("pgfence: creating fence table %s and function %s: %w", f.ident(), f.FunctionName(), err)
 	}
 	return nil
 }
 
-// checkSQL checks the rule and records the token in one statement: it
-// inserts the resource's first fence, or updates the resource's fence row
-// (locking it until the transaction ends) only where the rule accepts the
-// token. A row returned means accepted; none, refused. $2 > 0 refuses
-// token 0, which is never issued.
+// checkSQL calls the fencing function: it returns, or raises
+// StaleSQLState on a refusal.
 func (f Fences) checkSQL() string {
-	t := f.ident()
-	return "INSERT INTO " + t + " AS f (resource, token, holder)\n" +
-		" SELECT $1::text, $2::bigint, $3::text WHERE $2::bigint > 0\n" +
-		" ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder\n" +
-		" WHERE f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)\n" +
-		" RETURNING f.token"
+	return "SELECT " + f.FunctionName() + "($1::text, $2::bigint, $3::text)"
 }
 
-// highestSQL reads the resource's highest accepted token after a refusal.
-func (f Fences) highestSQL() string {
-	return "SELECT token FROM " + f.ident() + " WHERE resource = $1"
+// highestRE finds the highest accepted token at the end of the fencing
+// function's message (a driver may add a prefix, never a suffix).
+var highestRE = regexp.MustCompile(`\(highest accepted (-?\d+)\)$`)
+
+// refusal returns the *fencelock.StaleTokenError err stands for if it is
+// the fencing function's refusal (StaleSQLState, from any driver whose
+// errors have a SQLState method, as pgx's and lib/pq's do), or nil.
+// Highest is read from the message.
+func refusal(err error, resource string, token fencelock.Token) error {
+	var st interface{ SQLState() string }
+	if !errors.As(err, &st) || st.SQLState() != StaleSQLState {
+		return nil
+	}
+	msg := err.Error()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg = pe.Message
+	}
+	var highest int64
+	if m := highestRE.FindStringSubmatch(msg); m != nil {
+		highest, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	return stale(resource, token, highest)
+}
+
+// checkFailed wraps an error of the fencing function's call that is not a
+// refusal.
+func (f Fences) checkFailed(resource string, err error) error {
+	return fmt.Errorf("pgfence: checking the fence of %q with %s (create it and table %s with EnsureTable or Schema): %w",
+		resource, f.FunctionName(), f.ident(), err)
 }
 
 // exactToken returns token as a bigint, or a *TokenRangeError.
@@ -191,16 +301,11 @@ func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fenc
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	var got int64
-	switch err := tx.QueryRow(ctx, f.checkSQL(), resource, tok, holder).Scan(&got); {
-	case errors.Is(err, pgx.ErrNoRows):
-		var highest int64
-		if err := tx.QueryRow(ctx, f.highestSQL(), resource).Scan(&highest); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("pgfence: reading the fence of %q after a refusal: %w", resource, err)
+	if _, err := tx.Exec(ctx, f.checkSQL(), resource, tok, holder); err != nil {
+		if se := refusal(err, resource, token); se != nil {
+			return se
 		}
-		return stale(resource, token, highest)
-	case err != nil:
-		return fmt.Errorf("pgfence: checking the fence of %q in %s (create it with EnsureTable): %w", resource, f.ident(), err)
+		return f.checkFailed(resource, err)
 	}
 	if err := fn(tx); err != nil {
 		return err
@@ -213,8 +318,10 @@ func (f Fences) Tx(ctx context.Context, db Beginner, resource string, token fenc
 
 // SQLTx is Tx for database/sql: it runs fn in a transaction begun on db
 // (a *sql.DB or *sql.Conn), fenced for resource, with the same outcomes
-// as Tx. The driver must speak PostgreSQL's SQL ($n parameters, INSERT
-// ... ON CONFLICT); it is tested with pgx's stdlib driver.
+// as Tx. The driver must speak PostgreSQL ($n parameters), and its
+// errors must have a SQLState method (pgx's stdlib driver and lib/pq's
+// do) for a refusal to be a *fencelock.StaleTokenError; it is tested with
+// pgx's stdlib driver.
 func (f Fences) SQLTx(ctx context.Context, db SQLBeginner, resource string, token fencelock.Token, holder string, fn func(*sql.Tx) error) error {
 	tok, err := exactToken(resource, token)
 	if err != nil {
@@ -225,16 +332,11 @@ func (f Fences) SQLTx(ctx context.Context, db SQLBeginner, resource string, toke
 		return fmt.Errorf("pgfence: beginning the fenced transaction for %q: %w", resource, err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	var got int64
-	switch err := tx.QueryRowContext(ctx, f.checkSQL(), resource, tok, holder).Scan(&got); {
-	case errors.Is(err, sql.ErrNoRows):
-		var highest int64
-		if err := tx.QueryRowContext(ctx, f.highestSQL(), resource).Scan(&highest); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("pgfence: reading the fence of %q after a refusal: %w", resource, err)
+	if _, err := tx.ExecContext(ctx, f.checkSQL(), resource, tok, holder); err != nil {
+		if se := refusal(err, resource, token); se != nil {
+			return se
 		}
-		return stale(resource, token, highest)
-	case err != nil:
-		return fmt.Errorf("pgfence: checking the fence of %q in %s (create it with EnsureTable): %w", resource, f.ident(), err)
+		return f.checkFailed(resource, err)
 	}
 	if err := fn(tx); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -282,12 +283,30 @@ func TestMissingTableSaysEnsureTable(t *testing.T) {
 
 func TestSchemaQuotesEachPart(t *testing.T) {
 	got := pgfence.Fences{Table: "app.Fences"}.Schema()
-	want := "CREATE TABLE IF NOT EXISTS \"app\".\"Fences\" (\n  resource text PRIMARY KEY,\n  token bigint NOT NULL,\n  holder text NOT NULL\n)"
-	if got != want {
-		t.Errorf("Schema() =\n%s\nwant\n%s", got, want)
+	for _, want := range []string{
+		"CREATE TABLE IF NOT EXISTS \"app\".\"Fences\" (\n  resource text PRIMARY KEY,\n  token bigint NOT NULL,\n  holder text NOT NULL\n);\n",
+		"CREATE OR REPLACE FUNCTION \"app\".\"Fences_fence\"(resource text, token bigint, holder text)\n",
+		"INSERT INTO \"app\".\"Fences\" AS f",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Schema() =\n%s\nwant it to contain\n%s", got, want)
+		}
 	}
 	if pgfence.Schema() != (pgfence.Fences{Table: pgfence.DefaultTable}).Schema() {
 		t.Error("Schema() is not DefaultTable's")
+	}
+	for _, c := range []struct {
+		f    pgfence.Fences
+		want string
+	}{
+		{pgfence.Fences{}, `"fencelock_fence"`},
+		{pgfence.Fences{Table: pgfence.DefaultTable}, `"fencelock_fence"`},
+		{pgfence.Fences{Table: "app.fences"}, `"app"."fences_fence"`},
+		{pgfence.Fences{Table: "app.fences", Function: "app.Fence"}, `"app"."Fence"`},
+	} {
+		if got := c.f.FunctionName(); got != c.want {
+			t.Errorf("%+v.FunctionName() = %s; want %s", c.f, got, c.want)
+		}
 	}
 }
 
@@ -327,5 +346,36 @@ func TestFnPanicRollsBack(t *testing.T) {
 				t.Errorf("%d connections still in use after the panic", n)
 			}
 		})
+	}
+}
+
+// The fencing function is callable from any SQL client: accepted, it
+// returns; refused, it raises StaleSQLState with the highest accepted
+// token in its message and changes nothing; NULL arguments raise 22004.
+func TestFunctionRaisesStaleSQLState(t *testing.T) {
+	ctx := ctxT(t)
+	f := newFixture(t)
+	call := `SELECT ` + f.fences.FunctionName() + `($1, $2, $3)`
+	if _, err := f.pool.Exec(ctx, call, "it's", int64(5), "a"); err != nil {
+		t.Fatalf("token 5, the first: %v; want accepted", err)
+	}
+	_, err := f.pool.Exec(ctx, call, "it's", int64(4), "b")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != pgfence.StaleSQLState {
+		t.Fatalf("token 4 after 5: err = %v; want SQLSTATE %s", err, pgfence.StaleSQLState)
+	}
+	if want := `stale fencing token 4 for 'it''s' (highest accepted 5)`; pe.Message != want || pe.Hint == "" {
+		t.Errorf("message %q, hint %q; want %q and a hint", pe.Message, pe.Hint, want)
+	}
+	if tok, h := f.fence(t, "it's"); tok != 5 || h != "a" {
+		t.Errorf("fence after a refusal = %d %q; want 5 \"a\"", tok, h)
+	}
+	for _, args := range [][]any{{nil, int64(6), "a"}, {"it's", nil, "a"}, {"it's", int64(6), nil}} {
+		if _, err := f.pool.Exec(ctx, call, args...); !errors.As(err, &pe) || pe.Code != "22004" {
+			t.Errorf("%v: err = %v; want SQLSTATE 22004", args, err)
+		}
+	}
+	if tok, h := f.fence(t, "it's"); tok != 5 || h != "a" {
+		t.Errorf("fence after NULL arguments = %d %q; want 5 \"a\"", tok, h)
 	}
 }
