@@ -509,8 +509,13 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 				continue // the store answers: queue again
 			}
 			if ctx.Err() != nil {
+				// An Inspect the caller's end cut short says no more
+				// than that: the cause is the wait's (last).
+				if !ctxOnly(perr) {
+					last = perr
+				}
 				c.abandonFor(k, req)
-				return nil, c.ended(ctx, perr)
+				return nil, c.ended(ctx, last)
 			}
 			err = perr
 			f.failed(pstart, err)
