@@ -39,6 +39,20 @@
 // needs nothing installed, works on Redis 2.6 and later and on Valkey, and
 // is cached by each node on first use.
 //
+// # From a shell
+//
+// The script is the file fence.lua in this package's directory, also
+// Source. A job under `fencelock run` runs it with redis-cli, the fence
+// key and the commands' keys before a lone comma, the token, the holder
+// and the commands (count, then name, number of keys, number of
+// arguments, arguments) after it:
+//
+//	redis-cli -e --eval fence.lua '{acct:1}:fencelock:fence:acct:1' '{acct:1}:balance' , \
+//	  "$FENCELOCK_TOKEN" "$FENCELOCK_OWNER" 1 INCRBY 1 1 100
+//
+// A refused token is the error "STALE stale fencing token T (highest
+// accepted H)", which makes redis-cli -e exit 1, having written nothing.
+//
 // # Atomicity
 //
 // A refused write changes nothing. An accepted write records the fence,
@@ -50,8 +64,10 @@ package redisfence
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -162,45 +178,28 @@ func FenceKey(resource string) (string, error) {
 	return "{" + tag + "}:fencelock:fence:" + resource, nil
 }
 
-// script checks and records the fence, then runs the commands.
+// Source is the Lua script a fenced write runs (the kit's fence.lua):
+// it checks and records the fence, then runs the commands, and is what a
+// shell job runs with redis-cli --eval. Its comment describes its keys
+// and arguments: KEYS[1] the fence (FenceKey), KEYS[2..] the commands'
+// keys in order; ARGV[1] the token (decimal), ARGV[2] the holder, ARGV[3]
+// the number of commands, then per command its name, number of keys,
+// number of arguments and the arguments. It returns {1, replies...} when
+// the write was accepted, the error "STALE ... (highest accepted H)" when
+// the rule refused it, and the error "FENCECMD command I failed ...: E"
+// when command I failed.
 //
-// KEYS[1] is the fence, a hash {token, owner}; KEYS[2..] the commands'
-// keys, in order. ARGV[1] is the token (decimal, as strconv.FormatUint
-// writes it), ARGV[2] the holder, ARGV[3] the number of commands; then,
-// per command, its name, its number of keys, its number of arguments and
-// the arguments. It returns {0, highest} when the rule refuses the token,
-// {1, replies...} when the write was accepted, and {2, index, error} when
-// a command failed (0-based index).
-var script = redis.NewScript(`
-local tok, holder = ARGV[1], ARGV[2]
-local seen = redis.call('HMGET', KEYS[1], 'token', 'owner')
-local high = seen[1] or '0'
-if not string.match(tok, '^[1-9]%d*$') then
-  return {0, high}
-end
--- Decimal strings, never Lua numbers (exact only up to 2^53): the longer
--- is higher; of equal length, the bytewise higher.
-local higher = #tok > #high or (#tok == #high and tok > high)
-if not (higher or (tok == high and holder == seen[2])) then
-  return {0, high}
-end
-redis.call('HSET', KEYS[1], 'token', tok, 'owner', holder)
-local out = {1}
-local a, k = 4, 2
-for i = 1, tonumber(ARGV[3]) do
-  local name, nk, na = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  a = a + 3
-  local argv = {}
-  for _ = 1, nk do argv[#argv + 1] = KEYS[k]; k = k + 1 end
-  for _ = 1, na do argv[#argv + 1] = ARGV[a]; a = a + 1 end
-  local r = redis.pcall(name, unpack(argv))
-  if type(r) == 'table' and r.err then
-    return {2, i - 1, r.err}
-  end
-  out[#out + 1] = r
-end
-return out
-`)
+//go:embed fence.lua
+var Source string
+
+// script is Source, run with EVALSHA.
+var script = redis.NewScript(Source)
+
+// staleRE and cmdRE parse the script's error replies.
+var (
+	staleRE = regexp.MustCompile(`^STALE .*\(highest accepted (\d+)\)$`)
+	cmdRE   = regexp.MustCompile(`^FENCECMD command (\d+) failed [^:]*: (.*)$`)
+)
 
 // Do runs cmds on rdb (a *redis.Client, *redis.ClusterClient or
 // *redis.Ring) as one write fenced for resource: in one script, it checks
@@ -237,45 +236,43 @@ func Do(ctx context.Context, rdb redis.Scripter, resource string, token fenceloc
 	}
 	res, err := script.Run(ctx, rdb, keys, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("redisfence: fenced write to %q: %w", resource, err)
+		return nil, scriptError(resource, token, cmds, err)
 	}
-	return decode(resource, token, cmds, res)
+	return decode(resource, cmds, res)
 }
 
-// decode turns the script's reply into Do's results.
-func decode(resource string, token fencelock.Token, cmds []Cmd, res []any) ([]any, error) {
-	bad := func() ([]any, error) {
-		return nil, fmt.Errorf("redisfence: fenced write to %q: unexpected script reply %v", resource, res)
-	}
-	if len(res) == 0 {
-		return bad()
-	}
-	status, _ := res[0].(int64)
-	switch {
-	case status == 0 && len(res) == 2:
-		s, _ := res[1].(string)
-		high, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return bad()
-		}
-		return nil, &fencelock.StaleTokenError{Resource: resource, Token: token, Highest: fencelock.Token(high)}
-	case status == 1 && len(res) == 1+len(cmds):
-		out := res[1:]
-		for i, r := range out {
-			if b, ok := r.(bool); ok && !b {
-				// A nil reply reaches Lua as false, which a RESP3
-				// connection returns as a boolean.
-				out[i] = nil
+// scriptError turns the script's error replies into the kit's errors.
+func scriptError(resource string, token fencelock.Token, cmds []Cmd, err error) error {
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		if m := staleRE.FindStringSubmatch(msg); m != nil {
+			if high, err := strconv.ParseUint(m[1], 10, 64); err == nil {
+				return &fencelock.StaleTokenError{Resource: resource, Token: token, Highest: fencelock.Token(high)}
 			}
 		}
-		return out, nil
-	case status == 2 && len(res) == 3:
-		i, ok := res[1].(int64)
-		msg, _ := res[2].(string)
-		if !ok || i < 0 || int(i) >= len(cmds) {
-			return bad()
+		if m := cmdRE.FindStringSubmatch(msg); m != nil {
+			if i, err := strconv.Atoi(m[1]); err == nil && i < len(cmds) {
+				return &CommandError{Resource: resource, Index: i, Name: cmds[i].Name, Message: m[2]}
+			}
 		}
-		return nil, &CommandError{Resource: resource, Index: int(i), Name: cmds[i].Name, Message: msg}
 	}
-	return bad()
+	return fmt.Errorf("redisfence: fenced write to %q: %w", resource, err)
+}
+
+// decode turns the script's reply to an accepted write into Do's
+// results.
+func decode(resource string, cmds []Cmd, res []any) ([]any, error) {
+	if len(res) != 1+len(cmds) || res[0] != int64(1) {
+		return nil, fmt.Errorf("redisfence: fenced write to %q: unexpected script reply %v", resource, res)
+	}
+	out := res[1:]
+	for i, r := range out {
+		if b, ok := r.(bool); ok && !b {
+			// A nil reply reaches Lua as false, which a RESP3
+			// connection returns as a boolean.
+			out[i] = nil
+		}
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -274,7 +275,7 @@ func TestFailedCommandIsCommandError(t *testing.T) {
 		redisfence.Cmd{Name: "INCR", Keys: []string{a}},
 		redisfence.Cmd{Name: "SET", Keys: []string{b}, Args: []any{"never"}})
 	var ce *redisfence.CommandError
-	if !errors.As(err, &ce) || ce.Index != 1 || ce.Name != "INCR" || ce.Message == "" {
+	if !errors.As(err, &ce) || ce.Index != 1 || ce.Name != "INCR" || !strings.HasPrefix(ce.Message, "ERR ") {
 		t.Fatalf("err = %v; want a *CommandError for command 1 (INCR)", err)
 	}
 	if n, _ := rdb.Exists(ctx, b).Result(); n != 0 {
@@ -306,5 +307,52 @@ func TestTagAndFenceKey(t *testing.T) {
 		if err != nil || tag != c.tag || ferr != nil || fk != c.fence {
 			t.Errorf("Tag(%q) = %q, %v; FenceKey = %q, %v; want %q, %q", c.resource, tag, err, fk, ferr, c.tag, c.fence)
 		}
+	}
+}
+
+// Source, run directly (as redis-cli --eval does), refuses arguments that
+// do not follow its layout with an ERR error before anything is written:
+// neither the fence nor any command.
+func TestSourceRefusesMalformedArgumentsBeforeWriting(t *testing.T) {
+	ctx := ctxT(t)
+	rdb := client(t, 0)
+	c := newCleanup(t, rdb)
+	res := uniqueResource(t)
+	fk, err := redisfence.FenceKey(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := c.key(t, res, ":data")
+	for _, tc := range []struct {
+		name string
+		keys []string
+		args []any
+	}{
+		{"no arguments", []string{fk}, nil},
+		{"no count", []string{fk, data}, []any{"5", "a"}},
+		{"count not a number", []string{fk, data}, []any{"5", "a", "one", "SET", 1, 1, "v"}},
+		{"negative count", []string{fk}, []any{"5", "a", -1}},
+		{"an argument short", []string{fk, data}, []any{"5", "a", 1, "SET", 1, 2, "v"}},
+		{"an argument over", []string{fk, data}, []any{"5", "a", 1, "SET", 1, 1, "v", "w"}},
+		{"a key short", []string{fk}, []any{"5", "a", 1, "SET", 1, 1, "v"}},
+		{"a key over", []string{fk, data, data}, []any{"5", "a", 1, "SET", 1, 1, "v"}},
+		{"no name", []string{fk, data}, []any{"5", "a", 1, "", 1, 1, "v"}},
+		{"count not whole", []string{fk, data}, []any{"5", "a", 1, "SET", 1.5, 1, "v"}},
+	} {
+		err := rdb.Eval(ctx, redisfence.Source, tc.keys, tc.args...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR fence.lua: ") {
+			t.Errorf("%s: err = %v; want an ERR fence.lua error", tc.name, err)
+		}
+	}
+	if m := fence(t, rdb, res); len(m) != 0 {
+		t.Errorf("fence recorded: %v", m)
+	}
+	if n, _ := rdb.Exists(ctx, data).Result(); n != 0 {
+		t.Error("a command ran")
+	}
+	// The layout given right, the same call is accepted.
+	got, err := rdb.Eval(ctx, redisfence.Source, []string{fk, data}, "5", "a", 1, "SET", 1, 1, "v").Slice()
+	if err != nil || len(got) != 2 || got[0] != int64(1) {
+		t.Fatalf("well-formed call: %v, %v; want {1, OK}", got, err)
 	}
 }
