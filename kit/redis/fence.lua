@@ -40,7 +40,7 @@ for i = 1, n do
   a, k = a + 3 + na, k + nk
 end
 if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
-  return bad('the commands use ' .. (k - 2) .. ' keys and ' .. (a - 4) .. ' arguments; given ' .. (#KEYS - 1) .. ' and ' .. (#ARGV - 3))
+  return bad('the commands need ' .. (k - 2) .. ' keys after the fence and ' .. (a - 4) .. ' arguments after N; given ' .. (#KEYS - 1) .. ' and ' .. (#ARGV - 3))
 end
 
 local tok, holder = ARGV[1], ARGV[2]
