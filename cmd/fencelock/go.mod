@@ -9,6 +9,8 @@ require (
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
+	github.com/fencelock/fencelock/kit/postgres v0.0.0
+	github.com/fencelock/fencelock/kit/redis v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -60,6 +62,10 @@ replace github.com/fencelock/fencelock/backend/postgres => ../../backend/postgre
 replace github.com/fencelock/fencelock/backend/redis => ../../backend/redis
 
 replace github.com/fencelock/fencelock/backend/zookeeper => ../../backend/zookeeper
+
+replace github.com/fencelock/fencelock/kit/postgres => ../../kit/postgres
+
+replace github.com/fencelock/fencelock/kit/redis => ../../kit/redis
 
 replace github.com/fencelock/fencelock/migrate => ../../migrate
 
