@@ -344,7 +344,7 @@ func TestSignalForwardedAndLockReleased(t *testing.T) {
 func TestLeaseLossKillsChild(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(f.dir, "trap")
-	h, _ := f.holder("lost", out, "--ttl", "1s")
+	h, _ := f.holder("lost", out, "--ttl", "3s")
 	stdout, stderr, code := f.run("release", "--force", "lost")
 	if code != 0 || !strings.Contains(stdout, "removed the lock") {
 		t.Fatalf("release --force: exit %d\n%s%s", code, stdout, stderr)
@@ -537,7 +537,7 @@ func TestLeaseLossEscalatesToSIGKILL(t *testing.T) {
 	// sh starts a grandchild (sleep) and then runs the test binary, which
 	// ignores SIGTERM.
 	script := fmt.Sprintf("sleep 120 & echo $! > %s; exec %s", pidFile, self(t))
-	cmd := f.cmd("ignore", out, "run", "--ttl", "1s", "stubborn", "--", "sh", "-c", script)
+	cmd := f.cmd("ignore", out, "run", "--ttl", "3s", "stubborn", "--", "sh", "-c", script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +610,7 @@ func TestRunSummary(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
 	out := filepath.Join(f.dir, "trap")
-	h := f.cmd("trap", out, "run", "--ttl", "1s", "--summary", "sum-lost", "--", self(t))
+	h := f.cmd("trap", out, "run", "--ttl", "3s", "--summary", "sum-lost", "--", self(t))
 	var e bytes.Buffer
 	h.Stderr = &e
 	if err := h.Start(); err != nil {
