@@ -19,6 +19,16 @@ type Checker interface {
 
 var _ Checker = (*fencelock.Fence)(nil)
 
+// ContextChecker is a Checker that can also take the call's context, as a
+// kit's checker over a store can (kit/postgres's Checker): a Server calls
+// CheckContext, with the call's context, instead of Check when its
+// Checker has it, so that a check ends with the call's deadline or when
+// the client goes away.
+type ContextChecker interface {
+	Checker
+	CheckContext(ctx context.Context, resource string, token fencelock.Token, holder string) error
+}
+
 // ResourceFunc names the resource a call writes, from its full method
 // ("/package.Service/Method") and its request; "" means the call is not
 // fenced and runs without a check. For a stream, req is nil: the stream's
@@ -35,7 +45,8 @@ type ResourceFunc func(fullMethod string, req any) string
 // so that its per-resource lock covers unary calls and streams together.
 type Server struct {
 	// Checker applies the rule; *fencelock.Fence in memory, or a kit's
-	// checker over a store. Required.
+	// checker over a store (kit/postgres's Checker). A ContextChecker is
+	// asked with the call's context. Required.
 	Checker Checker
 	// Resource names the resource each call writes; "" for calls that are
 	// not fenced. Required.
@@ -124,7 +135,13 @@ func (s *Server) admit(ctx context.Context, resource string) (func(), error) {
 			return nil, checkStatus(err)
 		}
 	}
-	if err := s.Checker.Check(resource, token, holder); err != nil {
+	check := s.Checker.Check
+	if cc, ok := s.Checker.(ContextChecker); ok {
+		check = func(resource string, token fencelock.Token, holder string) error {
+			return cc.CheckContext(ctx, resource, token, holder)
+		}
+	}
+	if err := check(resource, token, holder); err != nil {
 		unlock()
 		return nil, checkStatus(err)
 	}

@@ -1,6 +1,7 @@
 package httpfence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +19,24 @@ type Checker interface {
 	Check(resource string, token fencelock.Token, holder string) error
 }
 
+// ContextChecker is a Checker that can also take the request's context,
+// as a kit's checker over a store can (kit/postgres's Checker): Middleware
+// calls CheckContext, with the request's context, instead of Check when
+// its Checker has it, so that a check is abandoned when its client goes
+// away.
+type ContextChecker interface {
+	Checker
+	CheckContext(ctx context.Context, resource string, token fencelock.Token, holder string) error
+}
+
+// check asks c, with ctx if it takes one.
+func check(ctx context.Context, c Checker, resource string, token fencelock.Token, holder string) error {
+	if cc, ok := c.(ContextChecker); ok {
+		return cc.CheckContext(ctx, resource, token, holder)
+	}
+	return c.Check(resource, token, holder)
+}
+
 // Middleware returns a handler that fences the requests resourceOf names a
 // resource for, and hands the rest to next as they are (resourceOf
 // returns "" for a request that writes nothing fenced, a GET say).
@@ -25,7 +44,8 @@ type Checker interface {
 // A fenced request must carry exactly one Fencing-Token header, a decimal
 // integer (0 to 2^64-1), and one non-empty Fencing-Holder header, or it is
 // answered 400 Bad Request. Then, holding the resource's lock (see the
-// package documentation), Middleware asks c to check it: refused, it is
+// package documentation), Middleware asks c to check it (with the request's
+// context, if c is a ContextChecker): refused, it is
 // answered 409 Conflict with the error's text, HeaderHighest and
 // HeaderResource (Refusal reads them); if c fails otherwise, 503 Service
 // Unavailable (nothing is written; the error's text is not sent, as it
@@ -71,7 +91,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer unlock()
 	}
-	if err := m.c.Check(res, token, holder); err != nil {
+	if err := check(r.Context(), m.c, res, token, holder); err != nil {
 		if !errors.Is(err, fencelock.ErrStaleToken) {
 			http.Error(w, "httpfence: the fencing check failed, so nothing was written; retry later", http.StatusServiceUnavailable)
 			return
