@@ -41,6 +41,13 @@
 //
 // and psql exits 3, having rolled back, when the token is refused.
 //
+// For a service whose writes are API requests, Checker applies the rule
+// for kit/httpfence's Middleware and kit/grpc's Server before the handler
+// runs, each check a short transaction of its own, so that every replica
+// of the service shares one fence. The check and the handler's write are
+// then two steps: see Checker for when that is enough, and when the
+// handler must write in Tx as well.
+//
 // Create the fence table and its function once, with EnsureTable or the
 // DDL of Schema. The zero Fences, and the package-level functions, use the
 // table fencelock_fences and the function fencelock_fence; set
