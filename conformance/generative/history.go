@@ -695,6 +695,16 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 	// count), unless a fault touched its calls (a failed keep-alive may
 	// let the record expire), its key was forced, or its client closed
 	// or crashed (a session store ends its records then).
+	//
+	// A lease follows x if the store granted it after x's release, which
+	// the return of its Acquire does not date: a call may return late,
+	// after Close (or a force) already ended its lease. The tokens do:
+	// they increase in the store's grant order, per key, so a lease whose
+	// every token is below x's first was granted, and rotated, before x
+	// was, and its record was gone before x's grant (one holder at a
+	// time). It did not follow x, however late its call returned. Had it
+	// believed it held after x's release with a record that old, its
+	// window would follow x's with a lower token: TokensIncreaseAcrossHolders.
 	faulted := make(map[string]bool)
 	for _, f := range r.faults {
 		for _, o := range f.owners {
@@ -716,7 +726,10 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 			}
 		}
 		for _, y := range byKey[x.key] {
-			if y != x && x.end != 0 && y.got > x.end && y.gotAt.Before(end) {
+			if y == x || maxTok(y) < minTok(x) {
+				continue // granted before x on the store
+			}
+			if x.end != 0 && y.got > x.end && y.gotAt.Before(end) {
 				add("MinHoldRespected", "lease %d of %q (minimum hold %v, released into it at %d) was followed by lease %d, granted %v after lease %d's Acquire was called", x.id, x.key, x.minHold, x.end, y.id, y.gotAt.Sub(x.invAt), x.id)
 			}
 		}
@@ -743,6 +756,17 @@ func (r *recorder) grantedBetween(key string, from, to int64) bool {
 		}
 	}
 	return false
+}
+
+// maxTok returns the highest token l saw.
+func maxTok(l *leaseRec) fencelock.Token {
+	return slices.MaxFunc(l.tokens, func(x, y tokObs) int { return cmpTok(x.token, y.token) }).token
+}
+
+// minTok returns the lowest token l saw (its grant's: its own tokens
+// increase, in whatever order they were seen).
+func minTok(l *leaseRec) fencelock.Token {
+	return slices.MinFunc(l.tokens, func(x, y tokObs) int { return cmpTok(x.token, y.token) }).token
 }
 
 func cmpTok(a, b fencelock.Token) int {
