@@ -171,6 +171,44 @@ type Options struct {
 	// subtest with its own seeds. Default 4, or 1 with SyncTest (whose
 	// programs use the CPU, not the clock).
 	Parallel int
+
+	// stalls records every Stall of the run (set by resolve): a stall
+	// reaches every connection, so the programs of every stream, not only
+	// the one whose program stalled the store.
+	stalls *stallLog
+}
+
+// stallLog records when the store's stalls (Options.Stall) end, for the
+// checks that bound how soon the store answers: while it is stalled it
+// answers nobody, whichever program stalled it.
+type stallLog struct {
+	mu    sync.Mutex
+	until time.Time // the latest end of a stall so far
+}
+
+// add records a stall of d from now.
+func (l *stallLog) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := time.Now().Add(d); u.After(l.until) {
+		l.until = u
+	}
+}
+
+// answersFrom returns the later of t and the end of the latest stall
+// (one under way at t, or begun since): the instant from which a bound on
+// how soon the store answers counts. A nil log (no Options.Stall)
+// returns t.
+func (l *stallLog) answersFrom(t time.Time) time.Time {
+	if l == nil {
+		return t
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.until.After(t) {
+		return l.until
+	}
+	return t
 }
 
 func (o *Options) resolve() Options {
@@ -197,6 +235,14 @@ func (o *Options) resolve() Options {
 		r.Parallel = 4
 		if r.SyncTest {
 			r.Parallel = 1
+		}
+	}
+	if stall := r.Stall; stall != nil && r.stalls == nil {
+		log := &stallLog{}
+		r.stalls = log
+		r.Stall = func(ctx context.Context, d time.Duration) {
+			log.add(d)
+			stall(ctx, d)
 		}
 	}
 	return r
