@@ -368,7 +368,13 @@ func (o *observer) subscribe(ctx context.Context) {
 // state.
 func (o *observer) readOnce(ctx context.Context) (Leader, error) {
 	start := time.Now()
-	info, err := o.c.b.Inspect(ctx, o.key)
+	// Each read is bounded as Client.Inspect's is (Options.TTL), so that
+	// a store that stops answering cannot hold Observe's first read, or
+	// its watch loop, without end.
+	rctx, cancel := boundCtx(ctx, o.c.o.TTL)
+	info, err := o.c.b.Inspect(rctx, o.key)
+	err = cutShort(rctx, err)
+	cancel()
 	if err != nil {
 		o.failed = true
 		return Leader{}, o.c.wrap(ctx, "inspect", err)
