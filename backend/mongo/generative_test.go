@@ -19,22 +19,23 @@ import (
 // loop) against each MongoDB-wire server under test. Every property must
 // hold on every server: nothing is marked known.
 //
-// Every client dials through one generative.Staller, so that the
-// programs that stall the store stall the hello round trips of the
-// server-clock estimate too; and clients open differently configured
-// Backends on the one store (a clock estimate refreshed every second, its
-// least). Every Backend collects garbage at GarbageAfter's least: the
+// Every client dials through a generative.Staller, so that the programs
+// that stall the store stall the hello round trips of the server-clock
+// estimate too: one Staller per stream of programs (Options.PerStream),
+// so that a program's stall reaches its own clients and never those of
+// the programs running beside it, whose timing checks cannot see it. And
+// clients open differently configured Backends on the one store (a clock
+// estimate refreshed every second, its least). Every Backend collects garbage at GarbageAfter's least: the
 // value belongs to the collection, and a Backend given another one is
 // refused (TestGarbageAfterBelongsToTheCollection).
 func TestGenerative(t *testing.T) {
 	eachServer(t, func(t *testing.T, _ server, raw string) {
 		coll, ns := freshCollection(t, raw), "generative-"+randHex()
-		var st generative.Staller
-		open := func(o mongolock.Options) func(context.Context) (driver.Backend, error) {
+		open := func(st *generative.Staller, o mongolock.Options) func(context.Context) (driver.Backend, error) {
 			o.GarbageAfter = time.Minute
 			return func(ctx context.Context) (driver.Backend, error) {
 				o := o // clients open concurrently
-				c, err := mongo.Connect(options.Client().ApplyURI(raw).SetDialer(&st))
+				c, err := mongo.Connect(options.Client().ApplyURI(raw).SetDialer(st))
 				if err != nil {
 					return nil, err
 				}
@@ -47,14 +48,17 @@ func TestGenerative(t *testing.T) {
 				return ownClient{b}, nil
 			}
 		}
-		generative.Run(t, conformance.Harness{
-			Open: open(mongolock.Options{}),
-			TTL:  2 * time.Second,
-		}, &generative.Options{
-			Variants: []func(context.Context) (driver.Backend, error){
-				open(mongolock.Options{ClockResync: time.Second}),
+		generative.Run(t, conformance.Harness{TTL: 2 * time.Second}, &generative.Options{
+			PerStream: func(int) generative.Stream {
+				st := new(generative.Staller)
+				return generative.Stream{
+					Open: open(st, mongolock.Options{}),
+					Variants: []func(context.Context) (driver.Backend, error){
+						open(st, mongolock.Options{ClockResync: time.Second}),
+					},
+					Stall: st.Stall,
+				}
 			},
-			Stall: st.Stall,
 		})
 	})
 }

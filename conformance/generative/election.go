@@ -45,8 +45,10 @@ import (
 //     crashes, else within the TTL plus slack (a failed release or a
 //     crashed holder's record expires); and the observer reports it
 //     free within its polling bound after that. Both bounds count from
-//     the end of any stall of the store (Options.Stall) that overlaps
-//     them: a stall, drawn by any stream's program, holds every read.
+//     the end of any stall (Options.Stall) of the program's clients that
+//     overlaps them: a stall holds every read of the clients it reaches,
+//     whichever program drew it (with Options.PerStream, a stall reaches
+//     its own stream's clients alone).
 
 type electActionKind int
 
@@ -340,11 +342,11 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 	if hold := p.longestHold(tenth); hold > 0 {
 		bound = max(bound, hold+h.Slack)
 	}
-	// Both bounds count from when the store answers: a stall of the
-	// store (Options.Stall, by this program's stream or another's: it
-	// reaches every connection) holds every read of the watcher and the
-	// observer until it ends, so a bound that a stall overlapped counts
-	// from the stall's end.
+	// Both bounds count from when the store answers: a stall
+	// (Options.Stall, drawn by any program whose Stall reaches these
+	// clients) holds every read of the watcher and the observer until it
+	// ends, so a bound that a stall overlapped counts from the stall's
+	// end.
 	poll := max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
 	ended := time.Now()
 	for {

@@ -165,17 +165,49 @@ type Options struct {
 	// estimating. Without it, those programs pause every client's
 	// wrapping driver instead (requests wait until the pause ends or
 	// their context does, and then land).
+	//
+	// A Stall set here reaches the clients of every stream (Parallel),
+	// and a lock program's timing checks discount only the stalls its
+	// own program drew: with more than one stream, set it per stream
+	// with PerStream instead.
 	Stall func(ctx context.Context, d time.Duration)
+
+	// PerStream, if set, is called once for each stream of programs
+	// (Parallel), with the stream's index from 0, before the stream
+	// starts: the Stream it returns replaces Harness.Open, Variants and
+	// Stall for that stream's programs. A backend's test gives each
+	// stream clients that dial through a Staller of their own, so that
+	// a stall stalls the clients of the program that drew it alone,
+	// as it would the store of a program run by itself: the programs
+	// of the other streams (on keys of their own) are not slowed by a
+	// fault that their checks cannot see.
+	PerStream func(stream int) Stream
 
 	// Parallel is how many programs run at once, each in its own
 	// subtest with its own seeds. Default 4, or 1 with SyncTest (whose
 	// programs use the CPU, not the clock).
 	Parallel int
 
-	// stalls records every Stall of the run (set by resolve): a stall
-	// reaches every connection, so the programs of every stream, not only
-	// the one whose program stalled the store.
+	// stalls records every Stall of the stream (set by resolve, and
+	// per stream by forStream): a stall reaches every connection of
+	// the Stall's clients, so every program that runs while it lasts,
+	// not only the one that drew it.
 	stalls *stallLog
+}
+
+// Stream is how one stream of programs opens its clients and stalls
+// them (Options.PerStream).
+type Stream struct {
+	// Open opens a Backend on the harness's store, as Harness.Open does
+	// (required).
+	Open func(ctx context.Context) (driver.Backend, error)
+
+	// Variants are the stream's Options.Variants.
+	Variants []func(ctx context.Context) (driver.Backend, error)
+
+	// Stall is the stream's Options.Stall: it stalls every client this
+	// Stream's Open and Variants opened, and no other.
+	Stall func(ctx context.Context, d time.Duration)
 }
 
 // stallLog records when the store's stalls (Options.Stall) end, for the
@@ -237,15 +269,37 @@ func (o *Options) resolve() Options {
 			r.Parallel = 1
 		}
 	}
-	if stall := r.Stall; stall != nil && r.stalls == nil {
+	r.logStalls()
+	return r
+}
+
+// logStalls wraps o.Stall to record its stalls in a new o.stalls.
+func (o *Options) logStalls() {
+	if stall := o.Stall; stall != nil {
 		log := &stallLog{}
-		r.stalls = log
-		r.Stall = func(ctx context.Context, d time.Duration) {
+		o.stalls = log
+		o.Stall = func(ctx context.Context, d time.Duration) {
 			log.add(d)
 			stall(ctx, d)
 		}
 	}
-	return r
+}
+
+// forStream returns the harness and options of stream i: h and o, or
+// with PerStream, the stream's own Open, Variants and Stall (and a log of
+// that Stall's stalls alone).
+func (o *Options) forStream(i int, h conformance.Harness) (conformance.Harness, *Options, error) {
+	so := *o
+	if o.PerStream == nil {
+		return h, &so, nil
+	}
+	s := o.PerStream(i)
+	if s.Open == nil {
+		return h, nil, fmt.Errorf("generative: Options.PerStream(%d) returned a Stream without Open", i)
+	}
+	h.Open, so.Variants, so.Stall, so.stalls = s.Open, s.Variants, s.Stall, nil
+	so.logStalls()
+	return h, &so, nil
 }
 
 // flagSet reports whether the named flag was given a non-default value.
@@ -266,10 +320,10 @@ type Stats struct {
 // violated invariant.
 func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	t.Helper()
-	if h.Open == nil {
-		t.Fatal("generative: Harness.Open is required")
-	}
 	o := opts.resolve()
+	if h.Open == nil && o.PerStream == nil {
+		t.Fatal("generative: Harness.Open is required (or Options.PerStream)")
+	}
 	if h.TTL == 0 {
 		h.TTL = time.Second
 	}
@@ -290,7 +344,7 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 			t.Logf("generative: the first failing program violated:\n  %s", strings.Join(vs, "\n  "))
 		}
 	})
-	prop := func(rt *rapid.T, failed *failures) {
+	prop := func(rt *rapid.T, h conformance.Harness, o *Options, failed *failures) {
 		// The budget, or another stream's failure, stops new programs;
 		// rapid's shrinking reruns this stream's failing program
 		// whatever the time.
@@ -303,23 +357,23 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		}
 		switch kind {
 		case 0:
-			electionCheck(rt, h, &o, &stats, failed) // election.go
+			electionCheck(rt, h, o, &stats, failed) // election.go
 			return
 		case 1:
-			rwCheck(rt, h, &o, &stats, failed) // rwlock.go
+			rwCheck(rt, h, o, &stats, failed) // rwlock.go
 			return
 		case 2:
 			if !o.NoFaults {
-				outageCheck(rt, h, &o, &stats, &bs, failed) // outage.go
+				outageCheck(rt, h, o, &stats, &bs, failed) // outage.go
 				return
 			}
 		}
-		p := genProgram(rt, &o)
+		p := genProgram(rt, o)
 		body := func(rt *rapid.T) {
 			if o.Fresh != nil {
 				o.Fresh()
 			}
-			rec, err := runProgram(rt.Context(), h, &o, p)
+			rec, err := runProgram(rt.Context(), h, o, p)
 			if err != nil {
 				rt.Fatalf("generative: %v", err)
 			}
@@ -358,14 +412,20 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 	// (an in-process backend runs thousands), run more, each with a
 	// fresh seed — unless a seed or fail file was given to replay one.
 	replay := flagSet("rapid.seed") || flagSet("rapid.failfile")
-	stream := func(t *testing.T) {
-		failed := &failures{first: &first}
-		for round := 0; round == 0 || !replay && !first.any() && time.Since(begin) < o.Budget; round++ {
-			rapid.Check(t, func(rt *rapid.T) { prop(rt, failed) })
+	stream := func(i int) func(t *testing.T) {
+		return func(t *testing.T) {
+			h, o, err := o.forStream(i, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			failed := &failures{first: &first}
+			for round := 0; round == 0 || !replay && !first.any() && time.Since(begin) < o.Budget; round++ {
+				rapid.Check(t, func(rt *rapid.T) { prop(rt, h, o, failed) })
+			}
 		}
 	}
 	if replay || o.Parallel == 1 {
-		stream(t)
+		stream(0)(t)
 	} else {
 		// Streams of programs side by side: a program against a real
 		// server spends most of its time waiting on TTLs, and each
@@ -373,7 +433,7 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		// failure names its stream and rapid's replay instructions.
 		var wg sync.WaitGroup
 		for i := range o.Parallel {
-			wg.Go(func() { t.Run(fmt.Sprintf("stream%d", i), stream) })
+			wg.Go(func() { t.Run(fmt.Sprintf("stream%d", i), stream(i)) })
 		}
 		wg.Wait()
 	}

@@ -16,7 +16,8 @@ import (
 // ends: the store applies a request late, as a paused one does.
 //
 // A backend's generative test dials its store through a Staller (its
-// driver's dialer option) and passes Staller.Stall as Options.Stall.
+// driver's dialer option), one per stream of programs, and returns its
+// Stall as the Stream's Stall (Options.PerStream).
 // MongoDB's backend, which estimates the server's clock from hello
 // round trips, needs it: a stall at the driver boundary never reaches
 // those. A Staller is safe for concurrent use; its zero value dials with
