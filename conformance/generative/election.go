@@ -441,10 +441,15 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 			case err := <-done:
 				// Elect returned before its ctx ended: only the store's
 				// failure for a whole TTL (Acquire without a deadline
-				// gives up then) ends it, on a faulty or crashed client.
+				// gives up then) ends it: on a faulty or crashed client,
+				// or on any client when the store itself did not answer
+				// within the request's bound (a real store can be that
+				// slow: the error then matches DeadlineExceeded, which
+				// Elect's own ctx, still live, cannot have caused).
 				cancel()
 				var be *fencelock.BackendError
-				if !errors.As(err, &be) || !crashedProg(cp) && !cp.faults.any() {
+				silent := errors.Is(err, context.DeadlineExceeded)
+				if !errors.As(err, &be) || !crashedProg(cp) && !cp.faults.any() && !silent {
 					e.violate("ResignFreesKey", "%s: Elect returned %v before its ctx ended", id, err)
 				}
 			default:
