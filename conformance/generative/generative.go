@@ -896,13 +896,15 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	for _, cl := range clients {
 		cl.w.settle()
 	}
-	faulted := r.rec.faultedBeyondLate()
+	faulted := r.rec.faultedBeyondLate() || r.rec.lateWhileClosing()
 
 	// NothingLeftBehind: at once, or after TTL plus slack when a crash or
 	// a fault may have left a record for the store to expire; a record
 	// store keeps a record inside its minimum hold until the hold ends.
-	// A late request (answered within the engine's ReleaseTimeout, which
-	// an attempt cut short by its caller waits for) is no excuse.
+	// A late request sent before its client began to close (answered
+	// within the engine's ReleaseTimeout, which an attempt cut short by
+	// its caller waits for) is no excuse; one sent while it closed may
+	// outlast Close's budget (see lateWhileClosing).
 	deadline := time.Now()
 	if crashed || faulted {
 		deadline = bound(deadline)

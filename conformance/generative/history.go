@@ -305,6 +305,32 @@ func (r *recorder) faultedBeyondLate() bool {
 	return false
 }
 
+// lateWhileClosing reports whether a late request (kinds "late" and
+// "late-cut") of a client was sent, or cut short, after that client began
+// to close. Such a request may outlast Close, and what it was to do is
+// then left to the store's TTL. Close has one budget of ReleaseTimeout
+// (RT): the attempt in flight has three quarters of it, the clean-up
+// after it the rest, and every request is cut off when it ends; a late
+// request takes up to RT/2, and a clean-up may need two in turn (a
+// release that met a rotation in flight, then the rotated record's). Once
+// the budget ends, Close closes the backend, and the faulty driver's late
+// request, applied then, meets a closed backend that refuses it. A late
+// request sent before the client began to close is answered within the
+// engine's wait for it, and leaves nothing.
+func (r *recorder) lateWhileClosing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.faults {
+		if f.kind != "late" && f.kind != "late-cut" {
+			continue
+		}
+		if c, ok := r.closed[f.client]; ok && f.seq > c {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *recorder) fault(client int, op, kind string, owners []string, rotate bool) {
 	s := r.tick()
 	r.mu.Lock()

@@ -324,7 +324,8 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 		cl.w.settle()
 	}
 	// NothingLeftBehind: at once, or within the longest TTL plus slack
-	// when a crash or a fault may have left a record to expire; a grant
+	// when a crash, a fault, or a late request sent while its client
+	// closed may have left a record to expire; a grant
 	// released into its minimum hold keeps its records until the hold
 	// ends.
 	var cfgs []clientCfg
@@ -339,7 +340,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 	}
 	maxTTL, slack := longestTTL(h, cfgs, ttls)
 	deadline := time.Now()
-	faulted := run.rec.faultedBeyondLate()
+	faulted := run.rec.faultedBeyondLate() || run.rec.lateWhileClosing()
 	if crashed || faulted {
 		deadline = deadline.Add(maxTTL + slack)
 	}
