@@ -599,8 +599,10 @@ func (c *Client) releaseAll(ctx context.Context, ls ...*Lease) {
 
 // releaseLeases releases every non-nil lease of ls at once, as releaseAll
 // does; with hold, each keeps its record until its minimum hold ends.
+// Its requests are clean-up requests: they end with Close's budget too,
+// so that Close leaves none of them running.
 func (c *Client) releaseLeases(ctx context.Context, hold bool, ls []*Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ReleaseTimeout)
+	rctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {
