@@ -89,6 +89,7 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		}
 	}
 	claim := b.renewClaim(g, r, h, req, tok, expiry(rd.late(), req.TTL), now)
+	adopted := false // claim is an earlier attempt's, with the expiry it set
 	if _, err := b.locks.InsertOne(ctx, claim); mongo.IsDuplicateKeyError(err) {
 		// Our own earlier attempt (a retry), or someone else's end.
 		var c claimDoc
@@ -106,6 +107,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 			b.forget(r.rid)
 			return driver.Grant{}, driver.ErrNotHeld
 		}
+		// This call's own insert (the driver retried the write) is not
+		// adopted: it has this call's expiry.
+		adopted = c.At != claim.At || c.ExpiresAt != claim.ExpiresAt
 		claim = c
 	} else if err != nil {
 		return driver.Grant{}, err
@@ -117,6 +121,13 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		_, _ = b.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: epochID(r.rid, r.n)}})
 	}
 	out := driver.Grant{Key: g.Key, Owner: g.Owner, Token: driver.Token(claim.Token), Handle: handle(r.rid, claim.N, claim.ExpiresAt)}
+	if !adopted {
+		// Our insert: the expiry is req.TTL from before the store's
+		// receipt, as the engine counts it. An answer that took longer
+		// than the TTL (a short minimum-hold renewal on a slow server)
+		// is still a renewal the store applied, not a loss.
+		return out, nil
+	}
 	if left := claim.ExpiresAt.Time().Sub(b.clock.read(ctx).late()); left < req.TTL {
 		// A retry found the expiry its first attempt set. What is left
 		// of it is counted from the late edge of the clock estimate, so
