@@ -512,3 +512,63 @@ func TestObserveReadsAreBoundedOnASilentStore(t *testing.T) {
 		b.setAll(nil)
 	})
 }
+
+// endingClock is the system clock (the bubble's, under synctest) that,
+// once armed at some instant, ends the caller's context the first time
+// the engine reads a later time: right after a wait between attempts,
+// before the next attempt is sent.
+type endingClock struct {
+	mu      sync.Mutex
+	armedAt time.Time
+	end     context.CancelFunc
+}
+
+func (k *endingClock) Now() time.Time {
+	now := time.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.end != nil && !k.armedAt.IsZero() && now.After(k.armedAt) {
+		k.end()
+		k.end = nil
+	}
+	return now
+}
+
+func (k *endingClock) arm(end context.CancelFunc) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.armedAt, k.end = time.Now(), end
+}
+
+// An Acquire whose caller's context ends after its backoff, just before
+// the next attempt is sent (so that attempt never reaches the store),
+// still reports the refusal its earlier attempt met: the unsent attempt's
+// bare context error must not replace the store's last failure.
+func TestAcquireEndedBeforeNextAttemptKeepsStoreCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		clock := &endingClock{}
+		o := boundOpts()
+		o.Clock = clock
+		c := newClient(t, b, o)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var sent int
+		b.set("acquire", func(context.Context) error {
+			sent++
+			clock.arm(cancel)
+			return refused
+		})
+		var err error
+		within(t, b, c, 2*time.Second, "Acquire on a refusing store whose caller gave up", func() {
+			_, err = c.Acquire(ctx, "k")
+		})
+		if sent != 1 {
+			t.Fatalf("%d acquire requests reached the store; want 1 (the caller's end came before the second)", sent)
+		}
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("Acquire = %v; want context.Canceled joined with connection refused", err)
+		}
+	})
+}

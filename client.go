@@ -658,6 +658,13 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
+		if ctxOnly(err) && ctx.Err() != nil {
+			// The caller's end came before this attempt was sent (or
+			// before its grant was handed out: released): it says
+			// nothing of the store, whose last failure is the cause.
+			c.abandonFor(k, req)
+			return nil, c.ended(ctx, last)
+		}
 		last = err
 		ambiguous = !errors.Is(err, ErrNotAcquired)
 		if ambiguous {
