@@ -567,6 +567,12 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 		select {
 		case <-inFlight:
 			inFlight = nil
+			// The renewal in flight may have rotated the record: renew
+			// what it left (applyRenewal keeps its answer), not the
+			// grant read before it.
+			l.mu.Lock()
+			g, unsure = l.grant, l.unsure
+			l.mu.Unlock()
 		case <-t.C:
 		case <-c.life.Done():
 			// Close has begun, and waits for this release before it

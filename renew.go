@@ -375,6 +375,19 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 		l.unsure = true
 	}
 	if l.state != held {
+		if err == nil && ng.Token >= old.Token {
+			// Released during this renewal (into its minimum hold, or
+			// with Close): the record is now ng, and the hold renewal
+			// or release that waits for this answer must name it (a
+			// rotated token, and the Handle a backend keeps state in).
+			if ng.Key == "" {
+				ng.Key, ng.Owner = old.Key, old.Owner
+			}
+			if ng.Handle == "" {
+				ng.Handle = old.Handle
+			}
+			l.grant, l.unsure = ng, false
+		}
 		return renewalOutcome{ended: true}
 	}
 	switch {
