@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// TestReviewForeignRecordWithTwoNewlinesUnchanged: until the scripts
+// TestForeignRecordWithTwoNewlinesUnchanged: until the scripts
 // checked the first line, their only test that a record is theirs was
 // "two newlines", so a foreign string that has two newlines but whose
 // first line is not a token ("x", "0", a leading zero, 20 digits, empty)
@@ -24,7 +24,7 @@ import (
 // input (a record the backend did not write) must get a typed error
 // (ErrForeignRecord) and change nothing stored; here the call reports
 // failure yet has changed (or deleted) the value.
-func TestReviewForeignRecordWithTwoNewlinesUnchanged(t *testing.T) {
+func TestForeignRecordWithTwoNewlinesUnchanged(t *testing.T) {
 	b, rdb := open(t)
 	ctx := t.Context()
 	for i, rec := range []string{"x\nold-owner\n", "0\nold-owner\nmeta", "07\nold-owner\n", "12345678901234567890\nold-owner\n", "\nold-owner\n"} {
@@ -71,11 +71,11 @@ func TestReviewForeignRecordWithTwoNewlinesUnchanged(t *testing.T) {
 	}
 }
 
-// TestReviewStaleTokenIsDecimalPrefixOfCurrent: a stale grant whose token
+// TestStaleTokenIsDecimalPrefixOfCurrent: a stale grant whose token
 // is a decimal prefix of the current token (1 vs 10..19, after rotations)
 // renews, rotates and releases nothing (the existing tests cover the other
 // direction, a token with the current one as its prefix).
-func TestReviewStaleTokenIsDecimalPrefixOfCurrent(t *testing.T) {
+func TestStaleTokenIsDecimalPrefixOfCurrent(t *testing.T) {
 	b, rdb := open(t)
 	ctx := t.Context()
 	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "pfx", Owner: "o", TTL: time.Minute, Metadata: []byte("m")})
@@ -115,13 +115,13 @@ func TestReviewStaleTokenIsDecimalPrefixOfCurrent(t *testing.T) {
 	}
 }
 
-// TestReviewEmptyMetadataAndRESP2: an Acquire with empty (non-nil)
+// TestEmptyMetadataAndRESP2: an Acquire with empty (non-nil)
 // metadata stores none and Inspect answers nil; a holder's retry with no
 // metadata removes what the record had; metadata that spells another
 // owner's record head ("\n<token>\n<owner>\n") gives that owner nothing;
 // and a RESP2 connection reads "no metadata" as nil too (the default
 // go-redis client speaks RESP3).
-func TestReviewEmptyMetadataAndRESP2(t *testing.T) {
+func TestEmptyMetadataAndRESP2(t *testing.T) {
 	b, rdb := open(t)
 	ctx := t.Context()
 	opt, err := goredis.ParseURL(testURL(t))

@@ -118,7 +118,7 @@ func leaveGhost(t *testing.T, ctx context.Context, b *Backend, fk *faultKV, key,
 	}
 }
 
-// TestReview2RetryAfterTwoLostPutsFindsOldestEntry: two AcquireWait
+// TestRetryAfterTwoLostPutsFindsOldestEntry: two AcquireWait
 // attempts of one owner, each whose put was applied with its reply lost
 // and whose clean-up failed, leave two entries of the owner: the first
 // attempt's slot was freed on failure, and the slot the second took was
@@ -127,7 +127,7 @@ func leaveGhost(t *testing.T, ctx context.Context, b *Backend, fk *faultKV, key,
 // first entry's place (the oldest) and leave no other entry of the owner
 // behind: queued behind its own older entry it waits for an entry that the
 // backend's own lease keeps alive, and so does every waiter behind it.
-func TestReview2RetryAfterTwoLostPutsFindsOldestEntry(t *testing.T) {
+func TestRetryAfterTwoLostPutsFindsOldestEntry(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, fk := faultBackend(t, other)
@@ -179,7 +179,7 @@ func TestReview2RetryAfterTwoLostPutsFindsOldestEntry(t *testing.T) {
 	}
 }
 
-// TestReview2AcquireRetryOfQueuedEntryIsAboveFloor: an Acquire by an owner
+// TestAcquireRetryOfQueuedEntryIsAboveFloor: an Acquire by an owner
 // whose earlier AcquireWait left an entry in the queue (behind another
 // holder) takes the retry path once that entry is at the head. A floor
 // raised while the entry waited must still be below the token: RaiseFloor
@@ -187,7 +187,7 @@ func TestReview2RetryAfterTwoLostPutsFindsOldestEntry(t *testing.T) {
 // re-put (AcquireWait does that; Acquire's retry path looks at the marker
 // only). With a7b38e8 the entry need not even be at the head when the
 // compare fails.
-func TestReview2AcquireRetryOfQueuedEntryIsAboveFloor(t *testing.T) {
+func TestAcquireRetryOfQueuedEntryIsAboveFloor(t *testing.T) {
 	// queued: the holder releases only between Acquire's failed compare
 	// and its read of the head (possible since a7b38e8: before it, the
 	// head read with the compare was the holder, a HeldError).
@@ -241,13 +241,13 @@ func TestReview2AcquireRetryOfQueuedEntryIsAboveFloor(t *testing.T) {
 	}
 }
 
-// TestReview2HeldErrorAcrossChangeBeforeHeadRead (a7b38e8): between the
+// TestHeldErrorAcrossChangeBeforeHeadRead (a7b38e8): between the
 // failed compare and the read-only transaction the holder releases, a new
 // holder takes the key and the floor is raised with a new segment. The
 // HeldError names the new holder with the token it was granted (mapped
 // through the floor as read by the read-only transaction), and a second
 // variant with the key left free reports a HeldError with no holder.
-func TestReview2HeldErrorAcrossChangeBeforeHeadRead(t *testing.T) {
+func TestHeldErrorAcrossChangeBeforeHeadRead(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, fk := faultBackend(t, other)
@@ -315,13 +315,13 @@ func TestReview2HeldErrorAcrossChangeBeforeHeadRead(t *testing.T) {
 	}
 }
 
-// TestReview2SlotFreedWhenBumpFindsEntryGone: a rotating Renew whose
+// TestSlotFreedWhenBumpFindsEntryGone: a rotating Renew whose
 // entry is deleted (force-release, expiry) between its check read and its
 // re-put answers ErrNotHeld; the engine then forgets the grant without
 // releasing it (lose with ErrNotHeld; the loss watch that would free the
 // slot is stopped by lose, or not started yet), so the slot must be freed
 // here, as lostEntry does when the read itself finds the entry gone.
-func TestReview2SlotFreedWhenBumpFindsEntryGone(t *testing.T) {
+func TestSlotFreedWhenBumpFindsEntryGone(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, fk := faultBackend(t, other)

@@ -57,7 +57,7 @@ func (l *keptAfterCrash) after() []string {
 	return append([]string(nil), l.kept...)
 }
 
-// TestReviewCrashInFlightAcquireRetryKeepsNoLeaseAlive: a call in flight
+// TestInFlightAcquireRetryKeepsNoLeaseAlive: a call in flight
 // at the crash sends no keep-alive after it. keepLease keeps a lease that
 // is none of the backend's sessions' (a grant made by another Backend of
 // the same process) alive with a direct KeepAliveOnce, which until
@@ -72,7 +72,7 @@ func (l *keptAfterCrash) after() []string {
 // crash and answered after it, and the path then calls keepLease for the
 // entry's lease (etcd.go, acquire: "mine := head"). RenewBatch and Renew
 // take the same path for such a grant.
-func TestReviewCrashInFlightAcquireRetryKeepsNoLeaseAlive(t *testing.T) {
+func TestInFlightAcquireRetryKeepsNoLeaseAlive(t *testing.T) {
 	ctx := ctxT(t)
 	base := open(t)
 	key := "crash-retry-keepalive-" + newBackendID() // fresh under -count: open reuses the test's prefix
@@ -120,7 +120,7 @@ func (k *heldGetKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpti
 	return resp, err
 }
 
-// TestReviewCrashInFlightReleaseDeletesNothing: a Release under way at
+// TestInFlightReleaseDeletesNothing: a Release under way at
 // the crash does not delete the entry after it. Until d2b39ab release
 // checked closed once, at the start: a grant without a Handle (the
 // engine's clean-up by owner, built from Inspect: abandonOnce,
@@ -129,7 +129,7 @@ func (k *heldGetKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpti
 // then, so the crashed holder's key was free at once, not after its TTL,
 // and a case that waits for a crashed holder's record to expire was
 // satisfied by the release instead.
-func TestReviewCrashInFlightReleaseDeletesNothing(t *testing.T) {
+func TestInFlightReleaseDeletesNothing(t *testing.T) {
 	ctx := ctxT(t)
 	base := open(t)
 	key := "crash-release-" + newBackendID() // fresh under -count: open reuses the test's prefix

@@ -230,7 +230,7 @@ func takeWithin(t *testing.T, got <-chan acquired, since time.Time, bound time.D
 // Scenario: one late notification, then a second change that did not free
 // the key (the waiter pauses), and the key is released and notified
 // during that pause. The waiter must take it within its pause (MinBackoff).
-func TestReviewWakeReleaseDuringPauseIsPrompt(t *testing.T) {
+func TestReleaseDuringPauseIsPrompt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fencelock.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: time.Minute}
 		store, h, hub, lab, got := waitBehind(t, o)
@@ -250,7 +250,7 @@ func TestReviewWakeReleaseDuringPauseIsPrompt(t *testing.T) {
 // three rounds, as goroutines interleave), and must not delay the
 // release's attempt beyond the pause that many wake-ups leave (it doubles
 // at each quiet one: 4 x MinBackoff after three).
-func TestReviewWakeBurstInOneInstantThenRelease(t *testing.T) {
+func TestBurstInOneInstantThenRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fencelock.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: time.Minute}
 		store, h, hub, lab, got := waitBehind(t, o)
@@ -277,7 +277,7 @@ func TestReviewWakeBurstInOneInstantThenRelease(t *testing.T) {
 // the attempt is at most MinBackoff x 2^(k-1) (it doubles at each, so that
 // waiters woken by their own attempts do not spin); the old code waited
 // for its backoff timer (31-40s here).
-func TestReviewWakeStaleRunThenReleaseIsPrompt(t *testing.T) {
+func TestStaleRunThenReleaseIsPrompt(t *testing.T) {
 	for _, k := range []int{2, 3, 6} {
 		t.Run(fmt.Sprintf("stale=%d", k), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -299,7 +299,7 @@ func TestReviewWakeStaleRunThenReleaseIsPrompt(t *testing.T) {
 // (migrate.Dual taking and giving back the free side), sharing one
 // source. Property (2): no waiter hammers the store; the existing spin
 // test's bound is 200 attempts in 2s with the defaults, per waiter.
-func TestReviewWakeSelfNotifyingWaitersDoNotSpin(t *testing.T) {
+func TestSelfNotifyingWaitersDoNotSpin(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		t.Run(fmt.Sprintf("waiters=%d", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -334,7 +334,7 @@ func TestReviewWakeSelfNotifyingWaitersDoNotSpin(t *testing.T) {
 // Scenario: MinBackoff == MaxBackoff and a self-notifying waiter: it must
 // not try more often than a polling waiter could (every MinBackoff/2 at
 // the fastest).
-func TestReviewWakeMinEqualsMaxSelfNotifyingPollsNoFaster(t *testing.T) {
+func TestMinEqualsMaxSelfNotifyingPollsNoFaster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		holdRaw(t, store, "k", time.Hour)
@@ -357,7 +357,7 @@ func TestReviewWakeMinEqualsMaxSelfNotifyingPollsNoFaster(t *testing.T) {
 // Scenario: MinBackoff == MaxBackoff, a run of stale notifications, then
 // the release: the pause cannot grow, the release is taken within
 // MinBackoff.
-func TestReviewWakeMinEqualsMaxStaleRunThenRelease(t *testing.T) {
+func TestMinEqualsMaxStaleRunThenRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fencelock.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 		store, h, hub, lab, got := waitBehind(t, o)
@@ -372,7 +372,7 @@ func TestReviewWakeMinEqualsMaxStaleRunThenRelease(t *testing.T) {
 
 // Scenario: a very small MinBackoff (1ns) and a self-notifying waiter:
 // the pause doubles from 1ns; it must still not spin.
-func TestReviewWakeTinyMinBackoffSelfNotifyingDoesNotSpin(t *testing.T) {
+func TestTinyMinBackoffSelfNotifyingDoesNotSpin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		holdRaw(t, store, "k", time.Hour)
@@ -393,7 +393,7 @@ func TestReviewWakeTinyMinBackoffSelfNotifyingDoesNotSpin(t *testing.T) {
 
 // Scenario: a very small MinBackoff (1µs), a late notification, then the
 // release: taken within 2 x MinBackoff.
-func TestReviewWakeTinyMinBackoffStaleThenRelease(t *testing.T) {
+func TestTinyMinBackoffStaleThenRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fencelock.Options{MinBackoff: time.Microsecond, MaxBackoff: time.Minute}
 		store, h, hub, lab, got := waitBehind(t, o)
@@ -408,7 +408,7 @@ func TestReviewWakeTinyMinBackoffStaleThenRelease(t *testing.T) {
 // Property (3): the waiter falls back to polling, without spinning on the
 // closed channel, and takes a key released without notification within
 // MaxBackoff.
-func TestReviewWakeClosedWhilePausedFallsBackToPolling(t *testing.T) {
+func TestClosedWhilePausedFallsBackToPolling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		h := holdRaw(t, store, "k", time.Hour)
@@ -440,7 +440,7 @@ func TestReviewWakeClosedWhilePausedFallsBackToPolling(t *testing.T) {
 // Scenario: a run of late notifications (the pause grows), then the watch
 // goes silent (delivers nothing, stays open). Property (3): the backoff
 // still finds a release made without notification within MaxBackoff.
-func TestReviewWakeSilentWatchAfterStaleRunStillPolls(t *testing.T) {
+func TestSilentWatchAfterStaleRunStillPolls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fencelock.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 		store, h, hub, lab, got := waitBehind(t, o)
@@ -462,7 +462,7 @@ func TestReviewWakeSilentWatchAfterStaleRunStillPolls(t *testing.T) {
 // stale notifications and more notifications keep coming. Property (3):
 // the waiter takes the key no later than the holder's remaining TTL plus
 // a little (1ms in the engine; here MinBackoff).
-func TestReviewWakeQuietWaiterHonoursHolderExpiry(t *testing.T) {
+func TestQuietWaiterHonoursHolderExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		start := time.Now()
@@ -507,7 +507,7 @@ func TestReviewWakeQuietWaiterHonoursHolderExpiry(t *testing.T) {
 // Scenario: the holder's Remaining is shorter than the waiter's pause
 // (100ms, reported by every attempt), with a notification that leads to a
 // pause: the attempt comes at the holder's expiry, not at the pause's end.
-func TestReviewWakeRemainingShorterThanPause(t *testing.T) {
+func TestRemainingShorterThanPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		holdRaw(t, store, "k", time.Hour)
@@ -538,7 +538,7 @@ func TestReviewWakeRemainingShorterThanPause(t *testing.T) {
 // Scenario: ctx ends while the waiter pauses (quiet, pause grown).
 // Properties (4) and (5): Acquire returns at once (no fake time passes),
 // with the context's error, and its watch ends.
-func TestReviewWakeCancelWhilePausedEndsAtOnce(t *testing.T) {
+func TestCancelWhilePausedEndsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		holdRaw(t, store, "k", time.Hour)
@@ -581,7 +581,7 @@ func TestReviewWakeCancelWhilePausedEndsAtOnce(t *testing.T) {
 // Scenario: an attempt woken by a notification has an ambiguous outcome
 // (the store granted the key, the reply was lost), and ctx ends while the
 // waiter waits. Property (4): the record is abandoned (removed).
-func TestReviewWakeAmbiguousAttemptAbandonedOnCancel(t *testing.T) {
+func TestAmbiguousAttemptAbandonedOnCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		h := holdRaw(t, store, "k", time.Hour)
@@ -625,7 +625,7 @@ func TestReviewWakeAmbiguousAttemptAbandonedOnCancel(t *testing.T) {
 // the notification follows it. The waiter is made to attempt at known instants: every
 // attempt reports 100ms left, so each wait is 100ms + 1ms. Quiet and not
 // quiet; 25 runs each, to cover both orders.
-func TestReviewWakeNotificationAtTimerInstant(t *testing.T) {
+func TestNotificationAtTimerInstant(t *testing.T) {
 	for _, quiet := range []bool{false, true} {
 		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
 			var worst time.Duration
@@ -673,7 +673,7 @@ func TestReviewWakeNotificationAtTimerInstant(t *testing.T) {
 // holder" twice in a row: both spun (10,000 attempts in no fake time)
 // until a wake-up counted as news only when it found a holder the call
 // had not seen before.
-func TestReviewWakeAlternatingHoldersDoNotSpin(t *testing.T) {
+func TestAlternatingHoldersDoNotSpin(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		who  func(n int64) string
@@ -758,7 +758,7 @@ func (d *dualSim) Watch(ctx context.Context, key string) (<-chan struct{}, error
 // other's transient old-side grant (a different holder). Property (2):
 // no waiter hammers the store (at most 200 attempts in 2s, the existing
 // spin test's bound), with the default backoff.
-func TestReviewWakeDualLikeWaitersDoNotHammer(t *testing.T) {
+func TestDualLikeWaitersDoNotHammer(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("waiters=%d", n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -96,7 +96,7 @@ func revStoreEmpty(t *testing.T, store *memory.Store) {
 // its hold renewal at once and left keepUntil to renew again after the
 // renewal's answer, which Close waited for: all three checks passed. Now
 // the wait also ends when Close begins, and keepUntil renews again.
-func TestReviewEngineCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
+func TestCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		store := memory.NewStore()
@@ -193,7 +193,7 @@ func (q revQueued) AcquireWait(ctx context.Context, req driver.AcquireRequest) (
 // and nil to a caller that had given up; attempt() checked ctx after the
 // store's answer, acquireQueued did not. Now the confirmation runs on the
 // call's attempt context and is checked the same way.
-func TestReviewEngineQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
+func TestQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		other, err := store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "other", TTL: time.Hour})
@@ -238,7 +238,7 @@ func TestReviewEngineQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
 // and the grant is released: TryAcquire, Acquire's first attempt, a
 // polling attempt (and one woken by the memory store's notifications),
 // and a WithWait bound that passes while the attempt is in flight.
-func TestReviewEngineGrantRacingTheCallersEndIsReleased(t *testing.T) {
+func TestGrantRacingTheCallersEndIsReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		try    bool
@@ -332,7 +332,7 @@ func TestReviewEngineGrantRacingTheCallersEndIsReleased(t *testing.T) {
 // ErrClosed, the grant is released, the backend is closed only after the
 // attempt and its clean-up returned, and Close returns nil within the
 // grace period.
-func TestReviewEngineCloseDuringGraceReleasesTheGrant(t *testing.T) {
+func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		try  bool
@@ -437,7 +437,7 @@ func (c *revClock) Now() time.Time {
 // Close begins after attempt() saw the caller's context alive, before
 // newLease registers the lease: newLease sees the closed client, releases
 // the grant, and the call returns ErrClosed with nothing left.
-func TestReviewEngineCloseBetweenAnswerAndNewLease(t *testing.T) {
+func TestCloseBetweenAnswerAndNewLease(t *testing.T) {
 	for _, try := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
@@ -481,7 +481,7 @@ func TestReviewEngineCloseBetweenAnswerAndNewLease(t *testing.T) {
 // (nested in the lock's begin) is in flight, and the store grants the gate
 // during the grace period: the lock returns ErrClosed and leaves nothing
 // (the commit's own generative failure: a gate left held after Close).
-func TestReviewEngineCloseDuringNestedGateAttempt(t *testing.T) {
+func TestCloseDuringNestedGateAttempt(t *testing.T) {
 	for _, write := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
@@ -534,7 +534,7 @@ func TestReviewEngineCloseDuringNestedGateAttempt(t *testing.T) {
 // in flight (single and batched): Close's own hold renewal waits for the
 // renewal's answer (bounded by ReleaseTimeout), Close returns nil, and the
 // record stays until the hold ends, then goes.
-func TestReviewEngineCloseIntoHoldDuringRenewal(t *testing.T) {
+func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := t.Context()
@@ -577,7 +577,7 @@ func TestReviewEngineCloseIntoHoldDuringRenewal(t *testing.T) {
 // A release into the minimum hold whose caller's context ends while it
 // waits for a renewal in flight: the hold renewal goes on with a budget
 // of its own, Release answers nil, and the record stays for the window.
-func TestReviewEngineHoldWaitCutByCallersContext(t *testing.T) {
+func TestHoldWaitCutByCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}

@@ -246,7 +246,7 @@ func fcCheck(t *testing.T, ctx context.Context, b *Backend, g driver.Grant, othe
 // floor compare must fail and the retry must grant above the floor. Also
 // for a raise that only rewrites the floor key (no segment: a floor just
 // above the current tokens), where any token issued later is above it.
-func TestReviewFloorCmpRaiseElsewhereBetweenCacheAndAcquire(t *testing.T) {
+func TestRaiseElsewhereBetweenCacheAndAcquire(t *testing.T) {
 	for _, segment := range []bool{true, false} {
 		t.Run(fmt.Sprintf("segment=%v", segment), func(t *testing.T) {
 			ctx, a, c, b, kv := fcPair(t)
@@ -283,7 +283,7 @@ func TestReviewFloorCmpRaiseElsewhereBetweenCacheAndAcquire(t *testing.T) {
 // floor (known) and before the server evaluates b's transaction. The
 // token must be above the floor (the mutation "cached floor trusted
 // without the compare" gives a token below it).
-func TestReviewFloorCmpRaiseInsideAcquireWindow(t *testing.T) {
+func TestRaiseInsideAcquireWindow(t *testing.T) {
 	ctx, a, c, b, kv := fcPair(t)
 	var floor driver.Token
 	var once sync.Once
@@ -307,7 +307,7 @@ func TestReviewFloorCmpRaiseInsideAcquireWindow(t *testing.T) {
 // full (its retry refreshes the shared cache) before g1's transaction is
 // evaluated with g1's older snapshot. Both tokens are above the floor,
 // and g1's is above g2's (granted later).
-func TestReviewFloorCmpConcurrentSnapshotsOneBackend(t *testing.T) {
+func TestConcurrentSnapshotsOneBackend(t *testing.T) {
 	ctx, a, c, b, kv := fcPair(t)
 	var floor driver.Token
 	var g2 driver.Grant
@@ -349,7 +349,7 @@ func TestReviewFloorCmpConcurrentSnapshotsOneBackend(t *testing.T) {
 // extend the new cache, and the token of R must be mapped with the offset
 // in force at R (the old one), consistently with other backends; the
 // grant renews and rotates (above the floor) with the mapping.
-func TestReviewFloorCmpHeldRacesObserve(t *testing.T) {
+func TestHeldRacesObserve(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 2)
 	a, c := bs[0], bs[1]
@@ -405,7 +405,7 @@ func TestReviewFloorCmpHeldRacesObserve(t *testing.T) {
 // The other order of held and observe: the cache is refreshed (same
 // floor key version, read at a higher revision) between the snapshot and
 // the commit; held then extends it to the grant's revision.
-func TestReviewFloorCmpObserveSameVersionInWindow(t *testing.T) {
+func TestObserveSameVersionInWindow(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 2)
 	a, c := bs[0], bs[1]
@@ -445,7 +445,7 @@ func TestReviewFloorCmpObserveSameVersionInWindow(t *testing.T) {
 // the floor. With a warm cache and no raise, an acquire is exactly one
 // request, and mapping its token reads nothing (so it cannot fail after
 // the entry was put).
-func TestReviewFloorCmpRaiseOnSameBackend(t *testing.T) {
+func TestRaiseOnSameBackend(t *testing.T) {
 	ctx, a, b, kv := fcOne(t)
 	kv.reset()
 	g, err := b.Acquire(ctx, lockReq("k0", "o"))
@@ -484,7 +484,7 @@ func TestReviewFloorCmpRaiseOnSameBackend(t *testing.T) {
 // (raised by a third backend): a HeldError naming the holder with its
 // token unchanged by the raise; once released, a grant above the floor
 // and above the holder's token.
-func TestReviewFloorCmpHeldAndFloorMoved(t *testing.T) {
+func TestHeldAndFloorMoved(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 3)
 	a, h, c := bs[0], bs[1], bs[2]
@@ -518,7 +518,7 @@ func TestReviewFloorCmpHeldAndFloorMoved(t *testing.T) {
 // path): with a raise between the lost grant and the retry the entry is
 // re-put above the floor; without one the retry returns the lost grant's
 // token as mapped then. Either way one entry.
-func TestReviewFloorCmpLostReplyRetry(t *testing.T) {
+func TestLostReplyRetry(t *testing.T) {
 	for _, raise := range []bool{true, false} {
 		t.Run(fmt.Sprintf("raise=%v", raise), func(t *testing.T) {
 			ctx := ctxT(t)
@@ -580,7 +580,7 @@ func TestReviewFloorCmpLostReplyRetry(t *testing.T) {
 // the floor key (a floor just above the tokens issued now, what a dual
 // backend levelling its lower side sends); raises with new segments do
 // the same. Through the engine, TryAcquire reports ErrNotAcquired.
-func TestReviewFloorCmpFreeKeyUnderFloorChurn(t *testing.T) {
+func TestFreeKeyUnderFloorChurn(t *testing.T) {
 	for _, moves := range []int{1, 4, 10} {
 		t.Run(fmt.Sprintf("moves=%d", moves), func(t *testing.T) {
 			ctx, a, c, b, kv := fcPair(t)
@@ -638,7 +638,7 @@ func TestReviewFloorCmpFreeKeyUnderFloorChurn(t *testing.T) {
 // read-only transaction), so the next Acquire of that key within a second
 // first read the queue: two requests instead of one, although nobody
 // held it. A key is now marked hot only when the read finds it held.
-func TestReviewFloorCmpFloorMoveDoesNotMarkKeyHot(t *testing.T) {
+func TestFloorMoveDoesNotMarkKeyHot(t *testing.T) {
 	ctx, a, b, kv := fcOne(t)
 	fcRaise(t, ctx, a)
 	g, err := b.Acquire(ctx, lockReq("k", "o"))
@@ -665,7 +665,7 @@ func TestReviewFloorCmpFloorMoveDoesNotMarkKeyHot(t *testing.T) {
 // fails and leaves no entry; deleted, b re-reads it and maps its tokens
 // as every other backend does (the tokens drop to the revisions: an
 // operator's deletion loses the offsets, as before 5a7ad5d).
-func TestReviewFloorCmpFloorKeyRewrittenByHand(t *testing.T) {
+func TestFloorKeyRewrittenByHand(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 2)
 	a, c := bs[0], bs[1]
@@ -735,7 +735,7 @@ func TestReviewFloorCmpFloorKeyRewrittenByHand(t *testing.T) {
 // with the entry left in the queue (on the backend's shared lease, so it
 // lived as long as the backend renewed anything), and the key held by a
 // ghost. The entry is now deleted (or, failing that, left to the sweep).
-func TestReviewFloorCmpFreshBackendBadFloorKeyLeavesNoEntry(t *testing.T) {
+func TestFreshBackendBadFloorKeyLeavesNoEntry(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 1)
 	a := bs[0]
@@ -755,7 +755,7 @@ func TestReviewFloorCmpFreshBackendBadFloorKeyLeavesNoEntry(t *testing.T) {
 // Renew with rotation and AcquireWait on a backend whose cache was
 // extended by held (its last grant) and is stale after a raise elsewhere:
 // both map through a fresh read, above the floor.
-func TestReviewFloorCmpRotateAndWaitAfterForeignRaise(t *testing.T) {
+func TestRotateAndWaitAfterForeignRaise(t *testing.T) {
 	ctx := ctxT(t)
 	bs := openFresh(t, 2)
 	a, c := bs[0], bs[1]
@@ -798,7 +798,7 @@ func TestReviewFloorCmpRotateAndWaitAfterForeignRaise(t *testing.T) {
 // snapshots) while another backend raises the floor now and then: every
 // token is above every floor whose raise returned before the acquire
 // began, tokens per key increase, and the grants map back (Renew).
-func TestReviewFloorCmpConcurrentAcquiresAndRaises(t *testing.T) {
+func TestConcurrentAcquiresAndRaises(t *testing.T) {
 	ctx := ctxT(t)
 	a := openFresh(t, 1)[0]
 	b, _ := fcBackend(t, a)

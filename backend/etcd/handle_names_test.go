@@ -28,14 +28,14 @@ func slotsInUse(b *Backend, key string) []string {
 	return out
 }
 
-// TestReviewEngineTryAcquireFailuresDoNotLeakSlots: the engine's
+// TestTryAcquireFailuresDoNotLeakSlots: the engine's
 // TryAcquire on a key another client holds, whose transaction's reply is
 // lost (what a timeout or a dropped connection looks like), is cleaned up
 // by the engine's abandon (Inspect, then Release only if its owner holds
 // the key). Every such attempt uses a fresh owner, so a slot reserved
 // "for a retry by the same owner" is never freed: the slot table must not
 // grow with the number of failed attempts.
-func TestReviewEngineTryAcquireFailuresDoNotLeakSlots(t *testing.T) {
+func TestTryAcquireFailuresDoNotLeakSlots(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, lossy := lossyBackend(t, other)
@@ -81,12 +81,12 @@ func TestReviewEngineTryAcquireFailuresDoNotLeakSlots(t *testing.T) {
 	}
 }
 
-// TestReviewEarlierVersionEntryReleasedAfterRenew: an entry written by the
+// TestEarlierVersionEntryReleasedAfterRenew: an entry written by the
 // previous version (named escape(owner), value the owner alone, no NUL)
 // and its grant (Handle: the lease id alone) are, per doc.go, found by
 // token. Renewing that grant returns a Handle that now carries the
 // entry's name; releasing with the renewed grant must remove the entry.
-func TestReviewEarlierVersionEntryReleasedAfterRenew(t *testing.T) {
+func TestEarlierVersionEntryReleasedAfterRenew(t *testing.T) {
 	ctx := ctxT(t)
 	b := open(t)
 	cli := rawClient(t, b)
@@ -115,7 +115,7 @@ func TestReviewEarlierVersionEntryReleasedAfterRenew(t *testing.T) {
 	}
 }
 
-// TestReviewWaiterRetryDoesNotQueueBehindItsOwnEntry: a waited grant
+// TestWaiterRetryDoesNotQueueBehindItsOwnEntry: a waited grant
 // whose settling re-put (the floor was raised after it queued) loses its
 // reply leaves the owner's entry at the head under its name, and the
 // backend's own clean-up (Release with the provisional token) is answered
@@ -125,7 +125,7 @@ func TestReviewEarlierVersionEntryReleasedAfterRenew(t *testing.T) {
 // entry (as it did when entries were named by owner), not queue a second
 // entry behind it: that one waits for an entry the backend's own lease
 // keeps alive.
-func TestReviewWaiterRetryDoesNotQueueBehindItsOwnEntry(t *testing.T) {
+func TestWaiterRetryDoesNotQueueBehindItsOwnEntry(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, lossy := lossyBackend(t, other)
@@ -197,11 +197,11 @@ func TestReviewWaiterRetryDoesNotQueueBehindItsOwnEntry(t *testing.T) {
 	<-second
 }
 
-// TestReviewForgedHandleNameDoesNotBlockSweep: a Release with a forged
+// TestForgedHandleNameDoesNotBlockSweep: a Release with a forged
 // Handle whose name etcd refuses (too large a request) must not keep a
 // genuine failed release from being swept: the orphan sweep deletes every
 // pending entry in one transaction.
-func TestReviewForgedHandleNameDoesNotBlockSweep(t *testing.T) {
+func TestForgedHandleNameDoesNotBlockSweep(t *testing.T) {
 	ctx := ctxT(t)
 	b := open(t)
 	const key = "review-sweep"
@@ -225,11 +225,11 @@ func TestReviewForgedHandleNameDoesNotBlockSweep(t *testing.T) {
 	}
 }
 
-// TestReviewOwnerPrefixCannotRelease: the owner compare (a value range) is
+// TestOwnerPrefixCannotRelease: the owner compare (a value range) is
 // exact: a grant whose owner is a proper prefix of the holder's, or the
 // holder's owner extended, with the holder's handle and token, neither
 // renews nor releases the holder's entry.
-func TestReviewOwnerPrefixCannotRelease(t *testing.T) {
+func TestOwnerPrefixCannotRelease(t *testing.T) {
 	ctx := ctxT(t)
 	b := open(t)
 	const key = "review-prefix"
@@ -257,10 +257,10 @@ func TestReviewOwnerPrefixCannotRelease(t *testing.T) {
 	}
 }
 
-// TestReviewForgedHandleNamesStayInQueue: handles naming other entries of
+// TestForgedHandleNamesStayInQueue: handles naming other entries of
 // the same queue, the key's marker or another key's entries (through names
 // that a path would resolve: "..", escapes) change nothing.
-func TestReviewForgedHandleNamesStayInQueue(t *testing.T) {
+func TestForgedHandleNamesStayInQueue(t *testing.T) {
 	ctx := ctxT(t)
 	b := open(t)
 	const key, otherKey = "review-forge", "review-forge/x"
@@ -299,12 +299,12 @@ func TestReviewForgedHandleNamesStayInQueue(t *testing.T) {
 	}
 }
 
-// TestReviewAcquireLostReplyThenWaitFindsOwnEntry: Acquire on a free key
+// TestAcquireLostReplyThenWaitFindsOwnEntry: Acquire on a free key
 // whose reply is lost (the put took effect) keeps its slot for the owner;
 // the engine's next step with the same owner, AcquireWait, finds that
 // entry (one entry, same token) instead of queueing behind it, and the
 // slot is free once the grant is released.
-func TestReviewAcquireLostReplyThenWaitFindsOwnEntry(t *testing.T) {
+func TestAcquireLostReplyThenWaitFindsOwnEntry(t *testing.T) {
 	ctx := ctxT(t)
 	other := open(t)
 	b, lossy := lossyBackend(t, other)

@@ -121,7 +121,7 @@ func reviewInOrder(t *testing.T, b *postgres.Backend, table string, first, secon
 //     wake-up needed).
 //
 // (The remaining order, release first with the hinted statement, is
-// TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark.)
+// TestHintedAttemptWokenWhenReleaseOvertakesMark.)
 //
 // Mutations verified to fail: takeOver's contended `ELSE true END` changed
 // to `ELSE l.contended END` (attempt-first/free: no NOTIFY); release's
@@ -130,7 +130,7 @@ func reviewInOrder(t *testing.T, b *postgres.Backend, table string, first, secon
 // `ELSE EXCLUDED.metadata END` (the holder's metadata replaced by the
 // contender's); takeOver's token for a free row, `nextval({S})`, changed
 // to `l.token` (release-first: the token is reused).
-func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
+func TestWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 	type tc struct {
 		hinted       bool
 		attemptFirst bool
@@ -219,7 +219,7 @@ func TestReviewPGWaiterWokenWhenReleaseMeetsAttempt(t *testing.T) {
 // In the engine this is a waiter woken by one holder's release whose
 // retry meets the next holder (who took the key first) just as that
 // holder releases.
-func TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
+func TestHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
 	table, hb, wb := reviewSetup(t)
 	ctx := ctxT(t)
 	const key = "race"
@@ -276,7 +276,7 @@ func TestReviewPGHintedAttemptWokenWhenReleaseOvertakesMark(t *testing.T) {
 // deletes the new holder's row); acquireFree's VALUES token
 // `nextval({S})` changed to `1` (Sweep first, not hinted: the inserted
 // token is not above the swept one).
-func TestReviewPGAcquireRacingSweep(t *testing.T) {
+func TestAcquireRacingSweep(t *testing.T) {
 	for _, hinted := range []bool{false, true} {
 		for _, attemptFirst := range []bool{true, false} {
 			t.Run(fmt.Sprintf("hinted=%v/attemptFirst=%v", hinted, attemptFirst), func(t *testing.T) {
@@ -337,7 +337,7 @@ func TestReviewPGAcquireRacingSweep(t *testing.T) {
 //
 // Mutation verified to fail: RaiseFloor without its LOCK TABLE (it then
 // returns while the upsert waits on the row lock).
-func TestReviewPGRaiseFloorWaitsForInFlightBareUpsert(t *testing.T) {
+func TestRaiseFloorWaitsForInFlightBareUpsert(t *testing.T) {
 	table, hb, wb := reviewSetup(t)
 	ctx := ctxT(t)
 	const key = "floor"
@@ -381,7 +381,7 @@ func TestReviewPGRaiseFloorWaitsForInFlightBareUpsert(t *testing.T) {
 // Mutations verified to fail: release's `AND token = $3` removed (the old
 // token frees the row); `CASE WHEN contended` changed to `CASE WHEN true`
 // (an uncontended release notifies).
-func TestReviewPGReleaseNotifiesOnlyForTheReleasedContendedRow(t *testing.T) {
+func TestReleaseNotifiesOnlyForTheReleasedContendedRow(t *testing.T) {
 	table, hb, wb := reviewSetup(t)
 	ctx := ctxT(t)
 	wctx, cancel := context.WithCancel(ctx)
@@ -465,7 +465,7 @@ func TestReviewPGReleaseNotifiesOnlyForTheReleasedContendedRow(t *testing.T) {
 // Mutation verified to fail: takeOver's contended for the same owner's
 // live row, `THEN l.contended`, changed to `THEN false` (the retry clears
 // the mark and the release sends no NOTIFY).
-func TestReviewPGSameOwnerRetryKeepsContendersMark(t *testing.T) {
+func TestSameOwnerRetryKeepsContendersMark(t *testing.T) {
 	for _, hinted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hinted=%v", hinted), func(t *testing.T) {
 			table, hb, wb := reviewSetup(t)
