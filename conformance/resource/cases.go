@@ -305,10 +305,22 @@ func (l *log) report(t *testing.T) {
 // token is never refused, and the value at the end is its last write. A
 // resource whose check and write are not one atomic step lets a lower
 // token's write land after a higher one's, and a later read shows it.
+//
+// Whether writers interleave at the check is up to the scheduler, so the
+// case runs concurrentRounds rounds, each on a fresh name, and stops at the
+// first violation.
 func testConcurrentWritersInterleaved(t *testing.T, s *suite) {
 	ctx := ctxFor(t)
 	r := s.h.Resource(t)
-	name := s.name(t, "interleaved")
+	for round := range concurrentRounds {
+		interleavedRound(ctx, t, s, r, s.name(t, fmt.Sprintf("interleaved.%d", round)))
+	}
+}
+
+// concurrentRounds is how many times each concurrent case runs.
+const concurrentRounds = 8
+
+func interleavedRound(ctx context.Context, t *testing.T, s *suite, r Resource, name string) {
 	n := s.writers()
 	base := fencelock.Token(1)<<53 - fencelock.Token(n/2)
 	perm := mrand.Perm(n)
@@ -416,11 +428,17 @@ func testConcurrentWritersInterleaved(t *testing.T, s *suite) {
 // rule lets exactly one holder in (the first), and only it ever after:
 // every read shows its value, and the value at the end is its last write.
 // A resource that drops the holder check, or whose check and write are not
-// one atomic step, lets a second holder in.
+// one atomic step, lets a second holder in. Like the interleaved case, it
+// runs concurrentRounds rounds.
 func testConcurrentHoldersOfOneToken(t *testing.T, s *suite) {
 	ctx := ctxFor(t)
 	r := s.h.Resource(t)
-	name := s.name(t, "onetoken")
+	for round := range concurrentRounds {
+		oneTokenRound(ctx, t, s, r, s.name(t, fmt.Sprintf("onetoken.%d", round)))
+	}
+}
+
+func oneTokenRound(ctx context.Context, t *testing.T, s *suite, r Resource, name string) {
 	n := s.writers()
 	const token = fencelock.Token(1)<<62 + 12345
 	holderOf := map[string]string{}
