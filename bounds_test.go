@@ -487,32 +487,6 @@ func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
 	})
 }
 
-// TestObserveReadsAreBoundedOnASilentStore checks that Observe's first
-// read of the leader, and Leader, end within Options.TTL on a store that
-// stops answering, naming the silence, as Inspect does.
-func TestObserveReadsAreBoundedOnASilentStore(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
-		b.setAll(silent)
-		var err error
-		within(t, b, c, 15*time.Second, "Observe(Background) on a silent store", func() {
-			_, err = c.Observe(context.Background(), "k")
-		})
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
-			t.Errorf("Observe = %v; want DeadlineExceeded saying the store did not answer", err)
-		}
-		within(t, b, c, 15*time.Second, "Leader(Background) on a silent store", func() {
-			_, err = c.Leader(context.Background(), "k")
-		})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Leader = %v; want DeadlineExceeded", err)
-		}
-		b.setAll(nil)
-	})
-}
-
 // endingClock is the system clock (the bubble's, under synctest) that,
 // once armed at some instant, ends the caller's context the first time
 // the engine reads a later time: right after a wait between attempts,

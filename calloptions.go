@@ -1,7 +1,6 @@
 package fencelock
 
 import (
-	"errors"
 	"strconv"
 	"time"
 	"unicode"
@@ -99,12 +98,6 @@ func WithWait(d time.Duration) AcquireOption {
 func WithMinHold(d time.Duration) AcquireOption {
 	return func(c *callConfig) { c.minHold, c.setMinHold = d, true }
 }
-
-// ErrHeldForMinimum is the context cause (see context.Cause) of a lease
-// released before its minimum hold (WithMinHold, Options.MinHold) had
-// passed: the lease has ended for its holder, but the store keeps the
-// record until the window ends. The cause also matches ErrReleased.
-var ErrHeldForMinimum = errors.New("fencelock: lease released; the store keeps the key for the rest of its minimum hold")
 
 // resolveCall applies opts over the Client's defaults and checks them.
 func (c *Client) resolveCall(opts []AcquireOption) (callConfig, error) {

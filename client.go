@@ -160,19 +160,6 @@ func (c *Client) wrap(ctx context.Context, op string, err error) error {
 	return &BackendError{Backend: c.name, Op: op, Err: err}
 }
 
-// begin registers a call that waits through other calls (a read-write
-// lock's, a semaphore's), so that Close waits for it (its clean-up runs
-// before the backend is closed), and returns ctx bound to the client's
-// life: Close ends the call with ErrClosed. done must be called when the
-// call returns.
-func (c *Client) begin(ctx context.Context) (bound context.Context, done func(), err error) {
-	bound, k, err := c.beginCall(ctx, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	return bound, k.end, nil
-}
-
 // call is a call registered by beginCall; end must be called when it
 // returns.
 type call struct {
@@ -416,7 +403,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // that long (the store answers: queue again at once) from a store that
 // fell silent (a failure, as f counts them).
 func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, f *failing) (*Lease, error) {
-	backoff := c.o.MinBackoff
+	b := c.newBackoff()
 	last := f.last // the first attempt's failure, if it failed
 	for {
 		wstart := c.now()
@@ -528,11 +515,11 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			return nil, c.gaveUp(ctx, f)
 		}
 		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
-		if err := c.sleep(ctx, f.wait(c.now(), jitter(backoff))); err != nil {
+		if err := c.sleep(ctx, f.wait(c.now(), b.next(nil))); err != nil {
 			c.abandonFor(k, req)
 			return nil, c.ended(ctx, last)
 		}
-		backoff = min(2*backoff, c.o.MaxBackoff)
+		b.grow()
 	}
 }
 
@@ -558,7 +545,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "watch", err)})
 		}
 	}
-	backoff := c.o.MinBackoff
+	b := c.newBackoff()
 	ambiguous := !errors.Is(last, ErrNotAcquired)
 	contended := !ambiguous
 	// With a fresh subscription, try again at once: the key may have been
@@ -585,12 +572,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 	seen.fresh(last)
 	for {
 		if !immediate {
-			wait := jitter(backoff)
-			var held *HeldError
-			if errors.As(last, &held) && held.Holder.Remaining > 0 && held.Holder.Remaining < wait {
-				wait = held.Holder.Remaining + time.Millisecond
-			}
-			wait = f.wait(c.now(), wait)
+			wait := f.wait(c.now(), b.next(last))
 			t := time.NewTimer(wait)
 			deadline := time.Now().Add(wait)
 			wake, paused := notify, false
@@ -624,7 +606,7 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 						woke, done = true, true
 					}
 				case <-t.C:
-					backoff = min(2*backoff, c.o.MaxBackoff)
+					b.grow()
 					if !paused && wake != nil {
 						// A whole round without a notification:
 						// the next one is worth an attempt soon.
@@ -780,10 +762,6 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-// polled reports whether every wait on the client's backend polls: it
-// can neither queue waiters nor notify them.
-func (c *Client) polled() bool { return c.waiter == nil && c.watcher == nil }
 
 // jitter returns a duration in [d/2, d].
 func jitter(d time.Duration) time.Duration {

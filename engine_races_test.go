@@ -477,59 +477,6 @@ func TestCloseBetweenAnswerAndNewLease(t *testing.T) {
 	}
 }
 
-// Close ends a read-write lock's Lock while the gate's acquire attempt
-// (nested in the lock's begin) is in flight, and the store grants the gate
-// during the grace period: the lock returns ErrClosed and leaves nothing
-// (the commit's own generative failure: a gate left held after Close).
-func TestCloseDuringNestedGateAttempt(t *testing.T) {
-	for _, write := range []bool{true, false} {
-		synctest.Test(t, func(t *testing.T) {
-			store := memory.NewStore()
-			gate := make(chan struct{})
-			h := &hook{Backend: store.Backend()}
-			// Every acquire request (the gate's first) reaches the
-			// store only when gate opens, whether or not its sender
-			// still waits.
-			sent := lateStore(h, store, 1, gate)
-			c, err := fencelock.New(h, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rw, err := c.RWLock("doc")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan error, 1)
-			go func() {
-				var g *fencelock.RWGrant
-				var err error
-				if write {
-					g, err = rw.Lock(t.Context())
-				} else {
-					g, err = rw.RLock(t.Context())
-				}
-				if g != nil {
-					t.Errorf("write %v: got a grant from a closed client", write)
-				}
-				got <- err
-			}()
-			<-sent
-			closed := make(chan error, 1)
-			go func() { closed <- c.Close() }()
-			synctest.Wait()
-			close(gate)
-			if err := <-got; !errors.Is(err, fencelock.ErrClosed) {
-				t.Errorf("write %v: lock = %v; want ErrClosed", write, err)
-			}
-			if err := <-closed; err != nil {
-				t.Errorf("write %v: Close = %v", write, err)
-			}
-			synctest.Wait()
-			revStoreEmpty(t, store)
-		})
-	}
-}
-
 // Close releases a held lease during its minimum hold while a renewal is
 // in flight (single and batched): Close's own hold renewal waits for the
 // renewal's answer (bounded by ReleaseTimeout), Close returns nil, and the

@@ -1,13 +1,9 @@
 package fencelock
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 )
-
-// ErrStaleToken is matched by every *StaleTokenError.
-var ErrStaleToken = errors.New("fencelock: stale fencing token")
 
 // StaleTokenError reports a write refused because a higher fencing token
 // (or the same token from another grant) has already been seen for the

@@ -53,7 +53,7 @@ type Lease struct {
 	releasePending  bool          // a backend release has not been confirmed
 	releaseFailed   bool          // a release attempt failed transiently
 	releaseRetrying bool          // a background retry of a failed release runs
-	unheld          bool          // released without its minimum hold (releaseUnheld)
+	unheld          bool          // released without its minimum hold (ReleaseNow)
 	releasing       chan struct{} // a one-slot semaphore: one release at a time
 	renewing        bool          // a renewal request is in flight
 	renewed         chan struct{} // closed when the renewal in flight has its answer
@@ -77,7 +77,7 @@ type Lease struct {
 	ctx         context.Context // created on first use
 	cancel      context.CancelCauseFunc
 	endCause    error             // the context cause once ended
-	onEnd       func(cause error) // run under mu when the lease ends (see setOnEnd)
+	onEnd       func(cause error) // run under mu when the lease ends (see OnEnd)
 }
 
 // newLease registers a fresh grant as a held lease. start is the clock
@@ -206,22 +206,6 @@ func (l *Lease) endLocked(cause error) {
 	}
 }
 
-// setOnEnd registers f to run when the lease ends, with the context
-// cause, before Done is closed and under the lease's lock (so f must not
-// call the lease's methods or block); at once if it has ended. An
-// RWGrant uses it to end with its leases, not a goroutine hop later.
-func (l *Lease) setOnEnd(f func(cause error)) {
-	l.mu.Lock()
-	if l.state == held {
-		l.onEnd = f
-		l.mu.Unlock()
-		return
-	}
-	cause := l.endCause
-	l.mu.Unlock()
-	f(cause)
-}
-
 func (l *Lease) onTimer() {
 	l.mu.Lock()
 	if l.state != held {
@@ -317,7 +301,7 @@ func (l *Lease) MinHold() time.Duration { return l.minHold }
 
 // MinHoldEnd returns when the lease's minimum hold ends, by the client's
 // Clock: when the store's grant arrived, plus MinHold (for a lease of an
-// RWGrant, when the grant was complete: see restartHold). A release
+// recipe's grant, when the grant was complete: see RestartMinHold). A release
 // before then keeps the key until then. Zero without a minimum hold.
 func (l *Lease) MinHoldEnd() time.Time {
 	if l.minHold == 0 {
@@ -326,18 +310,6 @@ func (l *Lease) MinHoldEnd() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.granted.Add(l.minHold)
-}
-
-// restartHold makes the lease's minimum hold count from at: a recipe's
-// grant made of several leases (an RWLock's write grant: the gate, then
-// every slot, the last perhaps long after the first while readers
-// drained) is handed out when its last lease arrived, and the hold
-// belongs to the grant, so every lease of it keeps its record until at
-// plus MinHold.
-func (l *Lease) restartHold(at time.Time) {
-	l.mu.Lock()
-	l.granted = at
-	l.mu.Unlock()
 }
 
 // Metadata returns a copy of the lease's metadata as the store last

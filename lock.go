@@ -58,6 +58,14 @@ var (
 	// ErrUnknownScheme: Open was given a URL whose scheme no backend has
 	// registered. The error message lists the known schemes.
 	ErrUnknownScheme = errors.New("fencelock: unknown URL scheme")
+	// ErrHeldForMinimum is the context cause (see context.Cause) of a
+	// lease released before its minimum hold (WithMinHold,
+	// Options.MinHold) had passed: the lease has ended for its holder,
+	// but the store keeps the record until the window ends. The cause
+	// also matches ErrReleased.
+	ErrHeldForMinimum = errors.New("fencelock: lease released; the store keeps the key for the rest of its minimum hold")
+	// ErrStaleToken is matched by every *StaleTokenError.
+	ErrStaleToken = errors.New("fencelock: stale fencing token")
 )
 
 // HeldError reports that a key is held by someone else; it matches

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // electionRule is the rule of the Election case; each of its parts adds
@@ -125,7 +126,7 @@ type campaigner struct {
 func (s *suite) campaign(t *testing.T, c *fencelock.Client, key, id string, r *terms) *campaigner {
 	ctx, cancel := context.WithCancel(t.Context())
 	cp := &campaigner{id: id, c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { cp.done <- c.Elect(ctx, key, id, []byte("value of "+id), r.fn(id), nil) }()
+	go func() { cp.done <- recipe.Elect(ctx, c, key, id, []byte("value of "+id), r.fn(id), nil) }()
 	t.Cleanup(func() { cp.stop(t) })
 	return cp
 }
@@ -163,7 +164,7 @@ func waitTerm(t *testing.T, r *terms, d time.Duration, what string) termRec {
 // observed collects an Observe channel.
 type observed struct {
 	mu   sync.Mutex
-	got  []fencelock.Leader
+	got  []recipe.Leader
 	at   []time.Time
 	wake chan struct{}
 }
@@ -171,7 +172,7 @@ type observed struct {
 func (s *suite) observe(t *testing.T, key string) *observed {
 	t.Helper()
 	c := s.client(t)
-	ch, err := c.Observe(t.Context(), key)
+	ch, err := recipe.Observe(t.Context(), c, key)
 	if err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
@@ -193,7 +194,7 @@ func (s *suite) observe(t *testing.T, key string) *observed {
 
 // until waits, within d, for a delivery at index from or later that
 // satisfies ok, and returns its index and when it arrived.
-func (o *observed) until(t *testing.T, d time.Duration, what string, from int, ok func(fencelock.Leader) bool) (int, time.Time) {
+func (o *observed) until(t *testing.T, d time.Duration, what string, from int, ok func(recipe.Leader) bool) (int, time.Time) {
 	t.Helper()
 	deadline := time.After(d)
 	seen := from
@@ -215,13 +216,13 @@ func (o *observed) until(t *testing.T, d time.Duration, what string, from int, o
 	}
 }
 
-func (o *observed) all() []fencelock.Leader {
+func (o *observed) all() []recipe.Leader {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]fencelock.Leader(nil), o.got...)
+	return append([]recipe.Leader(nil), o.got...)
 }
 
-func describeLeaders(ls []fencelock.Leader) string {
+func describeLeaders(ls []recipe.Leader) string {
 	var b strings.Builder
 	for i, l := range ls {
 		if i > 0 {
@@ -241,7 +242,7 @@ func describeLeaders(ls []fencelock.Leader) string {
 
 // checkHistory: Observe's deliveries move forward only — leader tokens
 // never go down, a lease once replaced never returns, nothing repeats.
-func checkHistory(t *testing.T, ls []fencelock.Leader) {
+func checkHistory(t *testing.T, ls []recipe.Leader) {
 	t.Helper()
 	var top fencelock.Token
 	gone := map[string]bool{}
@@ -269,7 +270,7 @@ func testElectRoundTrip(t *testing.T, s *suite) {
 	key := s.key(t, "leader")
 	r := newTerms()
 	reader := s.client(t)
-	if _, err := reader.Leader(ctx, key); !errors.Is(err, fencelock.ErrNoLeader) {
+	if _, err := recipe.CurrentLeader(ctx, reader, key); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader of a free key = %v; want ErrNoLeader", err)
 	}
 	// An identity with the characters of an owner string's suffix, and a
@@ -281,7 +282,7 @@ func testElectRoundTrip(t *testing.T, s *suite) {
 	ectx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Elect(ectx, key, identity, value, func(ctx context.Context, l *fencelock.Lease) error {
+		done <- recipe.Elect(ectx, c, key, identity, value, func(ctx context.Context, l *fencelock.Lease) error {
 			leading <- l
 			return r.fn(identity)(ctx, l)
 		}, nil)
@@ -292,7 +293,7 @@ func testElectRoundTrip(t *testing.T, s *suite) {
 	case <-time.After(s.h.TTL + s.h.Slack):
 		t.Fatal("Elect did not lead a free key")
 	}
-	got, err := reader.Leader(ctx, key)
+	got, err := recipe.CurrentLeader(ctx, reader, key)
 	if err != nil {
 		t.Fatalf("Leader: %v", err)
 	}
@@ -303,14 +304,14 @@ func testElectRoundTrip(t *testing.T, s *suite) {
 	if err := l.SetMetadata(ctx, proclaimed); err != nil {
 		t.Fatalf("SetMetadata (proclaim): %v", err)
 	}
-	if got, err := reader.Leader(ctx, key); err != nil || !bytes.Equal(got.Value, proclaimed) || got.Identity != identity || got.Token != l.Token() {
+	if got, err := recipe.CurrentLeader(ctx, reader, key); err != nil || !bytes.Equal(got.Value, proclaimed) || got.Identity != identity || got.Token != l.Token() {
 		t.Errorf("Leader after proclaiming = %+v, %v; want value %q, same identity and token", got, err, proclaimed)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Elect = %v after its ctx ended; want nil (it resigned)", err)
 	}
-	if got, err := reader.Leader(ctx, key); !errors.Is(err, fencelock.ErrNoLeader) {
+	if got, err := recipe.CurrentLeader(ctx, reader, key); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Errorf("Leader after resigning = %+v, %v; want ErrNoLeader at once", got, err)
 	}
 }
@@ -387,7 +388,7 @@ func testElectCrash(t *testing.T, s *suite) {
 	if first.who != "victim" {
 		t.Fatalf("first leader %s; want the victim", first.who)
 	}
-	led, _ := obs.until(t, s.h.TTL+s.h.Slack, "the victim leading", 0, func(l fencelock.Leader) bool { return l.Identity == "victim" })
+	led, _ := obs.until(t, s.h.TTL+s.h.Slack, "the victim leading", 0, func(l recipe.Leader) bool { return l.Identity == "victim" })
 	// One campaigner waits to take over. (Two racing to take over the
 	// same expired record is the generative mode's ground: FerretDB
 	// lets both win, a defect measured there and in the safety report.)
@@ -405,13 +406,13 @@ func testElectCrash(t *testing.T, s *suite) {
 	took := next.began.Sub(killed)
 	rec := r.snapshot()[0]
 	t.Logf("crashed leader's context cancelled +%v, %s leads +%v (TTL %v, granted %v, bound %v)", rec.end.Sub(killed), next.who, took, s.h.TTL, grantedTTL(probe, s.h.TTL), bound)
-	_, at := obs.until(t, bound+poll+s.h.Slack, "the crashed leader's end", led+1, func(l fencelock.Leader) bool { return l.Identity != "victim" })
+	_, at := obs.until(t, bound+poll+s.h.Slack, "the crashed leader's end", led+1, func(l recipe.Leader) bool { return l.Identity != "victim" })
 	if d := at.Sub(killed); d > bound+poll {
 		t.Errorf("observer saw the crashed leader's end %v after the crash; want within the store's bound %v plus the polling bound %v", d, bound, poll)
 	} else {
 		t.Logf("observer saw the change %v after the crash", d)
 	}
-	obs.until(t, poll+s.h.Slack, fmt.Sprintf("the new leader %s#%d", next.who, next.token), led+1, func(l fencelock.Leader) bool { return l.Identity == next.who && l.Token == next.token })
+	obs.until(t, poll+s.h.Slack, fmt.Sprintf("the new leader %s#%d", next.who, next.token), led+1, func(l recipe.Leader) bool { return l.Identity == next.who && l.Token == next.token })
 	vcp.stop(t)
 	r.checkSequential(t)
 	checkHistory(t, obs.all())
@@ -423,7 +424,7 @@ func testElectResign(t *testing.T, s *suite) {
 	obs := s.observe(t, key)
 	a := s.campaign(t, s.client(t), key, "a", r)
 	waitTerm(t, r, s.h.TTL+s.h.Slack, "a on a free key")
-	led, _ := obs.until(t, s.h.TTL+s.h.Slack, "a leading", 0, func(l fencelock.Leader) bool { return l.Identity == "a" })
+	led, _ := obs.until(t, s.h.TTL+s.h.Slack, "a leading", 0, func(l recipe.Leader) bool { return l.Identity == "a" })
 	s.campaign(t, s.client(t), key, "b", r)
 
 	resigned := time.Now()
@@ -433,7 +434,7 @@ func testElectResign(t *testing.T, s *suite) {
 	if next.who != "b" {
 		t.Fatalf("next leader %s; want b", next.who)
 	}
-	_, at := obs.until(t, poll+s.h.Slack, "a's resignation", led+1, func(l fencelock.Leader) bool { return l.Identity != "a" })
+	_, at := obs.until(t, poll+s.h.Slack, "a's resignation", led+1, func(l recipe.Leader) bool { return l.Identity != "a" })
 	t.Logf("b led %v and the observer saw the change %v after a's ctx ended (polling bound %v)", next.began.Sub(resigned), at.Sub(resigned), poll)
 	r.checkSequential(t)
 	checkHistory(t, obs.all())
@@ -459,7 +460,7 @@ func testElectEveryLeader(t *testing.T, s *suite) {
 	for round := range rounds {
 		rec := waitTerm(t, r, bound, fmt.Sprintf("round %d", round))
 		// Hold every leader until the observer has seen it.
-		obs.until(t, bound, fmt.Sprintf("round %d: %s#%d", round, rec.who, rec.token), 0, func(l fencelock.Leader) bool {
+		obs.until(t, bound, fmt.Sprintf("round %d: %s#%d", round, rec.who, rec.token), 0, func(l recipe.Leader) bool {
 			return l.Identity == rec.who && l.Token == rec.token
 		})
 		n++
@@ -478,13 +479,13 @@ func testElectEveryLeader(t *testing.T, s *suite) {
 		cp.stop(t)
 	}
 	lastTok := r.snapshot()[n-1].token
-	last, _ := obs.until(t, bound, "the last term", 0, func(l fencelock.Leader) bool { return l.Token == lastTok })
-	obs.until(t, bound, "no leader after everyone resigned", last+1, func(l fencelock.Leader) bool { return !l.Elected() })
+	last, _ := obs.until(t, bound, "the last term", 0, func(l recipe.Leader) bool { return l.Token == lastTok })
+	obs.until(t, bound, "no leader after everyone resigned", last+1, func(l recipe.Leader) bool { return !l.Elected() })
 	r.checkSequential(t)
 	got := obs.all()
 	checkHistory(t, got)
 	// Every term (each held until observed) appears, in token order.
-	var leaders []fencelock.Leader
+	var leaders []recipe.Leader
 	for _, l := range got {
 		if l.Elected() {
 			leaders = append(leaders, l)

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-// testReadWrite checks fencelock.RWLock, which is generic (a gate lease
+// testReadWrite checks recipe.RWLock, which is generic (a gate lease
 // and MaxReaders reader slot leases), through the store: its subtests
 // each carry their own rule.
 func testReadWrite(t *testing.T, s *suite) {
 	runCases(t, s, rwCases)
 }
 
-const readWriteRule = "fencelock.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL, a refused or given-up grant keeps no minimum hold, readers do not refuse each other's TryRLock (subtests, each with its own rule)."
+const readWriteRule = "recipe.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL, a refused or given-up grant keeps no minimum hold, readers do not refuse each other's TryRLock (subtests, each with its own rule)."
 
 var rwCases = []testCase{
 	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
@@ -32,9 +33,9 @@ var rwCases = []testCase{
 	{"TryRLockBesideReaders", "concurrent TryRLock calls on a lock that no writer holds or waits for, with slots to spare, are all granted: a reader passing the gate does not refuse another.", testRWTryReaders},
 }
 
-func (s *suite) rwlock(t *testing.T, c *fencelock.Client, key string) *fencelock.RWLock {
+func (s *suite) rwlock(t *testing.T, c *fencelock.Client, key string) *recipe.RWLock {
 	t.Helper()
-	rw, err := c.RWLock(key)
+	rw, err := recipe.NewRWLock(c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +51,10 @@ func testRWMutex(t *testing.T, s *suite) {
 		inside, most    int
 		writing         bool
 		top, lastWriter fencelock.Token
-		fence           fencelock.RWFence
+		fence           recipe.RWFence
 		wg              sync.WaitGroup
 	)
-	enter := func(g *fencelock.RWGrant) {
+	enter := func(g *recipe.RWGrant) {
 		mu.Lock()
 		defer mu.Unlock()
 		tok := g.Token()
@@ -77,7 +78,7 @@ func testRWMutex(t *testing.T, s *suite) {
 		}
 		top = max(top, tok)
 	}
-	leave := func(g *fencelock.RWGrant) {
+	leave := func(g *recipe.RWGrant) {
 		mu.Lock()
 		defer mu.Unlock()
 		if g.Shared() {
@@ -86,7 +87,7 @@ func testRWMutex(t *testing.T, s *suite) {
 			writing = false
 		}
 	}
-	work := func(rw *fencelock.RWLock, write bool) {
+	work := func(rw *recipe.RWLock, write bool) {
 		defer wg.Done()
 		for range rounds {
 			lock := rw.RLock
@@ -110,8 +111,8 @@ func testRWMutex(t *testing.T, s *suite) {
 			}
 		}
 	}
-	rws := make([]*fencelock.RWLock, clients)
-	var shared []*fencelock.RWGrant
+	rws := make([]*recipe.RWLock, clients)
+	var shared []*recipe.RWGrant
 	for i := range rws {
 		rws[i] = s.rwlock(t, s.client(t), key)
 		g, err := rws[i].TryRLock(ctx) // many readers at once
@@ -138,7 +139,7 @@ func testRWMutex(t *testing.T, s *suite) {
 	}
 	wg.Wait()
 	t.Logf("%d clients × (%d readers + 1 writer) × %d rounds: up to %d readers at once", clients, readers, rounds, most)
-	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
 }
 
 func testRWEverySlot(t *testing.T, s *suite) {
@@ -146,7 +147,7 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	key := s.key(t, "rw")
 	c := s.client(t)
 	w := s.rwlock(t, s.client(t), key)
-	for i := range fencelock.MaxReaders {
+	for i := range recipe.MaxReaders {
 		l, err := c.TryAcquire(ctx, w.SlotKey(i)) // a reader's slot, as the writer sees it
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +155,7 @@ func testRWEverySlot(t *testing.T, s *suite) {
 		if _, err := w.TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
 			t.Fatalf("TryLock while slot %s is held: %v; want ErrNotAcquired", l.Key(), err)
 		}
-		infos, err := c.List(ctx, key+fencelock.RWSeparator)
+		infos, err := c.List(ctx, key+recipe.RWSeparator)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +171,7 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	if err := g.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkEmpty(t, ctx, c, key+fencelock.RWSeparator)
+	checkEmpty(t, ctx, c, key+recipe.RWSeparator)
 }
 
 func testRWStarve(t *testing.T, s *suite) {
@@ -222,7 +223,7 @@ func testRWStarve(t *testing.T, s *suite) {
 		t.Error(err)
 	}
 	wg.Wait()
-	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
 }
 
 func testRWCancelled(t *testing.T, s *suite) {
@@ -262,7 +263,7 @@ func testRWCancelled(t *testing.T, s *suite) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RLock with an expiring context while a writer holds = %v; want context.DeadlineExceeded", err)
 	}
-	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != fencelock.MaxReaders {
+	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != recipe.MaxReaders {
 		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer, with every slot", hs, err)
 	}
 	if err := w.Release(ctx); err != nil {
@@ -275,13 +276,13 @@ func testRWCancelled(t *testing.T, s *suite) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
 }
 
 func testRWHolders(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
 	key := s.key(t, "rw")
-	var readers []*fencelock.RWGrant
+	var readers []*recipe.RWGrant
 	for i := range 3 {
 		g, err := s.rwlock(t, s.client(t), key).TryRLock(ctx, fencelock.WithMetadata(fmt.Appendf(nil, "reader-%d", i)))
 		if err != nil {
@@ -324,7 +325,7 @@ func testRWHolders(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rw.GateKey() || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
-		hs[0].Slots != fencelock.MaxReaders || string(hs[0].Metadata) != "writer" {
+		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "writer" {
 		t.Errorf("Holders = %+v; want the writer %s (grant token %d) with every slot and metadata %q", hs, w.Owner(), w.Token(), "writer")
 	}
 	if err := w.Release(ctx); err != nil {
@@ -357,7 +358,7 @@ func testRWCrash(t *testing.T, s *suite) {
 	cb.crash()
 	crashed := time.Now()
 	bound := s.expiryBound(cb.last(dw.GateKey()), s.h.TTL)
-	for i := range fencelock.MaxReaders {
+	for i := range recipe.MaxReaders {
 		bound = max(bound, s.expiryBound(cb.last(dw.SlotKey(i)), s.h.TTL))
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
@@ -413,7 +414,7 @@ func testRWRefusalNoHold(t *testing.T, s *suite) {
 			if err := w.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+			checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
 		})
 	}
 }
@@ -422,12 +423,12 @@ func testRWTryReaders(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
 	key := s.key(t, "rw")
 	const readers, rounds = 6, 10
-	var rws []*fencelock.RWLock
+	var rws []*recipe.RWLock
 	for range readers {
 		rws = append(rws, s.rwlock(t, s.client(t), key))
 	}
 	for round := range rounds {
-		grants := make([]*fencelock.RWGrant, readers)
+		grants := make([]*recipe.RWGrant, readers)
 		errs := make([]error, readers)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -456,5 +457,5 @@ func testRWTryReaders(t *testing.T, s *suite) {
 			t.Fatal(failed)
 		}
 	}
-	checkEmpty(t, ctx, s.client(t), key+fencelock.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
 }

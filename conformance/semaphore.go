@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-// testSemaphore checks fencelock.Semaphore, which is generic (each permit
+// testSemaphore checks recipe.Semaphore, which is generic (each permit
 // a lease on a slot key), through the store: its subtests each carry
 // their own rule.
 func testSemaphore(t *testing.T, s *suite) {
@@ -39,7 +40,7 @@ func testSemaphoreMutex(t *testing.T, s *suite) {
 		wg           sync.WaitGroup
 	)
 	for range clients {
-		sem, err := s.client(t).Semaphore(key, n)
+		sem, err := recipe.NewSemaphore(s.client(t), key, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +84,7 @@ func testSemaphoreMutex(t *testing.T, s *suite) {
 		t.Errorf("%d permits held at once; want at most %d", got, n)
 	}
 	t.Logf("%d clients × %d goroutines × %d rounds: at most %d of %d permits held at once", clients, workers, rounds, most.Load(), n)
-	checkEmpty(t, ctx, s.client(t), key+fencelock.PermitSeparator)
+	checkEmpty(t, ctx, s.client(t), key+recipe.PermitSeparator)
 }
 
 func testSemaphoreCancelled(t *testing.T, s *suite) {
@@ -91,9 +92,9 @@ func testSemaphoreCancelled(t *testing.T, s *suite) {
 	key := s.key(t, "sem")
 	const n = 3
 	holder, waiter, next := s.client(t), s.client(t), s.client(t)
-	sh, _ := holder.Semaphore(key, n)
-	sw, _ := waiter.Semaphore(key, n)
-	sn, err := next.Semaphore(key, n)
+	sh, _ := recipe.NewSemaphore(holder, key, n)
+	sw, _ := recipe.NewSemaphore(waiter, key, n)
+	sn, err := recipe.NewSemaphore(next, key, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +143,14 @@ func testSemaphoreCancelled(t *testing.T, s *suite) {
 	if h := waiter.Holding(); len(h) != 0 {
 		t.Errorf("waiter's Holding() = %v after its waits were cancelled", h)
 	}
-	checkEmpty(t, ctx, next, key+fencelock.PermitSeparator)
+	checkEmpty(t, ctx, next, key+recipe.PermitSeparator)
 }
 
 func testSemaphoreMismatch(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
 	key := s.key(t, "sem")
 	a, b := s.client(t), s.client(t)
-	sa, err := a.Semaphore(key, 2)
+	sa, err := recipe.NewSemaphore(a, key, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,13 +158,13 @@ func testSemaphoreMismatch(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, _ := b.Semaphore(key, 3)
-	if _, err := sb.TryAcquire(ctx); !errors.Is(err, fencelock.ErrPermitsMismatch) {
+	sb, _ := recipe.NewSemaphore(b, key, 3)
+	if _, err := sb.TryAcquire(ctx); !errors.Is(err, recipe.ErrPermitsMismatch) {
 		t.Errorf("TryAcquire with 3 permits while a holder uses 2 = %v; want ErrPermitsMismatch", err)
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := sb.Acquire(actx); !errors.Is(err, fencelock.ErrPermitsMismatch) {
+	if _, err := sb.Acquire(actx); !errors.Is(err, recipe.ErrPermitsMismatch) {
 		t.Errorf("Acquire with 3 permits while a holder uses 2 = %v; want ErrPermitsMismatch", err)
 	}
 	hs, err := sa.Holders(ctx)
@@ -182,7 +183,7 @@ func testSemaphoreHolders(t *testing.T, s *suite) {
 	const n = 3
 	var want []*fencelock.Lease
 	for i := range n {
-		sem, err := s.client(t).Semaphore(key, n)
+		sem, err := recipe.NewSemaphore(s.client(t), key, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +193,7 @@ func testSemaphoreHolders(t *testing.T, s *suite) {
 		}
 		want = append(want, l)
 	}
-	sem, _ := s.client(t).Semaphore(key, n)
+	sem, _ := recipe.NewSemaphore(s.client(t), key, n)
 	hs, err := sem.Holders(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -234,13 +235,13 @@ func testSemaphoreCrash(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dead.Close() })
-	sd, _ := dead.Semaphore(key, n)
+	sd, _ := recipe.NewSemaphore(dead, key, n)
 	for range n {
 		if _, err := sd.TryAcquire(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sl, err := s.client(t).Semaphore(key, n)
+	sl, err := recipe.NewSemaphore(s.client(t), key, n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // newClient returns a fencelock.Client of b (TTL one minute: no renewal
@@ -61,10 +62,10 @@ func checkDualReportsHolder(t *testing.T, c *fencelock.Client, want *fencelock.L
 	if infos, err := c.List(ctx, ""); err != nil || len(infos) != 1 || infos[0].Owner != want.Owner() || infos[0].Token != want.Token() {
 		t.Errorf("List = %+v, %v; want one key held by %q, token %d", infos, err, want.Owner(), want.Token())
 	}
-	if l, err := c.Leader(ctx, "k"); err != nil || l.Owner != want.Owner() || l.Token != want.Token() {
+	if l, err := recipe.CurrentLeader(ctx, c, "k"); err != nil || l.Owner != want.Owner() || l.Token != want.Token() {
 		t.Errorf("Leader = %+v, %v; want %q, token %d", l, err, want.Owner(), want.Token())
 	}
-	ch, err := c.Observe(ctx, "k")
+	ch, err := recipe.Observe(ctx, c, "k")
 	if err != nil {
 		t.Fatal(err)
 	}

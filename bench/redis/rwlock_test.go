@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/benchkit"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // rwLib is a read-write lock of fencelock (generic: a gate lease and 16
@@ -19,14 +20,14 @@ func rwLib(name string, write bool) benchkit.Lib {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { c.Close() })
-		var fence fencelock.RWFence
+		var fence recipe.RWFence
 		lock := func(try bool) benchkit.LockFunc {
 			return func(ctx context.Context, key string) (func() error, error) {
-				rw, err := c.RWLock(key)
+				rw, err := recipe.NewRWLock(c, key)
 				if err != nil {
 					return nil, err
 				}
-				var g *fencelock.RWGrant
+				var g *recipe.RWGrant
 				switch {
 				case write && try:
 					g, err = rw.TryLock(ctx)

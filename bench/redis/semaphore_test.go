@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/benchkit"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // semLib is a semaphore of n permits of fencelock (generic: a lease per
@@ -20,7 +21,7 @@ func semLib(name string, n int) benchkit.Lib {
 		b.Cleanup(func() { c.Close() })
 		lock := func(try bool) benchkit.LockFunc {
 			return func(ctx context.Context, key string) (func() error, error) {
-				s, err := c.Semaphore(key, n)
+				s, err := recipe.NewSemaphore(c, key, n)
 				if err != nil {
 					return nil, err
 				}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 const runUsage = `
@@ -122,7 +123,7 @@ type runFlags struct {
 	permits  int  // 0: a plain lock; else a semaphore of this many permits
 	shared   bool // a read grant of the read-write lock KEY
 
-	grant *fencelock.RWGrant // with shared: the read grant, once acquired
+	grant *recipe.RWGrant // with shared: the read grant, once acquired
 }
 
 func cmdRun(e *env, args []string) int {
@@ -147,8 +148,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
 	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
 	fset.DurationVar(&rf.minHold, "min-hold", 0, "keep KEY held for at least `D` from the grant, even if COMMAND exits sooner\n(ShedLock's lockAtLeastFor: a fast cron job still keeps the other hosts out)")
-	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(fencelock.MaxPermits)+")")
-	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(fencelock.MaxReaders)+"), none beside a writer (fencelock.RWLock.Lock); not exclusive against a plain run KEY")
+	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(recipe.MaxPermits)+")")
+	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(recipe.MaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
@@ -175,8 +176,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "durations must not be negative"), true
 	case rf.minHold > fencelock.MaxTTL:
 		return rf, e.usageError("run", "--min-hold %v is longer than the longest lease (%v)", rf.minHold, fencelock.MaxTTL), true
-	case explicit["permits"] && (rf.permits < 1 || rf.permits > fencelock.MaxPermits):
-		return rf, e.usageError("run", "--permits must be between 1 and %d", fencelock.MaxPermits), true
+	case explicit["permits"] && (rf.permits < 1 || rf.permits > recipe.MaxPermits):
+		return rf, e.usageError("run", "--permits must be between 1 and %d", recipe.MaxPermits), true
 	case rf.shared && explicit["permits"]:
 		return rf, e.usageError("run", "--shared and --permits are exclusive"), true
 	}
@@ -184,13 +185,13 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	if err := driver.ValidateKey(rf.key); err != nil {
 		return rf, e.usageError("run", "%v", err), true
 	}
-	if slot := rf.key + fencelock.PermitSeparator + strconv.Itoa(rf.permits-1); rf.permits > 0 && len(slot) > driver.MaxKeyLen {
+	if slot := rf.key + recipe.PermitSeparator + strconv.Itoa(rf.permits-1); rf.permits > 0 && len(slot) > driver.MaxKeyLen {
 		return rf, e.usageError("run", "with --permits %d, KEY may be at most %d bytes: its slot keys (KEY%sI) must fit in %d",
-			rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), fencelock.PermitSeparator, driver.MaxKeyLen), true
+			rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), recipe.PermitSeparator, driver.MaxKeyLen), true
 	}
-	if last := rf.key + fencelock.RWSeparator + "r/" + strconv.Itoa(fencelock.MaxReaders-1); rf.shared && len(last) > driver.MaxKeyLen {
+	if last := rf.key + recipe.RWSeparator + "r/" + strconv.Itoa(recipe.MaxReaders-1); rf.shared && len(last) > driver.MaxKeyLen {
 		return rf, e.usageError("run", "with --shared, KEY may be at most %d bytes: its read-write lock's keys (KEY%s…) must fit in %d",
-			driver.MaxKeyLen-len(last)+len(rf.key), fencelock.RWSeparator, driver.MaxKeyLen), true
+			driver.MaxKeyLen-len(last)+len(rf.key), recipe.RWSeparator, driver.MaxKeyLen), true
 	}
 	return rf, 0, false
 }
@@ -414,7 +415,7 @@ func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFla
 // acquirePermit is acquireForRun with --permits: a permit of the
 // semaphore KEY.
 func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
-	sem, err := c.Semaphore(rf.key, rf.permits)
+	sem, err := recipe.NewSemaphore(c, rf.key, rf.permits)
 	if err != nil {
 		return nil, e.fail("run", err, u), false
 	}
@@ -427,7 +428,7 @@ func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFla
 		}
 		l, err = sem.Acquire(actx)
 		acancel()
-		if err != nil && ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, fencelock.ErrPermitsMismatch) {
+		if err != nil && ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, recipe.ErrPermitsMismatch) {
 			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for one of the %d permits of %s after %v (--timeout)\n", rf.permits, strconv.Quote(rf.key), rf.timeout)
 			return nil, exitNotAcquired, false
 		}
@@ -439,7 +440,7 @@ func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFla
 		return nil, code, false
 	}
 	switch {
-	case errors.Is(err, fencelock.ErrPermitsMismatch):
+	case errors.Is(err, recipe.ErrPermitsMismatch):
 		fmt.Fprintf(e.stderr, "fencelock run: %s\n", scrub(err.Error(), u))
 		return nil, exitUsage, false
 	case errors.Is(err, fencelock.ErrNotAcquired):
@@ -453,11 +454,11 @@ func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFla
 // read-write lock KEY. Its only lease is its reader slot's, which run
 // supervises as it would a lock's; rf.grant keeps the grant for its token.
 func (e *env) acquireShared(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
-	rw, err := c.RWLock(rf.key)
+	rw, err := recipe.NewRWLock(c, rf.key)
 	if err != nil {
 		return nil, e.fail("run", err, u), false
 	}
-	var g *fencelock.RWGrant
+	var g *recipe.RWGrant
 	if rf.noWait {
 		g, err = rw.TryRLock(ctx)
 	} else {

@@ -25,6 +25,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/internal/testenv"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // blackholeProxy forwards TCP connections to a store until it goes dark;
@@ -456,7 +457,7 @@ func TestRunShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rw, err := c.RWLock("catalog")
+	rw, err := recipe.NewRWLock(c, "catalog")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-func leader(owner string, token fencelock.Token) fencelock.Leader {
-	return fencelock.Leader{Key: "k", Identity: "c1", Value: []byte("v"), Token: token, Owner: owner}
+func leader(owner string, token fencelock.Token) recipe.Leader {
+	return recipe.Leader{Key: "k", Identity: "c1", Value: []byte("v"), Token: token, Owner: owner}
 }
 
-func observeViolations(led []string, ls ...fencelock.Leader) []violation {
+func observeViolations(led []string, ls ...recipe.Leader) []violation {
 	e := &electRun{published: map[string]map[string]bool{"c1": {"v": true}}}
 	for _, o := range led {
 		e.terms = append(e.terms, electTerm{owner: o})
@@ -26,7 +27,7 @@ func observeViolations(led []string, ls ...fencelock.Leader) []violation {
 // campaigner led under that owner: it is a new record of one call's
 // attempts, not a replaced lease delivered again.
 func TestObserveOwnerWithoutLeaseMayComeBackUnderHigherToken(t *testing.T) {
-	none := fencelock.Leader{Key: "k"}
+	none := recipe.Leader{Key: "k"}
 	if vs := observeViolations(nil, leader("c1.3", 4), none, leader("c1.3", 5)); len(vs) != 0 {
 		t.Errorf("an owner nobody led under, back under a higher token: %v; want no violation", vs)
 	}
@@ -36,7 +37,7 @@ func TestObserveOwnerWithoutLeaseMayComeBackUnderHigherToken(t *testing.T) {
 // a campaigner led under (whatever its token), or any owner's record
 // delivered again under the same token.
 func TestObserveReplacedLeaseNeverDeliveredAgain(t *testing.T) {
-	none := fencelock.Leader{Key: "k"}
+	none := recipe.Leader{Key: "k"}
 	if vs := observeViolations([]string{"c0.3"}, leader("c0.3", 3), none, leader("c0.3", 4)); len(vs) != 1 {
 		t.Errorf("an owner a campaigner led under, back after it was gone: violations %v; want ObserveInOrder", vs)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 	"pgregory.net/rapid"
 )
 
@@ -253,13 +254,13 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 	defer watcher.Close()
 	octx, stopObserving := context.WithCancel(ctx)
 	defer stopObserving()
-	ch, err := watcher.Observe(octx, key)
+	ch, err := recipe.Observe(octx, watcher, key)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("Observe: %w", err)
 	}
 	var (
 		omu      sync.Mutex
-		observed []fencelock.Leader
+		observed []recipe.Leader
 		oseen    = make(chan struct{}, 1)
 		odone    = make(chan struct{})
 	)
@@ -350,8 +351,8 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 	poll := max(h.TTL/8, 10*time.Millisecond) + h.Slack // the observer's polling bound
 	ended := time.Now()
 	for {
-		l, err := watcher.Leader(ctx, key)
-		if errors.Is(err, fencelock.ErrNoLeader) {
+		l, err := recipe.CurrentLeader(ctx, watcher, key)
+		if errors.Is(err, recipe.ErrNoLeader) {
 			break
 		}
 		if time.Since(o.stalls.answersFrom(ended)) > bound || ctx.Err() != nil {
@@ -434,7 +435,7 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 		ectx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			done <- c.Elect(ectx, key, id, []byte(value), fn, &fencelock.ElectOptions{Acquire: cp.termOptions(tenth)})
+			done <- recipe.Elect(ectx, c, key, id, []byte(value), fn, &recipe.ElectOptions{Acquire: cp.termOptions(tenth)})
 		}()
 		return func() {
 			select {
@@ -502,7 +503,7 @@ func (e *electRun) campaign(ctx context.Context, rec *recorder, c *fencelock.Cli
 // lands after that and makes another, which expires with its TTL. Such
 // a record is new, so it comes back under a token above every one
 // delivered before; the same record delivered again would not.
-func (e *electRun) checkObserved(ls []fencelock.Leader) {
+func (e *electRun) checkObserved(ls []recipe.Leader) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	led := map[string]bool{}
@@ -530,7 +531,7 @@ func (e *electRun) checkObserved(ls []fencelock.Leader) {
 	}
 }
 
-func describeLeader(l fencelock.Leader) string {
+func describeLeader(l recipe.Leader) string {
 	if !l.Elected() {
 		return "no leader"
 	}

@@ -49,8 +49,8 @@
 //     injected, else within TTL plus slack).
 //
 // One program in five is a read-write program instead (rwlock.go):
-// clients taking read and write grants of one fencelock.RWLock through
-// the same faults and crashes, with a fencelock.RWFence in the loop;
+// clients taking read and write grants of one recipe.RWLock through
+// the same faults and crashes, with a recipe.RWFence in the loop;
 // checked for NoReaderBesideWriter, NoTwoWriters, GrantTokensIncrease,
 // LiveAccessAccepted, NoStaleAccessAccepted and NothingLeftBehind.
 //
@@ -109,6 +109,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 	"pgregory.net/rapid"
 )
 
@@ -662,10 +663,10 @@ func genProgram(t *rapid.T, o *Options) program {
 // runner holds one program's run.
 type runner struct {
 	h      conformance.Harness
-	sems   [][]*fencelock.Semaphore // per client and key (semaphore programs)
-	faults []bool                   // per client: its driver injects faults
-	closed []atomic.Bool            // per client: it began to close or crashed
-	stall  atomic.Bool              // the store stalled
+	sems   [][]*recipe.Semaphore // per client and key (semaphore programs)
+	faults []bool                // per client: its driver injects faults
+	closed []atomic.Bool         // per client: it began to close or crashed
+	stall  atomic.Bool           // the store stalled
 	rec    *recorder
 	fence  fencelock.Fence
 	raw    driver.Backend
@@ -741,7 +742,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		once  sync.Once
 	}
 	clients := make([]*client, len(p.clients))
-	r.sems = make([][]*fencelock.Semaphore, len(p.clients))
+	r.sems = make([][]*recipe.Semaphore, len(p.clients))
 	r.faults = make([]bool, len(p.clients))
 	r.closed = make([]atomic.Bool, len(p.clients))
 	for i, cp := range p.clients {
@@ -760,7 +761,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		r.faults[i] = cp.faults.any()
 		if cp.permits > 0 {
 			for _, k := range r.keys {
-				sem, err := c.Semaphore(k, cp.permits)
+				sem, err := recipe.NewSemaphore(c, k, cp.permits)
 				if err != nil {
 					return nil, fmt.Errorf("Semaphore: %w", err)
 				}
@@ -772,7 +773,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	// first slots.
 	adminKey := func(k int) string {
 		if p.permits > 0 {
-			return r.keys[k] + fencelock.PermitSeparator + "0"
+			return r.keys[k] + recipe.PermitSeparator + "0"
 		}
 		return r.keys[k]
 	}
@@ -940,7 +941,7 @@ func (r *runner) drain(ctx context.Context, deadline time.Time, property, when s
 // step runs step k of worker j of client i.
 func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s step) {
 	key := r.keys[s.key]
-	var sem *fencelock.Semaphore
+	var sem *recipe.Semaphore
 	if r.sems[i] != nil {
 		sem = r.sems[i][s.key]
 		if s.kind == stepDo || s.kind == stepDoError || s.kind == stepDoPanic {

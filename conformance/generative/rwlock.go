@@ -14,14 +14,15 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 	"pgregory.net/rapid"
 )
 
 // Read-write programs: two or three clients (each through the
 // fault-injecting driver, some rotating tokens) with one or two workers
-// each, taking read and write grants of one fencelock.RWLock — waiting,
+// each, taking read and write grants of one recipe.RWLock — waiting,
 // trying once, or waiting with a context cut short — holding them for a
-// while with reads or writes to a fenced resource (fencelock.RWFence) at
+// while with reads or writes to a fenced resource (recipe.RWFence) at
 // the start and end of the hold, some also after the grant ended, as a
 // paused holder would. Clients end by Close, early or late, or crash.
 // Their histories are checked for:
@@ -161,7 +162,7 @@ type rwAccess struct {
 
 type rwRun struct {
 	rec    *recorder
-	fence  fencelock.RWFence
+	fence  recipe.RWFence
 	raw    driver.Backend // the store, without faults
 	prefix string         // of every record of the lock
 	clean  bool           // no faults, no crashes
@@ -251,7 +252,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 	prefix := "generative-" + hex.EncodeToString(rnd[:]) + "/"
 	key := prefix + "rw"
 	tenth := h.TTL / 10
-	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}, raw: nil, prefix: key + fencelock.RWSeparator, clean: p.clean, tenth: tenth}
+	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}, raw: nil, prefix: key + recipe.RWSeparator, clean: p.clean, tenth: tenth}
 	raw, err := h.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("Harness.Open: %w", err)
@@ -261,7 +262,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 
 	type client struct {
 		c    *fencelock.Client
-		rw   *fencelock.RWLock
+		rw   *recipe.RWLock
 		w    *faulty
 		once sync.Once
 	}
@@ -280,7 +281,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 			inner.Close()
 			return nil, fmt.Errorf("fencelock.New: %w", err)
 		}
-		rw, err := c.RWLock(key)
+		rw, err := recipe.NewRWLock(c, key)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -367,7 +368,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 }
 
 // step runs step k of worker j of client i.
-func (run *rwRun) step(ctx context.Context, i, j, k int, rw *fencelock.RWLock, s rwStep, cfg clientCfg, h conformance.Harness) {
+func (run *rwRun) step(ctx context.Context, i, j, k int, rw *recipe.RWLock, s rwStep, cfg clientCfg, h conformance.Harness) {
 	tenth, ttl := h.TTL/10, h.TTL
 	// A label of its own, so that what the call left in the store is
 	// known by it.
@@ -391,7 +392,7 @@ func (run *rwRun) step(ctx context.Context, i, j, k int, rw *fencelock.RWLock, s
 	call := rwCall{client: i, kind: s.kind, label: label, minHold: minHold, start: time.Now()}
 	inv := run.rec.tick()
 	var (
-		g   *fencelock.RWGrant
+		g   *recipe.RWGrant
 		err error
 	)
 	switch s.kind {
@@ -491,7 +492,7 @@ func (run *rwRun) leftByRefused(ctx context.Context, c rwCall) {
 
 // accessWith reads (a read grant) or writes (a write grant) the fenced
 // resource with g's token at its grant.
-func (run *rwRun) accessWith(g *fencelock.RWGrant, gr *rwGrantRec, late bool) {
+func (run *rwRun) accessWith(g *recipe.RWGrant, gr *rwGrantRec, late bool) {
 	a := rwAccess{grant: gr, write: gr.write, late: late, token: gr.token}
 	a.inv = run.rec.tick()
 	var err error
@@ -609,7 +610,7 @@ func (run *rwRun) checkTryRLock() []violation {
 				readers++
 			}
 		}
-		if !writer && readers < fencelock.MaxReaders {
+		if !writer && readers < recipe.MaxReaders {
 			vs = append(vs, violation{"TryRLockBesideReaders", fmt.Sprintf("client %d's TryRLock (%s) was refused with no writer about and %d readers: %v", r.client, r.label, readers, r.err)})
 		}
 	}

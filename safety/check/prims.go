@@ -5,14 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/history"
 )
 
 // groupOf returns the key of the semaphore whose permit slot key is, or
-// "" if key is not a slot key (fencelock.PermitSeparator).
+// "" if key is not a slot key (recipe.PermitSeparator).
 func groupOf(key string) string {
-	g, _, ok := strings.Cut(key, fencelock.PermitSeparator)
+	g, _, ok := strings.Cut(key, recipe.PermitSeparator)
 	if !ok {
 		return ""
 	}

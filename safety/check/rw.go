@@ -5,15 +5,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/history"
 )
 
 // rwOf returns the key of the read-write lock whose gate or reader slot
 // key is, and whether key is its gate (a writer's grant); "" if key is
-// neither (fencelock.RWSeparator).
+// neither (recipe.RWSeparator).
 func rwOf(key string) (lock string, writer bool) {
-	g, rest, ok := strings.Cut(key, fencelock.RWSeparator)
+	g, rest, ok := strings.Cut(key, recipe.RWSeparator)
 	if !ok {
 		return "", false
 	}

@@ -65,6 +65,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/faultproxy"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
@@ -152,7 +153,7 @@ func (c *Config) resolve() error {
 		return errors.New("contender: Config.Fence is empty")
 	case !c.Mutant.valid():
 		return fmt.Errorf("contender: unknown mutant %q", c.Mutant)
-	case c.Permits < 0 || c.Permits > fencelock.MaxPermits:
+	case c.Permits < 0 || c.Permits > recipe.MaxPermits:
 		return fmt.Errorf("contender: Config.Permits %d out of range", c.Permits)
 	case c.RW && c.Permits > 0:
 		return errors.New("contender: Config.RW and Config.Permits both set")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/fence"
 )
 
@@ -28,11 +29,11 @@ import (
 // two writers, and no two readers of one slot, overlap). Its accesses go
 // to one fenced resource per lock, named by the lock's key, as reads or
 // writes (fence.Client.Access) with the grant's token (RWGrant.Token),
-// judged by fencelock.RWFence's rule. The checker judges the lock as a
+// judged by recipe.RWFence's rule. The checker judges the lock as a
 // whole (safety/check, W1..W3).
 
 // grant is what a round holds: a *fencelock.Lease (a lock or a permit)
-// or a *fencelock.RWGrant.
+// or a *recipe.RWGrant.
 type grant interface {
 	Token() fencelock.Token
 	Remaining() time.Duration
@@ -57,7 +58,7 @@ type held struct {
 // writer waits for the gate of the read-write lock).
 func (w *worker) startKey(key string, write bool) string {
 	if w.k.cfg.RW && write {
-		return key + fencelock.RWSeparator + "gate"
+		return key + recipe.RWSeparator + "gate"
 	}
 	return key
 }
@@ -72,11 +73,11 @@ func (w *worker) acquire(ctx context.Context, key string, once, write bool) (hel
 	var err error
 	switch {
 	case k.cfg.RW:
-		rw, err := k.cli.RWLock(key)
+		rw, err := recipe.NewRWLock(k.cli, key)
 		if err != nil {
 			return held{}, err
 		}
-		var g *fencelock.RWGrant
+		var g *recipe.RWGrant
 		switch {
 		case write && once:
 			g, err = rw.TryLock(ctx)
@@ -96,7 +97,7 @@ func (w *worker) acquire(ctx context.Context, key string, once, write bool) (hel
 		}
 		return held{grant: g, key: g.Lease().Key(), resource: key, access: access}, nil
 	case k.cfg.Permits > 0:
-		sem, serr := k.cli.Semaphore(key, k.cfg.Permits)
+		sem, serr := recipe.NewSemaphore(k.cli, key, k.cfg.Permits)
 		if serr != nil {
 			return held{}, serr
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/check"
 	"github.com/fencelock/fencelock/safety/history"
 )
@@ -32,7 +32,7 @@ func TestContenderSemaphore(t *testing.T) {
 				t.Fatalf("%s names %q, not the semaphore's key: %+v", ev.Kind, ev.Key, ev)
 			}
 		case history.Acquired, history.Belief, history.Write, history.ReleaseStart, history.Released:
-			slot, ok := strings.CutPrefix(ev.Key, "s"+fencelock.PermitSeparator)
+			slot, ok := strings.CutPrefix(ev.Key, "s"+recipe.PermitSeparator)
 			if !ok || (slot != "0" && slot != "1") {
 				t.Fatalf("%s names %q, not a slot key of s: %+v", ev.Kind, ev.Key, ev)
 			}
@@ -69,7 +69,7 @@ func TestContenderRWLock(t *testing.T) {
 	}
 	h := append(r.events(), r.fence.Log()...)
 	h.Sort()
-	gate := "L" + fencelock.RWSeparator + "gate"
+	gate := "L" + recipe.RWSeparator + "gate"
 	var reads, writes, writers, readers int
 	for _, ev := range h {
 		switch ev.Kind {
@@ -81,7 +81,7 @@ func TestContenderRWLock(t *testing.T) {
 			switch {
 			case ev.Key == gate:
 				writers++
-			case strings.HasPrefix(ev.Key, "L"+fencelock.RWSeparator+"r/"):
+			case strings.HasPrefix(ev.Key, "L"+recipe.RWSeparator+"r/"):
 				readers++
 			default:
 				t.Fatalf("grant of %q: %+v", ev.Key, ev)

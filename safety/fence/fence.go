@@ -18,7 +18,7 @@
 // writes were stale.
 //
 // A read-write lock's resource (a request with Access "read" or "write",
-// Client.Access) is judged by fencelock.RWFence's rule instead, kept per
+// Client.Access) is judged by recipe.RWFence's rule instead, kept per
 // key apart from the lock rule's state: a read is accepted iff its token
 // is at least the highest token a write presented (no writer has written
 // since the reader's grant entered); a write iff its token is greater
@@ -127,7 +127,7 @@ type keyState struct {
 }
 
 // rwState is what the server remembers per key of a read-write lock's
-// resource (fencelock.RWFence's marks): the highest token any access
+// resource (recipe.RWFence's marks): the highest token any access
 // presented, the highest a write presented and the lease that wrote it.
 type rwState struct {
 	top, write uint64

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/history"
 )
 
@@ -56,11 +57,11 @@ func TestRWRule(t *testing.T) {
 }
 
 // TestRWRuleIsRWFence: on random sequences of reads and writes the
-// resource decides as fencelock.RWFence does.
+// resource decides as recipe.RWFence does.
 func TestRWRuleIsRWFence(t *testing.T) {
 	_, c := start(t, true)
 	rng := rand.New(rand.NewPCG(1, 2))
-	var ref fencelock.RWFence
+	var ref recipe.RWFence
 	for i := range 2000 {
 		tok := uint64(rng.IntN(12))
 		lease := []string{"a", "b", "c"}[rng.IntN(3)]

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/check"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/report"
@@ -29,7 +29,7 @@ import (
 // (contender.Config.RW): each round takes the write grant one time in
 // three, else a read grant, and reads or writes the lock's fenced
 // resource with the grant's token, which the resource judges by
-// fencelock.RWFence's rule. The checker judges the gate (writers) and
+// recipe.RWFence's rule. The checker judges the gate (writers) and
 // each reader slot as a lock, and the lock as a whole: a writer excludes
 // every other grant (W1), grant tokens are ordered (W2), and the resource
 // refuses stale reads and writes (W3).
@@ -90,10 +90,10 @@ const semPermits = 2
 // semaphore's key for a permit's slot key, the read-write lock's for its
 // gate or a reader slot, else key itself.
 func lockKey(key string) string {
-	if g, _, ok := strings.Cut(key, fencelock.PermitSeparator); ok {
+	if g, _, ok := strings.Cut(key, recipe.PermitSeparator); ok {
 		return g
 	}
-	if g, _, ok := strings.Cut(key, fencelock.RWSeparator); ok {
+	if g, _, ok := strings.Cut(key, recipe.RWSeparator); ok {
 		return g
 	}
 	return key
@@ -102,7 +102,7 @@ func lockKey(key string) string {
 // isWriter reports whether a lease key is a read-write lock's gate (the
 // key a writer's grant is named by).
 func isWriter(key string) bool {
-	return strings.HasSuffix(key, fencelock.RWSeparator+"gate")
+	return strings.HasSuffix(key, recipe.RWSeparator+"gate")
 }
 
 // primCells returns the semaphore and read-write cells of a backend.

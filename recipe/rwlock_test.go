@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -14,18 +14,19 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-func rwlock(t *testing.T, c *fencelock.Client, key string) *fencelock.RWLock {
+func rwlock(t *testing.T, c *fencelock.Client, key string) *recipe.RWLock {
 	t.Helper()
-	rw, err := c.RWLock(key)
+	rw, err := recipe.NewRWLock(c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rw
 }
 
-func rwHolders(t *testing.T, rw *fencelock.RWLock) []fencelock.RWHolder {
+func rwHolders(t *testing.T, rw *recipe.RWLock) []recipe.RWHolder {
 	t.Helper()
 	hs, err := rw.Holders(context.Background())
 	if err != nil {
@@ -45,7 +46,7 @@ type rwState struct {
 	grants          int
 }
 
-func (s *rwState) enter(t *testing.T, g *fencelock.RWGrant) {
+func (s *rwState) enter(t *testing.T, g *recipe.RWGrant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.grants++
@@ -71,7 +72,7 @@ func (s *rwState) enter(t *testing.T, g *fencelock.RWGrant) {
 	s.top = max(s.top, tok)
 }
 
-func (s *rwState) leave(g *fencelock.RWGrant) {
+func (s *rwState) leave(g *recipe.RWGrant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g.Shared() {
@@ -89,10 +90,10 @@ func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 				store := memory.NewStore()
 				var (
 					st    rwState
-					fence fencelock.RWFence
+					fence recipe.RWFence
 					wg    sync.WaitGroup
 				)
-				work := func(rw *fencelock.RWLock, write bool) {
+				work := func(rw *recipe.RWLock, write bool) {
 					defer wg.Done()
 					for range rounds {
 						lock := rw.RLock
@@ -289,7 +290,7 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 		store := memory.NewStore()
 		inspectIntent := func() driver.Info {
 			t.Helper()
-			info, err := store.Backend().Inspect(context.Background(), "k"+fencelock.RWSeparator+"w")
+			info, err := store.Backend().Inspect(context.Background(), "k"+recipe.RWSeparator+"w")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,8 +345,8 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(infos) != 1+fencelock.MaxReaders {
-			t.Errorf("the store holds %d records; want w1's %d: %v", len(infos), 1+fencelock.MaxReaders, infos)
+		if len(infos) != 1+recipe.MaxReaders {
+			t.Errorf("the store holds %d records; want w1's %d: %v", len(infos), 1+recipe.MaxReaders, infos)
 		}
 		if err := w1.Release(t.Context()); err != nil {
 			t.Fatal(err)
@@ -364,12 +365,12 @@ func TestRWLockReaderPausedPastGateEntersAgain(t *testing.T) {
 		rc := newClient(t, rb, &fencelock.Options{TTL: time.Second, Owner: "reader"})
 		wc := newClient(t, store.Backend(), &fencelock.Options{TTL: time.Second, Owner: "writer"})
 		var (
-			fence fencelock.RWFence
+			fence recipe.RWFence
 			once  sync.Once
 			wtok  fencelock.Token
 			lost  fencelock.Token
 		)
-		defer fencelock.SetRWTestHookEntered(func(gate *fencelock.Lease) {
+		defer recipe.SetRWTestHookEntered(func(gate *fencelock.Lease) {
 			once.Do(func() {
 				lost = gate.Token()
 				rb.SetUnreachable(true) // paused: nothing renews the gate
@@ -454,7 +455,7 @@ func TestRWLockCancelledWaitsLeaveNothing(t *testing.T) {
 				if _, err := a.TryRLock(t.Context()); !errors.Is(err, fencelock.ErrNotAcquired) {
 					t.Fatalf("TryRLock while a writer holds: %v; want ErrNotAcquired", err)
 				}
-				if hs := rwHolders(t, a); len(hs) != 1 || !hs[0].Write || hs[0].Slots != fencelock.MaxReaders || hs[0].Owner != w.Owner() {
+				if hs := rwHolders(t, a); len(hs) != 1 || !hs[0].Write || hs[0].Slots != recipe.MaxReaders || hs[0].Owner != w.Owner() {
 					t.Fatalf("holders %+v; want only b's writer, with every slot", hs)
 				}
 				if err := w.Release(t.Context()); err != nil {
@@ -485,7 +486,7 @@ func TestRWLockLossOfAnyLeaseEndsGrant(t *testing.T) {
 					t.Fatal(err)
 				}
 				ls := g.Leases()
-				if want := map[bool]int{false: 1, true: 1 + fencelock.MaxReaders}[write]; len(ls) != want {
+				if want := map[bool]int{false: 1, true: 1 + recipe.MaxReaders}[write]; len(ls) != want {
 					t.Fatalf("%d leases; want %d", len(ls), want)
 				}
 				victim := ls[len(ls)-1]
@@ -541,7 +542,7 @@ func TestRWLockCrashedWriterFreedWithinTTL(t *testing.T) {
 // writer with its gate, its slots and its own metadata.
 func TestRWLockHolders(t *testing.T) {
 	store := memory.NewStore()
-	var readers []*fencelock.RWGrant
+	var readers []*recipe.RWGrant
 	for i := range 3 {
 		c := newClient(t, store.Backend(), nil)
 		g, err := rwlock(t, c, "catalog").TryRLock(t.Context(), fencelock.WithLabel(fmt.Sprint("web-", i)), fencelock.WithMetadata([]byte(fmt.Sprint("addr-", i))))
@@ -562,7 +563,7 @@ func TestRWLockHolders(t *testing.T) {
 	for i, g := range readers {
 		h := hs[i] // in token order, as they entered
 		if h.Write || h.Owner != g.Owner() || h.Grant != g.Token() || h.Slots != 1 || h.Label() != fmt.Sprint("web-", i) ||
-			string(h.Metadata) != fmt.Sprint("addr-", i) || !strings.HasPrefix(h.Key, "catalog"+fencelock.RWSeparator+"r/") {
+			string(h.Metadata) != fmt.Sprint("addr-", i) || !strings.HasPrefix(h.Key, "catalog"+recipe.RWSeparator+"r/") {
 			t.Errorf("holder %d: %+v; want reader %s with token %d, label web-%d, metadata addr-%d", i, h, g.Owner(), g.Token(), i, i)
 		}
 		g.Release(t.Context())
@@ -573,7 +574,7 @@ func TestRWLockHolders(t *testing.T) {
 	}
 	hs = rwHolders(t, rw)
 	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rw.GateKey() || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
-		hs[0].Slots != fencelock.MaxReaders || string(hs[0].Metadata) != "reindex" {
+		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "reindex" {
 		t.Errorf("holders %+v; want the writer %s with token %d, every slot and its metadata", hs, w.Owner(), w.Token())
 	}
 	if w.Token() <= readers[len(readers)-1].Token() {
@@ -583,13 +584,13 @@ func TestRWLockHolders(t *testing.T) {
 
 func TestRWLockBadKey(t *testing.T) {
 	c := newClient(t, memory.New(), nil)
-	longest := driver.MaxKeyLen - len(fencelock.RWSeparator+"r/15")
+	longest := driver.MaxKeyLen - len(recipe.RWSeparator+"r/15")
 	for _, key := range []string{"", "a\x00b", strings.Repeat("k", longest+1)} {
-		if _, err := c.RWLock(key); !errors.Is(err, fencelock.ErrInvalidKey) {
+		if _, err := recipe.NewRWLock(c, key); !errors.Is(err, fencelock.ErrInvalidKey) {
 			t.Errorf("RWLock(%.20q…): %v; want ErrInvalidKey", key, err)
 		}
 	}
-	rw, err := c.RWLock(strings.Repeat("k", longest))
+	rw, err := recipe.NewRWLock(c, strings.Repeat("k", longest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +607,7 @@ func TestRWLockBadKey(t *testing.T) {
 // RWFence admits reads at or above the last writer's token, and writes
 // above every token seen (or the same writer again).
 func TestRWFence(t *testing.T) {
-	var f fencelock.RWFence
+	var f recipe.RWFence
 	steps := []struct {
 		write  bool
 		token  fencelock.Token
@@ -650,11 +651,11 @@ func TestRWLockWriterWaitsForEveryReader(t *testing.T) {
 	store := memory.NewStore()
 	r := rwlock(t, newClient(t, store.Backend(), nil), "catalog")
 	w := rwlock(t, newClient(t, store.Backend(), nil), "catalog")
-	for slot := range fencelock.MaxReaders {
+	for slot := range recipe.MaxReaders {
 		// Fill every slot, then keep only the reader in this one.
-		var keep *fencelock.RWGrant
-		var others []*fencelock.RWGrant
-		for range fencelock.MaxReaders {
+		var keep *recipe.RWGrant
+		var others []*recipe.RWGrant
+		for range recipe.MaxReaders {
 			g, err := r.TryRLock(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -703,7 +704,7 @@ type slotThief struct {
 
 func (b *slotThief) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := b.Backend.Acquire(ctx, req)
-	if err == nil && strings.Contains(req.Key, fencelock.RWSeparator+"r/") {
+	if err == nil && strings.Contains(req.Key, recipe.RWSeparator+"r/") {
 		b.mu.Lock()
 		b.slot = req.Key
 		b.mu.Unlock()
@@ -712,7 +713,7 @@ func (b *slotThief) Acquire(ctx context.Context, req driver.AcquireRequest) (dri
 }
 
 func (b *slotThief) Release(ctx context.Context, g driver.Grant) error {
-	if strings.HasSuffix(g.Key, fencelock.RWSeparator+"gate") && b.armed.CompareAndSwap(true, false) {
+	if strings.HasSuffix(g.Key, recipe.RWSeparator+"gate") && b.armed.CompareAndSwap(true, false) {
 		b.mu.Lock()
 		slot := b.slot
 		b.mu.Unlock()

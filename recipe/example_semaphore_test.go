@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 func ExampleSemaphore() {
@@ -18,11 +19,11 @@ func ExampleSemaphore() {
 	defer b.Close()
 
 	// At most two concurrent exports, across every client of the store.
-	sa, err := a.Semaphore("exports", 2)
+	sa, err := recipe.NewSemaphore(a, "exports", 2)
 	if err != nil {
 		panic(err)
 	}
-	sb, _ := b.Semaphore("exports", 2)
+	sb, _ := recipe.NewSemaphore(b, "exports", 2)
 	p1, _ := sa.Acquire(ctx)
 	p2, _ := sb.Acquire(ctx)
 	// Each permit is a lease on its own slot key, with that slot's
@@ -36,8 +37,8 @@ func ExampleSemaphore() {
 	fmt.Println(len(holders), "holders")
 
 	// A caller that disagrees on the number of permits is refused.
-	s3, _ := b.Semaphore("exports", 3)
-	if _, err := s3.TryAcquire(ctx); errors.Is(err, fencelock.ErrPermitsMismatch) {
+	s3, _ := recipe.NewSemaphore(b, "exports", 3)
+	if _, err := s3.TryAcquire(ctx); errors.Is(err, recipe.ErrPermitsMismatch) {
 		fmt.Println("refused:", err)
 	}
 	p1.Release(ctx)
@@ -46,5 +47,5 @@ func ExampleSemaphore() {
 	// true 1 1
 	// both permits held
 	// 2 holders
-	// refused: fencelock: semaphore "exports" used with 3 permits, but "exports/.permit/0" is held by a caller using 2
+	// refused: recipe: semaphore "exports" used with 3 permits, but "exports/.permit/0" is held by a caller using 2
 }

@@ -1,16 +1,20 @@
-package fencelock
+package recipe
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
-// ErrNoLeader is returned by Client.Leader when nobody holds the key.
-var ErrNoLeader = errors.New("fencelock: no leader")
+// ErrNoLeader is returned by CurrentLeader when nobody holds the key.
+var ErrNoLeader = errors.New("recipe: no leader")
 
 // Leader is an election's leader as the store reports it. The Leader of a
 // key that nobody holds has only Key set; Elected reports which it is.
@@ -26,7 +30,7 @@ type Leader struct {
 	// since with Lease.SetMetadata (etcd's Proclaim). Nil if none.
 	Value []byte
 	// Token is the leader's fencing token; zero if there is no leader.
-	Token Token
+	Token fencelock.Token
 	// Owner is the store's owner string of the leader's lease (as
 	// Lease.Owner, Inspect and List report it): unique per lease, so a
 	// change of Owner is a new term even when Identity stays the same.
@@ -37,17 +41,17 @@ type Leader struct {
 // key).
 func (l Leader) Elected() bool { return l.Token != 0 }
 
-func leaderOf(key string, info Info) Leader {
+func leaderOf(key string, info fencelock.Info) Leader {
 	if !info.Locked() {
 		return Leader{Key: key}
 	}
 	return Leader{Key: key, Identity: info.Label(), Value: info.Metadata, Token: info.Token, Owner: info.Owner}
 }
 
-// Leader returns key's current leader as the store reports it (one Inspect
-// of the key), or ErrNoLeader (with a Leader that has only Key set) when
-// nobody holds the key.
-func (c *Client) Leader(ctx context.Context, key string) (Leader, error) {
+// CurrentLeader returns key's current leader as c's store reports it (one
+// Inspect of the key), or ErrNoLeader (with a Leader that has only Key
+// set) when nobody holds the key.
+func CurrentLeader(ctx context.Context, c *fencelock.Client, key string) (Leader, error) {
 	info, err := c.Inspect(ctx, key)
 	if err != nil {
 		return Leader{}, err
@@ -88,7 +92,7 @@ type ElectOptions struct {
 	// Acquire are the options of each term's Acquire (WithTTL, WithMinHold,
 	// …). Elect adds WithLabel(identity) and WithMetadata(value) after
 	// them, so those two have no effect here.
-	Acquire []AcquireOption
+	Acquire []fencelock.AcquireOption
 }
 
 // Elect campaigns for leadership of key until ctx ends. identity names
@@ -125,9 +129,9 @@ type ElectOptions struct {
 // starts after this one's context was cancelled (Elect cannot make fn
 // return; fn must stop acting on the resource when its context ends, and
 // write with the lease's fencing token).
-func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, fn func(ctx context.Context, l *Lease) error, opts *ElectOptions) error {
+func Elect(ctx context.Context, c *fencelock.Client, key, identity string, value []byte, fn func(ctx context.Context, l *fencelock.Lease) error, opts *ElectOptions) error {
 	if fn == nil {
-		return errors.New("fencelock: Elect: nil fn")
+		return errors.New("recipe: Elect: nil fn")
 	}
 	var o ElectOptions
 	if opts != nil {
@@ -143,14 +147,16 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 	if o.OnNewLeader != nil {
 		octx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
+		ob := newObserver(c, key, false)
+		if err := c.Go(func(closing context.Context) {
+			defer close(done)
+			ob.run(octx, closing, o.OnNewLeader)
+		}); err != nil {
+			close(done) // closing: the campaign's first Acquire says so
+		}
 		defer func() {
 			stop()
 			<-done
-		}()
-		ob := c.newObserver(key, false)
-		go func() {
-			defer close(done)
-			ob.run(octx, o.OnNewLeader)
 		}()
 	}
 	for {
@@ -159,7 +165,7 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 			fnErr   error
 			term    Leader
 		)
-		err := c.Do(ctx, key, func(lctx context.Context, l *Lease) error {
+		err := c.Do(ctx, key, func(lctx context.Context, l *fencelock.Lease) error {
 			started = true
 			term = Leader{Key: key, Identity: identity, Value: value, Token: l.Token(), Owner: l.Owner()}
 			if o.OnStartedLeading != nil {
@@ -186,19 +192,19 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 			}()
 			fnErr = fn(fctx, l)
 			return fnErr
-		}, append(o.Acquire[:len(o.Acquire):len(o.Acquire)], WithLabel(identity), WithMetadata(value))...)
+		}, append(o.Acquire[:len(o.Acquire):len(o.Acquire)], fencelock.WithLabel(identity), fencelock.WithMetadata(value))...)
 		if !started {
 			switch {
 			case ctx.Err() != nil && !misuse(err):
 				return nil // resigned while campaigning
-			case errors.Is(err, ErrNotAcquired):
+			case errors.Is(err, fencelock.ErrNotAcquired):
 				continue // a WithWait bound passed: campaign again
 			}
 			return err
 		}
-		lost := errors.Is(err, ErrLeaseLost)
+		lost := errors.Is(err, fencelock.ErrLeaseLost)
 		if o.OnStoppedLeading != nil {
-			var cause *LostError
+			var cause *fencelock.LostError
 			if !lost || !errors.As(err, &cause) {
 				o.OnStoppedLeading(term, nil)
 			} else {
@@ -207,12 +213,12 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 		}
 		switch {
 		case ctx.Err() != nil:
-			if fnErr != nil && !lost && !isCtxErr(fnErr) {
+			if fnErr != nil && !lost && !errors.Is(fnErr, context.Canceled) && !errors.Is(fnErr, context.DeadlineExceeded) {
 				return err // fn failed as it resigned
 			}
 			return nil // resigned
-		case errors.Is(err, ErrClosed):
-			return ErrClosed
+		case errors.Is(err, fencelock.ErrClosed):
+			return fencelock.ErrClosed
 		case lost:
 			// Campaign again.
 		case fnErr != nil:
@@ -225,10 +231,30 @@ func (c *Client) Elect(ctx context.Context, key, identity string, value []byte, 
 	}
 }
 
+// checkLabel checks an owner label (the identity): 1 to 200 bytes of
+// printable text, as fencelock.WithLabel requires.
+func checkLabel(name, label string) error {
+	if label == "" {
+		return badOption(name, strconv.Quote(label), "must not be empty")
+	}
+	if len(label) > 200 {
+		return badOption(name, strconv.Quote(label[:20]+"…"), "must be at most 200 bytes")
+	}
+	if !utf8.ValidString(label) {
+		return badOption(name, strconv.Quote(label), "must be valid UTF-8")
+	}
+	for _, r := range label {
+		if !unicode.IsPrint(r) {
+			return badOption(name, strconv.Quote(label), "must be printable text")
+		}
+	}
+	return nil
+}
+
 // misuse reports whether err is a caller's mistake that Elect reports
 // even when its ctx has ended: a bad key or option.
 func misuse(err error) bool {
-	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrUnsupported)
+	return errors.Is(err, fencelock.ErrInvalidKey) || errors.Is(err, fencelock.ErrInvalidOption) || errors.Is(err, fencelock.ErrUnsupported)
 }
 
 // Observe returns a channel that delivers key's leader each time it
@@ -268,8 +294,8 @@ func misuse(err error) bool {
 // sharing its Client with a waiting Acquire can take the wake-up that
 // Acquire would have had (which then tries again at its own backoff); use
 // a separate Client for observers where that delay matters.
-func (c *Client) Observe(ctx context.Context, key string) (<-chan Leader, error) {
-	ob := c.newObserver(key, true)
+func Observe(ctx context.Context, c *fencelock.Client, key string) (<-chan Leader, error) {
+	ob := newObserver(c, key, true)
 	// Subscribe before the first read, so that a change between the two
 	// is not missed.
 	ctx, stop := context.WithCancel(ctx)
@@ -280,13 +306,8 @@ func (c *Client) Observe(ctx context.Context, key string) (<-chan Leader, error)
 		return nil, err
 	}
 	ob.deliver(first)
-	if !c.track() {
-		stop()
-		return nil, ErrClosed
-	}
 	out := make(chan Leader)
-	go func() {
-		defer c.wg.Done()
+	if err := c.Go(func(closing context.Context) {
 		defer close(out)
 		defer stop()
 		send := func(l Leader) bool {
@@ -294,36 +315,28 @@ func (c *Client) Observe(ctx context.Context, key string) (<-chan Leader, error)
 			case out <- l:
 				return true
 			case <-ctx.Done():
-			case <-c.life.Done():
+			case <-closing.Done():
 			}
 			return false
 		}
 		if send(first) {
-			ob.run(ctx, func(l Leader) { send(l) })
+			ob.run(ctx, closing, func(l Leader) { send(l) })
 		}
-	}()
-	return out, nil
-}
-
-// track registers a goroutine that Close waits for: it must end once
-// c.life is cancelled, and call c.wg.Done. It reports false, registering
-// nothing, if the client is closing.
-func (c *Client) track() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped || c.closed {
-		return false
+	}); err != nil {
+		stop()
+		return nil, err
 	}
-	c.wg.Add(1)
-	return true
+	return out, nil
 }
 
 // observer reads a key's leader when it has reason to (see Observe) and
 // decides which reads are changes to deliver.
 type observer struct {
-	c     *Client
-	key   string
-	watch bool // subscribe to the backend's notifications
+	c       *fencelock.Client
+	o       fencelock.Options
+	watcher driver.Watcher
+	key     string
+	watch   bool // subscribe to the backend's notifications
 	// leases: report changes of lease only (Elect's OnNewLeader), not
 	// new values or rotated tokens of the same lease.
 	leases bool
@@ -335,13 +348,15 @@ type observer struct {
 	curRem  time.Duration   // its Info.Remaining (0: unknown)
 	failed  bool            // the last read failed
 	last    Leader          // the state last delivered
-	lastTok Token           // the highest leader token delivered
+	lastTok fencelock.Token // the highest leader token delivered
 	sent    bool            // anything delivered yet
 	backoff time.Duration   // the next wait while no leader is seen, or reads fail
 }
 
-func (c *Client) newObserver(key string, watch bool) *observer {
-	return &observer{c: c, key: key, watch: watch && c.watcher != nil, leases: !watch, backoff: c.o.MinBackoff}
+func newObserver(c *fencelock.Client, key string, watch bool) *observer {
+	w, ok := driver.Watches(c.Backend())
+	o := c.Options()
+	return &observer{c: c, o: o, watcher: w, key: key, watch: watch && ok, leases: !watch, backoff: o.MinBackoff}
 }
 
 // subscribe asks the backend for notifications about the key, if it can
@@ -352,13 +367,13 @@ func (o *observer) subscribe(ctx context.Context) {
 		return
 	}
 	o.notify, o.resub = nil, time.Time{}
-	ch, err := o.c.watcher.Watch(ctx, o.key)
-	if errors.Is(err, ErrUnsupported) {
+	ch, err := o.watcher.Watch(ctx, o.key)
+	if errors.Is(err, fencelock.ErrUnsupported) {
 		o.watch = false // configured without notifications: poll
 		return
 	}
 	if err != nil {
-		o.resub = time.Now().Add(o.c.o.MaxBackoff)
+		o.resub = time.Now().Add(o.o.MaxBackoff)
 		return
 	}
 	o.notify = ch
@@ -371,18 +386,15 @@ func (o *observer) readOnce(ctx context.Context) (Leader, error) {
 	// Each read is bounded as Client.Inspect's is (Options.TTL), so that
 	// a store that stops answering cannot hold Observe's first read, or
 	// its watch loop, without end.
-	rctx, cancel := boundCtx(ctx, o.c.o.TTL)
-	info, err := o.c.b.Inspect(rctx, o.key)
-	err = cutShort(rctx, err)
-	cancel()
+	info, err := o.c.Inspect(ctx, o.key)
 	if err != nil {
 		o.failed = true
-		return Leader{}, o.c.wrap(ctx, "inspect", err)
+		return Leader{}, err
 	}
 	cur := leaderOf(o.key, info)
 	o.cur, o.curAt, o.curRem, o.failed = cur, start, info.Remaining, false
 	if cur.Elected() {
-		o.backoff = o.c.o.MinBackoff
+		o.backoff = o.o.MinBackoff
 	}
 	return cur, nil
 }
@@ -416,7 +428,7 @@ func (o *observer) deliver(l Leader) {
 
 // wait returns how long to wait before the next read.
 func (o *observer) wait(now time.Time) time.Duration {
-	bound := o.c.o.MaxBackoff
+	bound := o.o.MaxBackoff
 	if o.failed || !o.cur.Elected() {
 		d := jitter(o.backoff)
 		o.backoff = min(2*o.backoff, bound)
@@ -426,7 +438,7 @@ func (o *observer) wait(now time.Time) time.Duration {
 	if o.curRem > 0 {
 		// Just after the record is due to expire unless renewed.
 		due := o.curAt.Add(o.curRem + 2*time.Millisecond).Sub(now)
-		d = min(d, max(due, o.c.o.MinBackoff))
+		d = min(d, max(due, o.o.MinBackoff))
 	}
 	return d
 }
@@ -434,8 +446,7 @@ func (o *observer) wait(now time.Time) time.Duration {
 // run reads the key until ctx ends or the client begins to close, and
 // calls emit with each change. The observer of Observe has delivered its
 // first state already; Elect's reads at once.
-func (o *observer) run(ctx context.Context, emit func(Leader)) {
-	c := o.c
+func (o *observer) run(ctx, closing context.Context, emit func(Leader)) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -448,14 +459,14 @@ func (o *observer) run(ctx context.Context, emit func(Leader)) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.life.Done():
+			case <-closing.Done():
 				return
 			case _, ok := <-o.notify:
 				if !ok {
 					// The subscription ended (the backend lost its
 					// notification connection): poll, and subscribe
 					// again later.
-					o.notify, o.resub = nil, time.Now().Add(c.o.MaxBackoff)
+					o.notify, o.resub = nil, time.Now().Add(o.o.MaxBackoff)
 				}
 			case <-timer.C:
 			}
@@ -463,7 +474,7 @@ func (o *observer) run(ctx context.Context, emit func(Leader)) {
 		}
 		cur, err := o.readOnce(ctx)
 		if err != nil {
-			if ctx.Err() != nil || c.life.Err() != nil || (definite(err) && !errors.Is(err, ErrNotAcquired)) {
+			if ctx.Err() != nil || closing.Err() != nil || (definite(err) && !errors.Is(err, fencelock.ErrNotAcquired)) {
 				return // over, or a key or client that cannot be read
 			}
 			if !o.sent {

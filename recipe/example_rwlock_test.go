@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 func ExampleRWLock() {
@@ -17,12 +18,12 @@ func ExampleRWLock() {
 	defer a.Close()
 	defer b.Close()
 
-	ra, err := a.RWLock("catalog")
+	ra, err := recipe.NewRWLock(a, "catalog")
 	if err != nil {
 		panic(err)
 	}
-	rb, _ := b.RWLock("catalog")
-	var fence fencelock.RWFence // the resource's side
+	rb, _ := recipe.NewRWLock(b, "catalog")
+	var fence recipe.RWFence // the resource's side
 
 	// Two readers at once.
 	r1, _ := ra.RLock(ctx)

@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // recipeHold is the minimum hold of the recipes' tests: far longer than
@@ -54,17 +55,17 @@ func storeRecords(t *testing.T, store *memory.Store) []driver.Info {
 func TestMinHoldNotKeptByRefusedWriteGrant(t *testing.T) {
 	refusals := []struct {
 		name string
-		call func(ctx context.Context, rw *fencelock.RWLock, opts []fencelock.AcquireOption) error
+		call func(ctx context.Context, rw *recipe.RWLock, opts []fencelock.AcquireOption) error
 	}{
-		{"TryLock", func(ctx context.Context, rw *fencelock.RWLock, opts []fencelock.AcquireOption) error {
+		{"TryLock", func(ctx context.Context, rw *recipe.RWLock, opts []fencelock.AcquireOption) error {
 			_, err := rw.TryLock(ctx, opts...)
 			return err
 		}},
-		{"Lock with WithWait", func(ctx context.Context, rw *fencelock.RWLock, opts []fencelock.AcquireOption) error {
+		{"Lock with WithWait", func(ctx context.Context, rw *recipe.RWLock, opts []fencelock.AcquireOption) error {
 			_, err := rw.Lock(ctx, append(opts, fencelock.WithWait(300*time.Millisecond))...)
 			return err
 		}},
-		{"Lock until the context ends", func(ctx context.Context, rw *fencelock.RWLock, opts []fencelock.AcquireOption) error {
+		{"Lock until the context ends", func(ctx context.Context, rw *recipe.RWLock, opts []fencelock.AcquireOption) error {
 			ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
 			_, err := rw.Lock(ctx, opts...)
@@ -124,8 +125,8 @@ func TestMinHoldNotKeptByRefusedReadGrant(t *testing.T) {
 					refused := rwlock(t, newClient(t, sb.wrap(store.Backend()), ro), "k")
 					others := rwlock(t, newClient(t, sb.wrap(store.Backend()), plainOpts("others")), "k")
 
-					var readers []*fencelock.RWGrant
-					for range fencelock.MaxReaders {
+					var readers []*recipe.RWGrant
+					for range recipe.MaxReaders {
 						g, err := others.TryRLock(t.Context())
 						if err != nil {
 							t.Fatal(err)
@@ -181,7 +182,7 @@ func TestMinHoldNotKeptByPermitRefusedForMismatch(t *testing.T) {
 				}
 				o, callOpts := way.set("refused")
 				c := newClient(t, hookAcquire{Backend: store.Backend(), before: hook}, o)
-				if _, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context(), callOpts...); !errors.Is(err, fencelock.ErrPermitsMismatch) {
+				if _, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context(), callOpts...); !errors.Is(err, recipe.ErrPermitsMismatch) {
 					t.Fatalf("TryAcquire while a caller with 5 permits took one just before the grant: %v; want ErrPermitsMismatch", err)
 				}
 				hs := holders(t, semaphore(t, other, "pool", 5))
@@ -213,7 +214,7 @@ func TestMinHoldKeptByRecipeGrants(t *testing.T) {
 				return g.Release
 			},
 			func(ctx context.Context, c *fencelock.Client) error {
-				rw, err := c.RWLock("k")
+				rw, err := recipe.NewRWLock(c, "k")
 				if err != nil {
 					return err
 				}
@@ -232,7 +233,7 @@ func TestMinHoldKeptByRecipeGrants(t *testing.T) {
 				return g.Release
 			},
 			func(ctx context.Context, c *fencelock.Client) error {
-				rw, err := c.RWLock("k")
+				rw, err := recipe.NewRWLock(c, "k")
 				if err != nil {
 					return err
 				}
@@ -251,7 +252,7 @@ func TestMinHoldKeptByRecipeGrants(t *testing.T) {
 				return l.Release
 			},
 			func(ctx context.Context, c *fencelock.Client) error {
-				s, err := c.Semaphore("pool", 1)
+				s, err := recipe.NewSemaphore(c, "pool", 1)
 				if err != nil {
 					return err
 				}

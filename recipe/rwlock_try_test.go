@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // Concurrent TryRLock calls on a lock that no writer holds or waits for,
@@ -31,13 +32,13 @@ func TestRWLockConcurrentTryRLockNotRefusedByReaders(t *testing.T) {
 		t.Run(sb.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
-				var rws []*fencelock.RWLock
+				var rws []*recipe.RWLock
 				for range readers {
 					o := &fencelock.Options{TTL: 3 * time.Second, MaxBackoff: 20 * time.Millisecond}
 					rws = append(rws, rwlock(t, newClient(t, sb.wrap(store.Backend()), o), "k"))
 				}
 				for round := range rounds {
-					grants := make([]*fencelock.RWGrant, readers)
+					grants := make([]*recipe.RWGrant, readers)
 					errs := make([]error, readers)
 					start := make(chan struct{})
 					var wg sync.WaitGroup
@@ -123,12 +124,12 @@ func TestRWLockTryRLockRefusedByWaitingWriter(t *testing.T) {
 			resume := make(chan struct{})
 			resumeOnce := sync.OnceFunc(func() { close(resume) })
 			defer resumeOnce() // a failed test lets it go on, so that the bubble ends
-			defer fencelock.SetRWTestHookEntered(func(gate *fencelock.Lease) {
+			defer recipe.SetRWTestHookEntered(func(gate *fencelock.Lease) {
 				if strings.HasPrefix(gate.Owner(), "paused") {
 					<-resume // a reader that stays in the gate
 				}
 			})()
-			pausedDone := make(chan *fencelock.RWGrant, 1)
+			pausedDone := make(chan *recipe.RWGrant, 1)
 			go func() {
 				g, err := paused.RLock(t.Context())
 				if err != nil && t.Context().Err() == nil {
@@ -184,12 +185,12 @@ func TestRWLockTryRLockBoundedByReaderStuckInGate(t *testing.T) {
 		resume := make(chan struct{})
 		resumeOnce := sync.OnceFunc(func() { close(resume) })
 		defer resumeOnce() // a failed test lets it go on, so that the bubble ends
-		defer fencelock.SetRWTestHookEntered(func(gate *fencelock.Lease) {
+		defer recipe.SetRWTestHookEntered(func(gate *fencelock.Lease) {
 			if strings.HasPrefix(gate.Owner(), "paused") {
 				<-resume
 			}
 		})()
-		pausedDone := make(chan *fencelock.RWGrant, 1)
+		pausedDone := make(chan *recipe.RWGrant, 1)
 		go func() {
 			g, err := paused.RLock(t.Context())
 			if err != nil && t.Context().Err() == nil {

@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // A recipe's waiting call without a deadline (Semaphore.Acquire, RLock,
@@ -25,21 +26,21 @@ func TestRecipeWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 		call func(ctx context.Context, c *fencelock.Client) error
 	}{
 		{"Semaphore.Acquire", func(ctx context.Context, c *fencelock.Client) error {
-			s, err := c.Semaphore("pool", 3)
+			s, err := recipe.NewSemaphore(c, "pool", 3)
 			if err == nil {
 				_, err = s.Acquire(ctx)
 			}
 			return err
 		}},
 		{"RWLock.RLock", func(ctx context.Context, c *fencelock.Client) error {
-			rw, err := c.RWLock("k")
+			rw, err := recipe.NewRWLock(c, "k")
 			if err == nil {
 				_, err = rw.RLock(ctx)
 			}
 			return err
 		}},
 		{"RWLock.Lock", func(ctx context.Context, c *fencelock.Client) error {
-			rw, err := c.RWLock("k")
+			rw, err := recipe.NewRWLock(c, "k")
 			if err == nil {
 				_, err = rw.Lock(ctx)
 			}
@@ -120,14 +121,14 @@ func TestRecipeSlotWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 		call func(ctx context.Context, c *fencelock.Client) error
 	}{
 		{"Semaphore.Acquire", func(ctx context.Context, c *fencelock.Client) error {
-			s, err := c.Semaphore("pool", 3)
+			s, err := recipe.NewSemaphore(c, "pool", 3)
 			if err == nil {
 				_, err = s.Acquire(ctx)
 			}
 			return err
 		}},
 		{"RWLock.RLock", func(ctx context.Context, c *fencelock.Client) error {
-			rw, err := c.RWLock("k")
+			rw, err := recipe.NewRWLock(c, "k")
 			if err == nil {
 				_, err = rw.RLock(ctx)
 			}
@@ -150,7 +151,7 @@ func TestRecipeSlotWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 					b := newFaulty(store)
 					o := boundOpts()
 					slots := func(key string) bool {
-						return strings.Contains(key, fencelock.PermitSeparator) || strings.Contains(key, fencelock.RWSeparator+"r/")
+						return strings.Contains(key, recipe.PermitSeparator) || strings.Contains(key, recipe.RWSeparator+"r/")
 					}
 					c := newClient(t, way.wrap(refuseAcquires{b, slots}), o)
 					for round := range rounds {

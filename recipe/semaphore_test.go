@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-func semaphore(t *testing.T, c *fencelock.Client, key string, n int) *fencelock.Semaphore {
+func semaphore(t *testing.T, c *fencelock.Client, key string, n int) *recipe.Semaphore {
 	t.Helper()
-	s, err := c.Semaphore(key, n)
+	s, err := recipe.NewSemaphore(c, key, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func semaphore(t *testing.T, c *fencelock.Client, key string, n int) *fencelock.
 }
 
 // holders returns the semaphore's holders, failing the test on an error.
-func holders(t *testing.T, s *fencelock.Semaphore) []fencelock.Permit {
+func holders(t *testing.T, s *recipe.Semaphore) []recipe.Permit {
 	t.Helper()
 	hs, err := s.Holders(context.Background())
 	if err != nil {
@@ -193,8 +194,8 @@ func TestSemaphorePermitsMismatchRefused(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			_, err := acquire(ctx)
 			cancel()
-			var me *fencelock.PermitsMismatchError
-			if !errors.Is(err, fencelock.ErrPermitsMismatch) || !errors.As(err, &me) || me.Held != 2 || me.Permits != n || me.Slot != la.Key() {
+			var me *recipe.PermitsMismatchError
+			if !errors.Is(err, recipe.ErrPermitsMismatch) || !errors.As(err, &me) || me.Held != 2 || me.Permits != n || me.Slot != la.Key() {
 				t.Errorf("%s with %d permits while a holds one of 2: %v; want a *PermitsMismatchError (held 2, slot %s)", name, n, err, la.Key())
 			}
 		}
@@ -246,7 +247,7 @@ func testSemaphoreCrash(t *testing.T, wrap func(*memory.Backend) driver.Backend)
 		if got := time.Since(start); got < ttl || got > ttl+100*time.Millisecond {
 			t.Errorf("permit acquired %v after the holder stopped; want within the TTL (%v) and not before it", got, ttl)
 		}
-		if !strings.HasPrefix(l.Key(), "pool"+fencelock.PermitSeparator) {
+		if !strings.HasPrefix(l.Key(), "pool"+recipe.PermitSeparator) {
 			t.Errorf("permit key %q", l.Key())
 		}
 	})
@@ -267,7 +268,7 @@ func TestSemaphoreHoldersListsEveryHolder(t *testing.T) {
 	// Neither another semaphore below this one's key nor a plain lock
 	// beside it is listed.
 	other := newClient(t, store.Backend(), nil)
-	if _, err := semaphore(t, other, "pool"+fencelock.PermitSeparator+"1", 2).TryAcquire(t.Context()); err != nil {
+	if _, err := semaphore(t, other, "pool"+recipe.PermitSeparator+"1", 2).TryAcquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := other.TryAcquire(t.Context(), "pool/x"); err != nil {
@@ -285,7 +286,7 @@ func TestSemaphoreHoldersListsEveryHolder(t *testing.T) {
 			}
 			found = true
 			if h.Owner != l.Owner() || h.Token != l.Token() || h.Label() != l.Label() || h.Permits != n ||
-				h.Key != "pool"+fencelock.PermitSeparator+fmt.Sprint(h.Slot) || (i > 0 && hs[i-1].Slot >= h.Slot) {
+				h.Key != "pool"+recipe.PermitSeparator+fmt.Sprint(h.Slot) || (i > 0 && hs[i-1].Slot >= h.Slot) {
 				t.Errorf("holder %+v; want owner %s, token %d, label %s, %d permits, slot matching its key, sorted by slot", h, l.Owner(), l.Token(), l.Label(), n)
 			}
 			if string(h.Metadata) != strings.Replace(l.Label(), "web", "addr", 1) {
@@ -300,19 +301,19 @@ func TestSemaphoreHoldersListsEveryHolder(t *testing.T) {
 
 func TestSemaphoreBadInput(t *testing.T) {
 	c := newClient(t, memory.New(), nil)
-	for _, n := range []int{0, -1, fencelock.MaxPermits + 1} {
-		if _, err := c.Semaphore("k", n); !errors.Is(err, fencelock.ErrInvalidOption) {
+	for _, n := range []int{0, -1, recipe.MaxPermits + 1} {
+		if _, err := recipe.NewSemaphore(c, "k", n); !errors.Is(err, fencelock.ErrInvalidOption) {
 			t.Errorf("Semaphore(k, %d): %v; want ErrInvalidOption", n, err)
 		}
 	}
-	for _, key := range []string{"", "a\x00b", strings.Repeat("k", driver.MaxKeyLen-len(fencelock.PermitSeparator))} {
-		if _, err := c.Semaphore(key, 10); !errors.Is(err, fencelock.ErrInvalidKey) {
+	for _, key := range []string{"", "a\x00b", strings.Repeat("k", driver.MaxKeyLen-len(recipe.PermitSeparator))} {
+		if _, err := recipe.NewSemaphore(c, key, 10); !errors.Is(err, fencelock.ErrInvalidKey) {
 			t.Errorf("Semaphore(%.20q…, 10): %v; want ErrInvalidKey", key, err)
 		}
 	}
 	// The longest key that fits: its last slot key is MaxKeyLen bytes.
-	key := strings.Repeat("k", driver.MaxKeyLen-len(fencelock.PermitSeparator)-1)
-	s, err := c.Semaphore(key, 10)
+	key := strings.Repeat("k", driver.MaxKeyLen-len(recipe.PermitSeparator)-1)
+	s, err := recipe.NewSemaphore(c, key, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +356,7 @@ func TestSemaphorePermitsMismatchCaughtAfterGrant(t *testing.T) {
 	}
 	c := newClient(t, hookAcquire{Backend: store.Backend(), before: hook}, &fencelock.Options{Owner: "c"})
 	_, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context())
-	if !errors.Is(err, fencelock.ErrPermitsMismatch) {
+	if !errors.Is(err, recipe.ErrPermitsMismatch) {
 		t.Fatalf("TryAcquire while a caller with 5 permits took one just before the grant: %v; want ErrPermitsMismatch", err)
 	}
 	hs := holders(t, semaphore(t, other, "pool", 5))

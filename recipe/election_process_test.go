@@ -1,6 +1,6 @@
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
 
-package fencelock_test
+package recipe_test
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/file"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 const (
@@ -111,7 +112,7 @@ func TestElectThreeProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, b, &fencelock.Options{TTL: electTTL})
-	ch, err := c.Observe(t.Context(), electKey)
+	ch, err := recipe.Observe(t.Context(), c, electKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestElectThreeProcesses(t *testing.T) {
 	if d, early := next.at.Sub(killed), electTTL-electTTL/3-50*time.Millisecond; d < early {
 		t.Errorf("the new leader started %v after the kill: before the dead leader's record could have expired (TTL %v, renewed every %v)", d, electTTL, electTTL/3)
 	}
-	if l, err := c.Leader(t.Context(), electKey); err != nil || l.Identity != next.Proc || l.Token != fencelock.Token(next.Token) {
+	if l, err := recipe.CurrentLeader(t.Context(), c, electKey); err != nil || l.Identity != next.Proc || l.Token != fencelock.Token(next.Token) {
 		t.Errorf("Leader = %+v, %v; want %s#%d", l, err, next.Proc, next.Token)
 	}
 }
@@ -259,7 +260,7 @@ func TestElectHelperProcess(t *testing.T) {
 	campaigner, observer := open(), open()
 	defer observer.Close()
 	defer campaigner.Close()
-	ch, err := observer.Observe(ctx, electKey)
+	ch, err := recipe.Observe(ctx, observer, electKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestElectHelperProcess(t *testing.T) {
 			emit(electEvent{Kind: "observed", Identity: l.Identity, Value: string(l.Value), Token: uint64(l.Token)})
 		}
 	}()
-	err = campaigner.Elect(ctx, electKey, id, []byte("addr-"+id), func(ctx context.Context, l *fencelock.Lease) error {
+	err = recipe.Elect(ctx, campaigner, electKey, id, []byte("addr-"+id), func(ctx context.Context, l *fencelock.Lease) error {
 		emit(electEvent{Kind: "leading", Identity: id, Token: uint64(l.Token())})
 		<-ctx.Done()
 		emit(electEvent{Kind: "stopped", Identity: id, Token: uint64(l.Token())})

@@ -1,4 +1,4 @@
-package fencelock
+package recipe
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -20,10 +21,11 @@ import (
 const MaxPermits = 256
 
 // PermitSeparator is what a Semaphore puts between its key and a permit
-// slot's number: the slot keys of Semaphore(key, n) are
+// slot's number: the slot keys of NewSemaphore(c, key, n) are
 // key + PermitSeparator + "0" … key + PermitSeparator + strconv.Itoa(n-1).
-// Keys that contain it are reserved for semaphores: a plain lock on such a
-// key occupies the semaphore's slot.
+// Keys that contain it are reserved for semaphores: a plain lock on such
+// a key occupies the semaphore's slot. It is part of the store's layout
+// (what List and a history checker see), not needed to use a Semaphore.
 const PermitSeparator = "/.permit/"
 
 // permitHeader starts the metadata of every permit: it records the
@@ -34,7 +36,7 @@ const permitHeader = "fencelock-semaphore permits="
 // ErrPermitsMismatch is matched by the *PermitsMismatchError a Semaphore
 // returns when a permit of its key is held by a caller that uses another
 // number of permits.
-var ErrPermitsMismatch = errors.New("fencelock: semaphore permits mismatch")
+var ErrPermitsMismatch = errors.New("recipe: semaphore permits mismatch")
 
 // PermitsMismatchError reports that a permit of a semaphore's key is held
 // under another number of permits. It matches ErrPermitsMismatch.
@@ -51,7 +53,7 @@ type PermitsMismatchError struct {
 
 // Error implements error.
 func (e *PermitsMismatchError) Error() string {
-	return fmt.Sprintf("fencelock: semaphore %s used with %d permits, but %s is held by a caller using %d",
+	return fmt.Sprintf("recipe: semaphore %s used with %d permits, but %s is held by a caller using %d",
 		strconv.Quote(e.Key), e.Permits, strconv.Quote(e.Slot), e.Held)
 }
 
@@ -60,10 +62,10 @@ func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermi
 
 // Semaphore is a counting semaphore of N permits on one key, for every
 // client of the store: at most N leases are held at once. Each permit is
-// an ordinary Lease on a slot key (see PermitSeparator), so it has its own
-// fencing token, renewal, local validity, loss signal and crash release,
-// exactly as a lock has. Create one with Client.Semaphore; its methods are
-// safe for concurrent use.
+// an ordinary fencelock.Lease on a slot key (see SlotKey), so it has its
+// own fencing token, renewal, local validity, loss signal and crash
+// release, exactly as a lock has. Create one with NewSemaphore; its
+// methods are safe for concurrent use.
 //
 // # Fencing
 //
@@ -89,26 +91,28 @@ func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermi
 //
 // # Implementation
 //
-// Generic: a Semaphore only uses the Client's Acquire, TryAcquire and
-// List, so it works on every backend; no backend has a native one yet.
-// A waiting Acquire waits on every slot at once with the engine's own
-// waiting where the backend can queue or notify, and polls every slot
-// with backoff where it can do neither; it is not FIFO across slots, even
-// on queueing stores.
+// Generic: a Semaphore only uses the Client's public API (Acquire,
+// TryAcquire, List and the recipe seam, Client.Begin), so it works on
+// every backend; no backend has a native one yet. A waiting Acquire waits
+// on every slot at once with the engine's own waiting where the backend
+// can queue or notify, and polls every slot with backoff (Call.Pause)
+// where it can do neither; it is not FIFO across slots, even on queueing
+// stores.
 type Semaphore struct {
-	c     *Client
+	c     *fencelock.Client
 	key   string
 	n     int
 	slots []string
 }
 
-// Semaphore returns the semaphore of n permits (1 to MaxPermits) on key.
-// It stores nothing. It returns an *InvalidOptionError for n out of
-// range, and an *InvalidKeyError (matching ErrInvalidKey) for a key that
-// driver.ValidateKey refuses or whose longest slot key would be longer
-// than driver.MaxKeyLen. A backend with stricter key rules refuses a slot
-// key when it is first used.
-func (c *Client) Semaphore(key string, n int) (*Semaphore, error) {
+// NewSemaphore returns the semaphore of n permits (1 to MaxPermits) on
+// key, for c's store. It stores nothing. It returns an
+// *fencelock.InvalidOptionError for n out of range, and an
+// *fencelock.InvalidKeyError (matching fencelock.ErrInvalidKey) for a key
+// that driver.ValidateKey refuses or whose longest slot key would be
+// longer than driver.MaxKeyLen. A backend with stricter key rules refuses
+// a slot key when it is first used.
+func NewSemaphore(c *fencelock.Client, key string, n int) (*Semaphore, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, badOption("Permits", n, "must be between 1 and %d", MaxPermits)
 	}
@@ -120,10 +124,16 @@ func (c *Client) Semaphore(key string, n int) (*Semaphore, error) {
 		s.slots[i] = key + PermitSeparator + strconv.Itoa(i)
 	}
 	if last := s.slots[n-1]; len(last) > driver.MaxKeyLen {
-		return nil, &InvalidKeyError{Key: key, Reason: fmt.Sprintf("its permit slot key %d bytes, longer than %d (a semaphore's key may be at most %d bytes with %d permits)",
+		return nil, &fencelock.InvalidKeyError{Key: key, Reason: fmt.Sprintf("its permit slot key %d bytes, longer than %d (a semaphore's key may be at most %d bytes with %d permits)",
 			len(last), driver.MaxKeyLen, driver.MaxKeyLen-len(last)+len(key), n)}
 	}
 	return s, nil
+}
+
+// badOption returns the *fencelock.InvalidOptionError of an option out
+// of range.
+func badOption(name string, v any, format string, args ...any) error {
+	return &fencelock.InvalidOptionError{Option: name, Value: fmt.Sprint(v), Reason: fmt.Sprintf(format, args...)}
 }
 
 // Key returns the semaphore's key.
@@ -139,15 +149,20 @@ func (s *Semaphore) SlotKey(i int) string { return s.slots[i] }
 
 // TryAcquire makes one attempt at each permit slot, in a random order,
 // and returns the first permit it gets. When every slot is held it
-// returns an error matching ErrNotAcquired; when a holder uses another
-// number of permits, a *PermitsMismatchError. opts apply to the permit's
-// lease as to Client.TryAcquire; WithMetadata's payload is stored after
-// the semaphore's header (see Holders).
-func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	if _, err := s.c.resolveCall(opts); err != nil {
+// returns an error matching fencelock.ErrNotAcquired; when a holder uses
+// another number of permits, a *PermitsMismatchError. opts apply to the
+// permit's lease as to Client.TryAcquire; WithMetadata's payload is
+// stored after the semaphore's header (see Holders).
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...fencelock.AcquireOption) (*fencelock.Lease, error) {
+	k, err := s.c.BeginTry(ctx, opts...)
+	if err != nil {
 		return nil, err
 	}
-	opts = s.options(opts)
+	l, err := s.try(k.Context(), s.options(k))
+	return l, k.End(err)
+}
+
+func (s *Semaphore) try(ctx context.Context, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
 	if err := s.check(ctx, nil); err != nil {
 		return nil, err
 	}
@@ -168,71 +183,32 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // can do neither it tries every slot again after a capped, jittered
 // backoff, never later than the soonest holder's record is due to
 // expire. A wait that ends without a permit (ctx, WithWait, or
-// Client.Close: ErrClosed) leaves nothing behind in the store. A holder that uses another number of permits makes
-// Acquire return a *PermitsMismatchError (see Semaphore). opts apply to
-// the permit's lease as to Client.Acquire.
-func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	cfg, err := s.c.resolveCall(opts)
+// Client.Close: ErrClosed) leaves nothing behind in the store. A holder
+// that uses another number of permits makes Acquire return a
+// *PermitsMismatchError (see Semaphore). opts apply to the permit's lease
+// as to Client.Acquire.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...fencelock.AcquireOption) (*fencelock.Lease, error) {
+	k, err := s.c.Begin(ctx, opts...) // Close ends the wait, and waits for its clean-up
 	if err != nil {
 		return nil, err
 	}
-	parent := ctx
-	if cfg.wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
-		defer cancel()
-	}
-	opts = s.options(opts)
-	bound, done, err := s.c.begin(ctx) // Close ends the wait, and waits for its clean-up
-	if err != nil {
+	l, err := s.acquire(k, s.options(k))
+	return l, k.End(err)
+}
+
+func (s *Semaphore) acquire(k *fencelock.Call, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
+	ctx := k.Context()
+	if err := s.check(ctx, k); err != nil {
 		return nil, err
 	}
-	defer done()
-	l, err := s.acquire(bound, opts, newStoreRun(bound, cfg.ttl))
-	return l, waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, bound, err))
-}
-
-// storeRun counts the store's failures for a recipe's waiting call, as
-// Client.Acquire counts them (see failing), for the requests the recipe
-// makes and retries itself (a semaphore's List, a read-write lock's look
-// at the intent, a round of tries): without a deadline on the call's
-// context, it gives up once the store has failed for the call's TTL
-// without an answer; with one, it retries until the deadline. Each such
-// request is bounded by the call's TTL.
-type storeRun struct {
-	failing
-	ttl time.Duration // the call's TTL
-}
-
-// newStoreRun returns the count of a waiting call on ctx whose TTL is ttl.
-func newStoreRun(ctx context.Context, ttl time.Duration) *storeRun {
-	r := &storeRun{ttl: ttl}
-	if _, ok := ctx.Deadline(); !ok {
-		r.limit = ttl
-	}
-	return r
-}
-
-// request returns the context of one request of the call: ctx bounded by
-// the call's TTL and the end of the failure window.
-func (r *storeRun) request(c *Client, ctx context.Context) (context.Context, context.CancelFunc) {
-	return c.requestCtx(ctx, r.ttl, r.until())
-}
-
-func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption, run *storeRun) (*Lease, error) {
-	if err := s.check(ctx, run); err != nil {
-		return nil, err
-	}
+	start := time.Now()
 	l, err := s.tryAll(ctx, opts)
 	if err != nil {
-		if definite(err) && !errors.Is(err, ErrNotAcquired) {
+		if err := k.Outcome(start, err); err != nil {
 			return nil, err
 		}
-		if ctx.Err() != nil {
-			return nil, s.c.ended(ctx, err)
-		}
-		if s.c.polled() {
-			l, err = s.poll(ctx, opts, err, run)
+		if polled(s.c) {
+			l, err = s.poll(ctx, k, opts, err)
 		} else {
 			l, err = s.race(ctx, opts)
 		}
@@ -240,26 +216,42 @@ func (s *Semaphore) acquire(ctx context.Context, opts []AcquireOption, run *stor
 			return nil, err
 		}
 	}
-	return s.verify(ctx, l, run)
+	return s.verify(ctx, l, k)
 }
 
-// options returns opts followed by the semaphore's own: the permit header
-// before the caller's metadata, and no per-lease wait bound (Acquire
-// bounds the whole wait itself).
-func (s *Semaphore) options(opts []AcquireOption) []AcquireOption {
+// polled reports whether every wait on c's backend polls: it can neither
+// queue waiters (driver.Waiter) nor notify them (driver.Watches).
+func polled(c *fencelock.Client) bool {
+	_, queues := c.Backend().(driver.Waiter)
+	_, notifies := driver.Watches(c.Backend())
+	return !queues && !notifies
+}
+
+// options returns the options of a permit's lease: call k's, with the
+// permit header before the caller's metadata, and no per-lease wait
+// bound (Acquire bounds the whole wait itself).
+func (s *Semaphore) options(k *fencelock.Call) []fencelock.AcquireOption {
 	header := permitHeader + strconv.Itoa(s.n) + "\n"
-	own := func(c *callConfig) {
-		c.meta = append([]byte(header), c.meta...)
-		c.wait, c.setWait = 0, false
+	return leaseOptions(k, append([]byte(header), k.Metadata()...), true)
+}
+
+// leaseOptions returns the options of a lease that a recipe's call k
+// takes: k's TTL and label, meta as its metadata, k's minimum hold with
+// hold (else none), and no wait bound.
+func leaseOptions(k *fencelock.Call, meta []byte, hold bool) []fencelock.AcquireOption {
+	minHold := time.Duration(0)
+	if hold {
+		minHold = k.MinHold()
 	}
-	return append(append([]AcquireOption(nil), opts...), own)
+	return []fencelock.AcquireOption{fencelock.WithTTL(k.TTL()), fencelock.WithLabel(k.Label()),
+		fencelock.WithMinHold(minHold), fencelock.WithMetadata(meta)}
 }
 
 // tryAll tries every slot once, in a random order. It returns the first
 // permit; else a definite error other than ErrNotAcquired, or ctx's
 // error, at once; else the last transient failure if there was one (the
 // slot's state is unknown); else an error matching ErrNotAcquired.
-func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, error) {
+func (s *Semaphore) tryAll(ctx context.Context, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
 	var transient error
 	var held []error
 	for _, i := range rand.Perm(s.n) {
@@ -267,7 +259,7 @@ func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, e
 		switch {
 		case err == nil:
 			return l, nil
-		case errors.Is(err, ErrNotAcquired):
+		case errors.Is(err, fencelock.ErrNotAcquired):
 			held = append(held, err)
 		case definite(err) || ctx.Err() != nil:
 			return nil, err
@@ -278,76 +270,46 @@ func (s *Semaphore) tryAll(ctx context.Context, opts []AcquireOption) (*Lease, e
 	if transient != nil {
 		return nil, transient
 	}
-	return nil, fmt.Errorf("%w: all %d permits of semaphore %s are held%w", ErrNotAcquired, s.n, strconv.Quote(s.key), heldBy(held))
+	return nil, fmt.Errorf("%w: all %d permits of semaphore %s are held%w", fencelock.ErrNotAcquired, s.n, strconv.Quote(s.key), heldBy(held))
+}
+
+// definite reports whether err is an answer rather than a failure of the
+// store: a refusal, a bad key or option, an unsupported call, a closed
+// client.
+func definite(err error) bool {
+	return errors.Is(err, fencelock.ErrNotAcquired) || errors.Is(err, fencelock.ErrNotHeld) ||
+		errors.Is(err, fencelock.ErrInvalidKey) || errors.Is(err, fencelock.ErrInvalidOption) ||
+		errors.Is(err, fencelock.ErrUnsupported) || errors.Is(err, fencelock.ErrClosed)
 }
 
 // poll waits for a permit on a backend that can neither queue nor
-// notify: tryAll again after a capped, jittered backoff, never longer than
-// until the first holder's record is due to expire, until run's window of
-// the store's failures ends (see storeRun). last is the first round's
-// error, begun at the call's start. (Racing N polling
-// Acquires there would cancel N−1 store requests in flight at every win;
-// a store that applies a cancelled insert after the engine's clean-up has
-// looked (FerretDB) keeps such a record until its TTL.)
-func (s *Semaphore) poll(ctx context.Context, opts []AcquireOption, last error, run *storeRun) (*Lease, error) {
-	if !definite(last) {
-		run.failed(s.c.now(), last)
-	}
-	backoff := s.c.o.MinBackoff
+// notify, on ctx (k's context, or one derived from it): tryAll again
+// after call k's pause (Call.Pause: a capped,
+// jittered backoff, never longer than until the first holder's record is
+// due to expire), until k's window of the store's failures ends (see
+// Call.Outcome). last is the first round's error, begun at the call's
+// start. (Racing N polling Acquires there would cancel N−1 store requests
+// in flight at every win; a store that applies a cancelled insert after
+// the engine's clean-up has looked (FerretDB) keeps such a record until
+// its TTL.)
+func (s *Semaphore) poll(ctx context.Context, k *fencelock.Call, opts []fencelock.AcquireOption, last error) (*fencelock.Lease, error) {
 	for {
-		wait := jitter(backoff)
-		if d := soonestExpiry(last); d > 0 && d < wait {
-			wait = d + time.Millisecond
-		}
-		if err := s.c.sleep(ctx, run.wait(s.c.now(), wait)); err != nil {
-			return nil, s.c.ended(ctx, last)
-		}
-		backoff = min(2*backoff, s.c.o.MaxBackoff)
-		start := s.c.now()
-		l, err := s.tryAll(ctx, opts)
-		switch {
-		case err == nil:
-			return l, nil
-		case definite(err) && !errors.Is(err, ErrNotAcquired):
+		if err := k.Pause(ctx, last); err != nil {
 			return nil, err
-		case ctx.Err() != nil:
-			return nil, s.c.ended(ctx, err)
-		case errors.Is(err, ErrNotAcquired):
-			run.answered()
-		default:
-			if run.failed(start, err); run.over(s.c.now()) {
-				return nil, s.c.gaveUp(ctx, &run.failing)
-			}
+		}
+		start := time.Now()
+		l, err := s.tryAll(ctx, opts)
+		if err == nil {
+			return l, nil
+		}
+		if err := k.Outcome(start, err); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // ended by the recipe (a read-write lock's gate lost)
 		}
 		last = err
 	}
-}
-
-// soonestExpiry returns the shortest Remaining among the holders that
-// the *HeldErrors wrapped in err name (0 if none is known).
-func soonestExpiry(err error) time.Duration {
-	var soonest time.Duration
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *HeldError:
-			if r := e.Holder.Remaining; r > 0 && (soonest == 0 || r < soonest) {
-				soonest = r
-			}
-		case interface{ Unwrap() []error }:
-			for _, e := range e.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			if e := e.Unwrap(); e != nil {
-				walk(e)
-			}
-		}
-	}
-	if err != nil {
-		walk(err)
-	}
-	return soonest
 }
 
 // heldBy carries the slots' *HeldErrors (for the time to their expiry)
@@ -363,11 +325,11 @@ func (e silent) Unwrap() error { return e.err }
 // race waits on every slot at once, with a shared cancellation, and
 // returns the first permit. It returns only when every wait has ended;
 // permits that losing waits got are released first.
-func (s *Semaphore) race(ctx context.Context, opts []AcquireOption) (*Lease, error) {
+func (s *Semaphore) race(ctx context.Context, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		l   *Lease
+		l   *fencelock.Lease
 		err error
 	}
 	results := make(chan result, s.n)
@@ -378,7 +340,7 @@ func (s *Semaphore) race(ctx context.Context, opts []AcquireOption) (*Lease, err
 		}()
 	}
 	var (
-		won   *Lease
+		won   *fencelock.Lease
 		first error // the first failure that is not our own cancellation
 	)
 	for range s.n {
@@ -406,32 +368,21 @@ func (s *Semaphore) race(ctx context.Context, opts []AcquireOption) (*Lease, err
 
 // release releases a permit that Acquire does not hand out (a losing
 // wait's, or one refused by the check of the number of permits), with a
-// fresh context bounded by Options.ReleaseTimeout, and at once: the
-// minimum hold belongs to the permit handed to the caller, and a permit
-// nobody received must not keep its slot for the window.
-func (s *Semaphore) release(ctx context.Context, l *Lease) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.o.ReleaseTimeout)
+// fresh context bounded by Options.ReleaseTimeout, and at once
+// (Lease.ReleaseNow): the minimum hold belongs to the permit handed to
+// the caller, and a permit nobody received must not keep its slot for
+// the window.
+func (s *Semaphore) release(ctx context.Context, l *fencelock.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.Options().ReleaseTimeout)
 	defer cancel()
-	_ = l.releaseUnheld(rctx) // a failure is retried in the background by the engine
-}
-
-// releaseUnheld releases a lease that a recipe took as part of a grant
-// and never handed out (a Semaphore's permit refused or not kept, an
-// RWLock's slots and gate of a grant that failed): at once, whatever its
-// minimum hold (WithMinHold, Options.MinHold), which applies only to what
-// the caller received.
-func (l *Lease) releaseUnheld(ctx context.Context) error {
-	l.mu.Lock()
-	l.unheld = true
-	l.mu.Unlock()
-	return l.Release(ctx)
+	_ = l.ReleaseNow(rctx) // a failure is retried in the background by the engine
 }
 
 // verify checks, after l was granted, that no holder uses another number
-// of permits; if one does, or the check fails, it releases l. run is as
+// of permits; if one does, or the check fails, it releases l. k is as
 // check's.
-func (s *Semaphore) verify(ctx context.Context, l *Lease, run *storeRun) (*Lease, error) {
-	if err := s.check(ctx, run); err != nil {
+func (s *Semaphore) verify(ctx context.Context, l *fencelock.Lease, k *fencelock.Call) (*fencelock.Lease, error) {
+	if err := s.check(ctx, k); err != nil {
 		s.release(ctx, l)
 		return nil, err
 	}
@@ -439,18 +390,18 @@ func (s *Semaphore) verify(ctx context.Context, l *Lease, run *storeRun) (*Lease
 }
 
 // check lists the semaphore's holders and returns a *PermitsMismatchError
-// if one recorded another number of permits. With run (a waiting call's),
-// each List is bounded by the call's TTL, and a transient failure is
-// retried with backoff until ctx ends or run's window of the store's
-// failures does (see storeRun); without, the first failure is returned.
-func (s *Semaphore) check(ctx context.Context, run *storeRun) error {
-	backoff := s.c.o.MinBackoff
+// if one recorded another number of permits. With k (a waiting call),
+// each List is one of k's requests (Call.Request), and a transient
+// failure is retried after k's pause until ctx ends or k's window of the
+// store's failures does (see Call.Outcome); without, the first failure is
+// returned.
+func (s *Semaphore) check(ctx context.Context, k *fencelock.Call) error {
 	for {
-		start := s.c.now()
-		hs, err := s.list(ctx, run)
+		start := time.Now()
+		hs, err := s.list(ctx, k)
 		if err == nil {
-			if run != nil {
-				run.answered()
+			if k != nil {
+				k.Outcome(start, nil)
 			}
 			for _, h := range hs {
 				if h.Permits != 0 && h.Permits != s.n {
@@ -459,33 +410,28 @@ func (s *Semaphore) check(ctx context.Context, run *storeRun) error {
 			}
 			return nil
 		}
-		if run == nil || definite(err) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return s.c.ended(ctx, err)
-			}
+		if k == nil {
 			return err
 		}
-		if run.failed(start, err); run.over(s.c.now()) {
-			return s.c.gaveUp(ctx, &run.failing)
+		if err := k.Outcome(start, err); err != nil {
+			return err
 		}
-		if serr := s.c.sleep(ctx, run.wait(s.c.now(), jitter(backoff))); serr != nil {
-			return s.c.ended(ctx, err)
+		if err := k.Pause(ctx, err); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, s.c.o.MaxBackoff)
 	}
 }
 
-// list is Holders for check: with run, one request bounded as run says.
-func (s *Semaphore) list(ctx context.Context, run *storeRun) ([]Permit, error) {
-	if run == nil {
+// list is Holders for check: with k, one request of k's.
+func (s *Semaphore) list(ctx context.Context, k *fencelock.Call) ([]Permit, error) {
+	if k == nil {
 		return s.Holders(ctx)
 	}
-	rctx, cancel := run.request(s.c, ctx)
-	infos, err := s.c.b.List(rctx, s.key+PermitSeparator)
-	err = cutShort(rctx, err)
-	cancel()
+	rctx, cancel := k.Request()
+	defer cancel()
+	infos, err := s.c.List(rctx, s.key+PermitSeparator)
 	if err != nil {
-		return nil, s.c.wrap(ctx, "list", err)
+		return nil, err
 	}
 	return s.permits(infos), nil
 }
@@ -495,7 +441,7 @@ type Permit struct {
 	// Info is the slot's holder: Key is the slot key, Metadata the
 	// holder's own WithMetadata payload (nil if none), without the
 	// semaphore's header.
-	Info
+	fencelock.Info
 	// Slot is the slot's number. It may be Permits() or more when the
 	// holder uses a larger number of permits.
 	Slot int
@@ -506,9 +452,9 @@ type Permit struct {
 }
 
 // Holders lists every held permit of the semaphore's key, across every
-// client of the store, sorted by slot: one List of the store (key +
-// PermitSeparator as prefix). It includes slots beyond Permits() held by
-// callers that use more permits.
+// client of the store, sorted by slot: one List of the store (the slot
+// keys' common prefix, see Keys). It includes slots beyond Permits() held
+// by callers that use more permits.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 	infos, err := s.c.List(ctx, s.key+PermitSeparator)
 	if err != nil {
@@ -519,7 +465,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 
 // permits turns a List of the semaphore's prefix into its permits, sorted
 // by slot.
-func (s *Semaphore) permits(infos []Info) []Permit {
+func (s *Semaphore) permits(infos []fencelock.Info) []Permit {
 	prefix := s.key + PermitSeparator
 	var ps []Permit
 	for _, info := range infos {

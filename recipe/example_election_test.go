@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
-func ExampleClient_Elect() {
+func ExampleElect() {
 	c, _ := fencelock.New(memory.New(), nil)
 	defer c.Close()
 	ctx, stop := context.WithCancel(context.Background())
@@ -18,15 +19,15 @@ func ExampleClient_Elect() {
 	// Campaign until ctx ends: fn runs while this process leads, with a
 	// context cancelled the moment leadership is lost; after a loss Elect
 	// campaigns again.
-	err := c.Elect(ctx, "scheduler/leader", "node-1", []byte("10.0.0.1:8080"),
+	err := recipe.Elect(ctx, c, "scheduler/leader", "node-1", []byte("10.0.0.1:8080"),
 		func(ctx context.Context, l *fencelock.Lease) error {
 			fmt.Println("leading with token", l.Token())
 			stop() // e.g. on SIGTERM: Elect resigns (releases) once fn returns
 			<-ctx.Done()
 			return nil
 		},
-		&fencelock.ElectOptions{
-			OnStoppedLeading: func(l fencelock.Leader, err error) {
+		&recipe.ElectOptions{
+			OnStoppedLeading: func(l recipe.Leader, err error) {
 				fmt.Printf("%s stopped leading (lost: %v)\n", l.Identity, err != nil)
 			},
 		})
@@ -37,7 +38,7 @@ func ExampleClient_Elect() {
 	// Elect returned: <nil>
 }
 
-func ExampleClient_Leader() {
+func ExampleCurrentLeader() {
 	store := memory.NewStore()
 	candidate, _ := fencelock.New(store.Backend(), nil)
 	defer candidate.Close()
@@ -45,14 +46,14 @@ func ExampleClient_Leader() {
 	defer follower.Close()
 	ctx := context.Background()
 
-	if _, err := follower.Leader(ctx, "scheduler/leader"); errors.Is(err, fencelock.ErrNoLeader) {
+	if _, err := recipe.CurrentLeader(ctx, follower, "scheduler/leader"); errors.Is(err, recipe.ErrNoLeader) {
 		fmt.Println("no leader yet")
 	}
 	leading := make(chan struct{})
 	campaign, resign := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() {
-		done <- candidate.Elect(campaign, "scheduler/leader", "node-1", []byte("10.0.0.1:8080"),
+		done <- recipe.Elect(campaign, candidate, "scheduler/leader", "node-1", []byte("10.0.0.1:8080"),
 			func(ctx context.Context, l *fencelock.Lease) error {
 				close(leading)
 				<-ctx.Done()
@@ -60,14 +61,14 @@ func ExampleClient_Leader() {
 			}, nil)
 	}()
 	<-leading
-	l, err := follower.Leader(ctx, "scheduler/leader")
+	l, err := recipe.CurrentLeader(ctx, follower, "scheduler/leader")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Printf("leader %s at %s (token %d)\n", l.Identity, l.Value, l.Token)
 	resign()
 	<-done
-	if _, err := follower.Leader(ctx, "scheduler/leader"); errors.Is(err, fencelock.ErrNoLeader) {
+	if _, err := recipe.CurrentLeader(ctx, follower, "scheduler/leader"); errors.Is(err, recipe.ErrNoLeader) {
 		fmt.Println("no leader after it resigned")
 	}
 	// Output:
@@ -76,7 +77,7 @@ func ExampleClient_Leader() {
 	// no leader after it resigned
 }
 
-func ExampleClient_Observe() {
+func ExampleObserve() {
 	store := memory.NewStore()
 	observer, _ := fencelock.New(store.Backend(), nil)
 	defer observer.Close()
@@ -85,11 +86,11 @@ func ExampleClient_Observe() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	changes, err := observer.Observe(ctx, "scheduler/leader")
+	changes, err := recipe.Observe(ctx, observer, "scheduler/leader")
 	if err != nil {
 		panic(err)
 	}
-	show := func(l fencelock.Leader) {
+	show := func(l recipe.Leader) {
 		if !l.Elected() {
 			fmt.Println("no leader")
 			return

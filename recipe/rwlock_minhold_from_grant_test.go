@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // A write grant's minimum hold counts from when the grant was handed
@@ -31,7 +32,7 @@ func TestRWLockWriteGrantMinHoldCountsFromGrant(t *testing.T) {
 						t.Fatal(err)
 					}
 					type result struct {
-						g   *fencelock.RWGrant
+						g   *recipe.RWGrant
 						err error
 					}
 					got := make(chan result, 1)

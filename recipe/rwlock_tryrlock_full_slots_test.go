@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // Try-readers on a lock whose slots are nearly all held by readers, on
@@ -24,17 +25,17 @@ func TestRWLockTryRLockBesideNearlyFullSlots(t *testing.T) {
 			return &fencelock.Options{TTL: 3 * time.Second, Owner: owner, MaxBackoff: 20 * time.Millisecond}
 		}
 		holders := rwlock(t, newClient(t, store.Backend(), o("holders")), "k")
-		for range fencelock.MaxReaders - tries {
+		for range recipe.MaxReaders - tries {
 			if _, err := holders.TryRLock(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var rws []*fencelock.RWLock
+		var rws []*recipe.RWLock
 		for i := range tries {
 			rws = append(rws, rwlock(t, newClient(t, slowStore{store.Backend(), 4 * time.Millisecond}, o(fmt.Sprint("try", i))), "k"))
 		}
 		for round := range rounds {
-			grants := make([]*fencelock.RWGrant, tries)
+			grants := make([]*recipe.RWGrant, tries)
 			errs := make([]error, tries)
 			var wg sync.WaitGroup
 			for i, rw := range rws {

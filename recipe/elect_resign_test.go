@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // Elect returns nil when its campaigner resigns (its ctx ends), whether it
@@ -46,7 +47,7 @@ func TestElectReturnsNilWhenItsCampaignerResigns(t *testing.T) {
 				time.AfterFunc(4*time.Second, resign)
 				var err error
 				within(t, b, c, 4*time.Second+2*time.Second, "Elect until its campaigner resigns", func() {
-					err = c.Elect(ctx, "k", "me", nil, leading, &fencelock.ElectOptions{Acquire: tc.opts})
+					err = recipe.Elect(ctx, c, "k", "me", nil, leading, &recipe.ElectOptions{Acquire: tc.opts})
 				})
 				if err != nil {
 					t.Errorf("Elect = %v after its campaigner resigned; want nil", err)

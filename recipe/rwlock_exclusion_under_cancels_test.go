@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // Many clients take read and write grants of one lock at once, with every
@@ -30,10 +31,10 @@ func TestRWLockExclusionUnderCancelsAndRefusals(t *testing.T) {
 				var (
 					mu               sync.Mutex
 					readers, writers int
-					fence            fencelock.RWFence
+					fence            recipe.RWFence
 					grants           = map[string]int{}
 				)
-				enter := func(g *fencelock.RWGrant) error {
+				enter := func(g *recipe.RWGrant) error {
 					mu.Lock()
 					defer mu.Unlock()
 					if g.Shared() {
@@ -48,7 +49,7 @@ func TestRWLockExclusionUnderCancelsAndRefusals(t *testing.T) {
 					}
 					return fence.Admit("resource", g)
 				}
-				leave := func(g *fencelock.RWGrant) {
+				leave := func(g *recipe.RWGrant) {
 					mu.Lock()
 					defer mu.Unlock()
 					if g.Shared() {
@@ -77,7 +78,7 @@ func TestRWLockExclusionUnderCancelsAndRefusals(t *testing.T) {
 								ctx, cancel = context.WithCancel(t.Context())
 								opts = append(opts, fencelock.WithWait(time.Duration(1+r.IntN(60))*time.Millisecond))
 							}
-							var g *fencelock.RWGrant
+							var g *recipe.RWGrant
 							var err error
 							switch r.IntN(4) {
 							case 0:

@@ -1,6 +1,10 @@
-package fencelock
+package recipe
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/fencelock/fencelock"
+)
 
 // RWFence is the resource side of a read-write lock's fencing, in memory:
 // per resource it remembers the highest token any grant presented, and the
@@ -15,16 +19,16 @@ import "sync"
 type RWFence struct {
 	// Observer, if set, receives an EventFenceRejected for every refused
 	// read or write (Key is the resource). Set it before first use.
-	Observer Observer
+	Observer fencelock.Observer
 
 	mu   sync.Mutex
 	seen map[string]rwMark
 }
 
 type rwMark struct {
-	top    Token  // the highest token of any read or write accepted
-	write  Token  // the highest token of a write accepted
-	writer string // the grant that presented write
+	top    fencelock.Token // the highest token of any read or write accepted
+	write  fencelock.Token // the highest token of a write accepted
+	writer string          // the grant that presented write
 }
 
 // CheckRead admits a read of resource by a read grant (or a write grant)
@@ -32,7 +36,7 @@ type rwMark struct {
 // presented (no writer has written since the grant entered), and records
 // it. Anything else returns a *StaleTokenError whose Highest is that
 // writer's token.
-func (f *RWFence) CheckRead(resource string, token Token) error {
+func (f *RWFence) CheckRead(resource string, token fencelock.Token) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.seen[resource]
@@ -52,7 +56,7 @@ func (f *RWFence) CheckRead(resource string, token Token) error {
 // equal to the highest when the same holder wrote it (a live writer
 // writing again), and records it. Anything else returns a
 // *StaleTokenError whose Highest is the highest token seen.
-func (f *RWFence) CheckWrite(resource string, token Token, holder string) error {
+func (f *RWFence) CheckWrite(resource string, token fencelock.Token, holder string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.seen[resource]
@@ -74,7 +78,7 @@ func (f *RWFence) Admit(resource string, g *RWGrant) error {
 
 // Highest returns the highest token seen for resource and the highest a
 // write presented (0 if none).
-func (f *RWFence) Highest(resource string) (top, write Token) {
+func (f *RWFence) Highest(resource string) (top, write fencelock.Token) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.seen[resource]
@@ -88,9 +92,9 @@ func (f *RWFence) set(resource string, m rwMark) {
 	f.seen[resource] = m
 }
 
-func (f *RWFence) refuse(resource string, token Token, holder string, highest Token) error {
+func (f *RWFence) refuse(resource string, token fencelock.Token, holder string, highest fencelock.Token) error {
 	if f.Observer != nil {
-		f.Observer.Observe(Event{Kind: EventFenceRejected, Key: resource, Owner: holder, Token: token, Previous: highest})
+		f.Observer.Observe(fencelock.Event{Kind: fencelock.EventFenceRejected, Key: resource, Owner: holder, Token: token, Previous: highest})
 	}
-	return &StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	return &fencelock.StaleTokenError{Resource: resource, Token: token, Highest: highest}
 }

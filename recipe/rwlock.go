@@ -1,15 +1,17 @@
-package fencelock
+package recipe
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -36,7 +38,7 @@ const rwHeader = "fencelock-rwlock "
 
 // RWLock is a read-write lock on one key, for every client of the store:
 // many readers at once, or one writer. Every grant is fenced. Create one
-// with Client.RWLock; its methods are safe for concurrent use.
+// with NewRWLock; its methods are safe for concurrent use.
 //
 // # Design
 //
@@ -79,25 +81,27 @@ const rwHeader = "fencelock-rwlock "
 //
 // # Implementation
 //
-// Generic: an RWLock only uses the Client's Acquire, TryAcquire and List,
-// so it works on every backend; no backend has a native one yet. Its costs:
+// Generic: an RWLock only uses the Client's public API (Acquire,
+// TryAcquire, Inspect, List and the recipe seam, Client.Begin), so it
+// works on every backend; no backend has a native one yet. Its costs:
 // a read looks at the intent, takes two leases and releases one (three
 // round trips more than a lock); a write takes and renews 1 + MaxReaders
 // leases, and the intent too while it waits for the gate.
 type RWLock struct {
-	c       *Client
+	c       *fencelock.Client
 	key     string
 	gate    string
 	intent  string     // a writer's intent while it waits for the gate
 	readers *Semaphore // the slots, for readers: tryAll, race and poll
 }
 
-// RWLock returns the read-write lock on key. It stores nothing. It returns
-// an *InvalidKeyError (matching ErrInvalidKey) for a key that
+// NewRWLock returns the read-write lock on key, for c's store. It stores
+// nothing. It returns an *fencelock.InvalidKeyError (matching
+// fencelock.ErrInvalidKey) for a key that
 // driver.ValidateKey refuses or whose longest record key would be longer
 // than driver.MaxKeyLen. A backend with stricter key rules refuses a
 // record's key when it is first used.
-func (c *Client) RWLock(key string) (*RWLock, error) {
+func NewRWLock(c *fencelock.Client, key string) (*RWLock, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,7 @@ func (c *Client) RWLock(key string) (*RWLock, error) {
 	}
 	longest := max(len(rw.gate), len(slots[MaxReaders-1]))
 	if longest > driver.MaxKeyLen {
-		return nil, &InvalidKeyError{Key: key, Reason: fmt.Sprintf("its read-write lock's record keys are up to %d bytes, longer than %d (a read-write lock's key may be at most %d bytes)",
+		return nil, &fencelock.InvalidKeyError{Key: key, Reason: fmt.Sprintf("its read-write lock's record keys are up to %d bytes, longer than %d (a read-write lock's key may be at most %d bytes)",
 			longest, driver.MaxKeyLen, driver.MaxKeyLen-longest+len(key))}
 	}
 	rw.readers = &Semaphore{c: c, key: key, n: MaxReaders, slots: slots}
@@ -130,7 +134,7 @@ func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
 
 // rwTestHookEntered, if set, runs after a reader got the gate and before
 // it takes a slot (tests pause a reader there).
-var rwTestHookEntered func(gate *Lease)
+var rwTestHookEntered func(gate *fencelock.Lease)
 
 // RLock takes a read grant, waiting while a writer holds or waits for the
 // lock (see Design) (or while MaxReaders readers hold it), until it has one or ctx
@@ -139,7 +143,7 @@ var rwTestHookEntered func(gate *Lease)
 // apply to the slot's lease as to Client.Acquire (WithMetadata's payload
 // after the lock's header, see Holders), and WithTTL and WithLabel to the
 // gate's lease too.
-func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+func (rw *RWLock) RLock(ctx context.Context, opts ...fencelock.AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, true, opts)
 }
 
@@ -153,7 +157,7 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, e
 // (its process paused or dead: it holds the gate until its lease ends),
 // or after 2×MaxReaders other readers passed the gate before it. It
 // leaves nothing behind when it fails.
-func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+func (rw *RWLock) TryRLock(ctx context.Context, opts ...fencelock.AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, false, false, opts)
 }
 
@@ -164,43 +168,37 @@ func (rw *RWLock) TryRLock(ctx context.Context, opts ...AcquireOption) (*RWGrant
 // without the grant leaves nothing behind in the store. opts apply to
 // every lease of the grant as to Client.Acquire (WithMetadata's payload
 // to the gate's only).
-func (rw *RWLock) Lock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+func (rw *RWLock) Lock(ctx context.Context, opts ...fencelock.AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, true, true, opts)
 }
 
 // TryLock makes one attempt at the write grant: it returns an error
 // matching ErrNotAcquired at once when the gate or any reader slot is
 // held. It leaves nothing behind when it fails.
-func (rw *RWLock) TryLock(ctx context.Context, opts ...AcquireOption) (*RWGrant, error) {
+func (rw *RWLock) TryLock(ctx context.Context, opts ...fencelock.AcquireOption) (*RWGrant, error) {
 	return rw.lock(ctx, true, false, opts)
 }
 
-func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []AcquireOption) (*RWGrant, error) {
-	cfg, err := rw.c.resolveCall(opts)
-	if err != nil {
-		return nil, err
-	}
-	parent := ctx
-	if wait && cfg.wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitBound)
-		defer cancel()
-	}
-	bound, done, err := rw.c.begin(ctx) // Close ends the wait, and waits for its clean-up
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	var run *storeRun // a waiting call's count of the store's failures
+func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []fencelock.AcquireOption) (*RWGrant, error) {
+	begin := rw.c.BeginTry
 	if wait {
-		run = newStoreRun(bound, cfg.ttl)
+		begin = rw.c.Begin
+	}
+	k, err := begin(ctx, opts...) // Close ends the wait, and waits for its clean-up
+	if err != nil {
+		return nil, err
+	}
+	bound := k.Context()
+	var run *fencelock.Call // a waiting call's: its requests, failures and pauses
+	if wait {
+		run = k
 	}
 	var g *RWGrant
 	for {
 		if write {
-			g, err = rw.write(bound, parent, wait, opts)
+			g, err = rw.write(bound, ctx, k, wait)
 		} else {
-			g, err = rw.read(bound, parent, run, opts)
+			g, err = rw.read(bound, ctx, k, run)
 		}
 		if !errors.Is(err, errGateLost) || !wait || bound.Err() != nil {
 			break
@@ -208,45 +206,32 @@ func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []AcquireOpti
 		// The gate was lost before the grant was complete: enter again.
 	}
 	if errors.Is(err, errGateLost) && bound.Err() != nil {
-		err = rw.c.ended(bound, nil)
+		err = bound.Err()
 	}
 	if err != nil && bound.Err() != nil && !definite(err) {
-		err = rw.c.ended(bound, err)
+		err = k.Outcome(time.Now(), err) // the end of bound, joined with the store's failure
 	}
-	if wait {
-		err = waitBoundErr(parent, ctx, cfg.wait, closedErr(parent, bound, err))
-	} else {
-		err = closedErr(parent, bound, err)
-	}
-	return g, err
+	return g, k.End(err)
 }
 
 // errGateLost reports that a grant's gate lease (or a reader's slot
 // lease) ended, by its holder's clock, before the grant was complete; the
 // grant's leases were released, and a waiting call enters again.
-var errGateLost = fmt.Errorf("%w: a lease of the read-write lock ended before the grant was complete", ErrNotAcquired)
+var errGateLost = fmt.Errorf("%w: a lease of the read-write lock ended before the grant was complete", fencelock.ErrNotAcquired)
 
-// rwOpts returns opts followed by the lock's own: meta replaces the
-// metadata with the header line (and the caller's payload, with
-// payload), and the wait bound and, without keepHold, the minimum hold
-// are dropped.
-func rwOpts(opts []AcquireOption, header string, payload, keepHold bool) []AcquireOption {
-	own := func(c *callConfig) {
-		if payload {
-			c.meta = append([]byte(rwHeader+header+"\n"), c.meta...)
-		} else {
-			c.meta = []byte(rwHeader + header + "\n")
-		}
-		c.wait, c.setWait = 0, false
-		if !keepHold {
-			c.minHold, c.setMinHold = 0, false
-		}
+// rwOpts returns the options of a lease of call k: its metadata is the
+// header line (and the caller's payload, with payload), it has no wait
+// bound, and, without keepHold, no minimum hold.
+func rwOpts(k *fencelock.Call, header string, payload, keepHold bool) []fencelock.AcquireOption {
+	meta := []byte(rwHeader + header + "\n")
+	if payload {
+		meta = append(meta, k.Metadata()...)
 	}
-	return append(append([]AcquireOption(nil), opts...), own)
+	return leaseOptions(k, meta, keepHold)
 }
 
 // enter takes the gate, waiting for it with wait.
-func (rw *RWLock) enter(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
+func (rw *RWLock) enter(ctx context.Context, wait bool, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
 	if wait {
 		return rw.c.Acquire(ctx, rw.gate, opts...)
 	}
@@ -255,26 +240,26 @@ func (rw *RWLock) enter(ctx context.Context, wait bool, opts []AcquireOption) (*
 
 // valid reports whether l is held by its holder's clock: after its local
 // validity has ended, the store may have given its key to another.
-func valid(l *Lease) bool { return l.Remaining() > 0 }
+func valid(l *fencelock.Lease) bool { return l.Remaining() > 0 }
 
-// enterWrite takes the gate for a writer. A waiting writer that finds it
-// held takes the intent first (waiting for other writers'), then waits
-// for the gate, and gives the intent up once it has the gate or has
+// enterWrite takes the gate for a writer of call k. A waiting writer that
+// finds it held takes the intent first (waiting for other writers'), then
+// waits for the gate, and gives the intent up once it has the gate or has
 // given up.
-func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
-	gopts := rwOpts(opts, "write", true, true)
+func (rw *RWLock) enterWrite(ctx context.Context, k *fencelock.Call, wait bool) (*fencelock.Lease, error) {
+	gopts := rwOpts(k, "write", true, true)
 	if !wait {
 		return rw.enter(ctx, wait, gopts)
 	}
 	gate, err := rw.c.TryAcquire(ctx, rw.gate, gopts...)
-	if err == nil || definite(err) && !errors.Is(err, ErrNotAcquired) {
+	if err == nil || definite(err) && !errors.Is(err, fencelock.ErrNotAcquired) {
 		return gate, err
 	}
-	intent, err := rw.c.Acquire(ctx, rw.intent, rwOpts(opts, "write intent", false, false)...)
+	intent, err := rw.c.Acquire(ctx, rw.intent, rwOpts(k, "write intent", false, false)...)
 	if err != nil {
 		return nil, err
 	}
-	defer rw.c.releaseAll(ctx, intent)
+	defer releaseAll(ctx, intent)
 	return rw.c.Acquire(ctx, rw.gate, gopts...)
 }
 
@@ -295,11 +280,11 @@ func (rw *RWLock) enterWrite(ctx context.Context, wait bool, opts []AcquireOptio
 // to pass grows with their number and the store's round trips, so the
 // bound is on progress, not on the whole wait. A gate held by a writer,
 // or by a record that is not a reader's, refuses at once.
-func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption) (*Lease, error) {
+func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []fencelock.AcquireOption) (*fencelock.Lease, error) {
 	if wait {
 		return rw.enter(ctx, wait, opts)
 	}
-	c := rw.c
+	o := rw.c.Options()
 	var (
 		holder  string    // the reader last seen in the gate
 		since   time.Time // when it was first seen there
@@ -312,7 +297,7 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		start := time.Now()
 		gate, err := rw.enter(ctx, wait, opts)
 		timed(start)
-		if err == nil || !errors.Is(err, ErrNotAcquired) {
+		if err == nil || !errors.Is(err, fencelock.ErrNotAcquired) {
 			return gate, err
 		}
 		kind, owner := rw.gateHolder(ctx, err)
@@ -328,16 +313,16 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 				if passes++; passes > tryReadPasses {
 					return nil, err
 				}
-				holder, since, backoff = owner, time.Now(), c.o.MinBackoff
+				holder, since, backoff = owner, time.Now(), o.MinBackoff
 			}
-			d := min(jitter(backoff), stuckAfter(c.o.MaxBackoff, trip)-time.Since(since))
+			d := min(jitter(backoff), stuckAfter(o.MaxBackoff, trip)-time.Since(since))
 			if d <= 0 {
 				return nil, err // the reader stays in the gate
 			}
-			if c.sleep(ctx, d) != nil {
-				return nil, c.ended(ctx, err)
+			if sleep(ctx, d) != nil {
+				return nil, ctx.Err()
 			}
-			backoff = min(2*backoff, c.o.MaxBackoff)
+			backoff = min(2*backoff, o.MaxBackoff)
 		default:
 			return nil, err
 		}
@@ -347,6 +332,26 @@ func (rw *RWLock) enterRead(ctx context.Context, wait bool, opts []AcquireOption
 		if werr != nil {
 			return nil, werr
 		}
+	}
+}
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits for d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -384,8 +389,8 @@ const (
 // refusal (its *HeldError) if that carries the holder's metadata, else
 // from one Inspect of the gate. A failed look counts as gateOther.
 func (rw *RWLock) gateHolder(ctx context.Context, refusal error) (gateKind, string) {
-	var info Info
-	var he *HeldError
+	var info fencelock.Info
+	var he *fencelock.HeldError
 	if errors.As(refusal, &he) && he.Holder.Owner != "" && he.Holder.Metadata != nil {
 		info = he.Holder
 	} else {
@@ -405,67 +410,57 @@ func (rw *RWLock) gateHolder(ctx context.Context, refusal error) (gateKind, stri
 }
 
 // awaitNoWriter returns once no writer holds the intent, by one Inspect
-// of the store, polling with the client's backoff while one does. With
-// run (a waiting call's), each Inspect is bounded by the call's TTL, and
-// a failure is retried until ctx ends or run's window of the store's
-// failures does (see storeRun). Without run it returns a *HeldError
-// naming the intent's holder (matching ErrNotAcquired) instead of
-// waiting, and a failure at once.
-func (rw *RWLock) awaitNoWriter(ctx context.Context, run *storeRun) error {
-	c := rw.c
-	backoff := c.o.MinBackoff
+// of the store, waiting with run's pause (Call.Pause) while one does.
+// With run (a waiting call), each Inspect is one of run's requests
+// (Call.Request), and a failure is retried until ctx ends or run's window
+// of the store's failures does (see Call.Outcome). Without run it returns
+// a *fencelock.HeldError naming the intent's holder (matching
+// ErrNotAcquired) instead of waiting, and a failure at once.
+func (rw *RWLock) awaitNoWriter(ctx context.Context, run *fencelock.Call) error {
 	for {
-		start := c.now()
+		start := time.Now()
 		info, err := rw.inspectIntent(ctx, run)
 		switch {
 		case err == nil && info.Owner == "":
 			if run != nil {
-				run.answered()
+				run.Outcome(start, nil)
 			}
 			return nil
 		case err == nil && run == nil:
-			return &HeldError{Holder: info}
-		case err != nil && (run == nil || definite(err)):
+			return &fencelock.HeldError{Holder: info}
+		case err != nil && run == nil:
 			return err
-		case err != nil && ctx.Err() != nil:
-			return c.ended(ctx, err)
 		}
-		last, d := err, jitter(backoff)
 		if err == nil {
-			run.answered()
-			last = &HeldError{Holder: info}
-			if info.Remaining > 0 && info.Remaining < d {
-				d = info.Remaining + time.Millisecond
-			}
-		} else if run.failed(start, err); run.over(c.now()) {
-			return c.gaveUp(ctx, &run.failing)
+			err = &fencelock.HeldError{Holder: info} // an answer: wait for its expiry at most
 		}
-		if c.sleep(ctx, run.wait(c.now(), d)) != nil {
-			return c.ended(ctx, last)
+		if err := run.Outcome(start, err); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, c.o.MaxBackoff)
+		if err := run.Pause(ctx, err); err != nil {
+			return err
+		}
 	}
 }
 
-// inspectIntent looks at the intent: with run, one request bounded as run
-// says.
-func (rw *RWLock) inspectIntent(ctx context.Context, run *storeRun) (Info, error) {
+// inspectIntent looks at the intent: with run, as one of run's requests.
+func (rw *RWLock) inspectIntent(ctx context.Context, run *fencelock.Call) (fencelock.Info, error) {
 	if run == nil {
 		return rw.c.Inspect(ctx, rw.intent)
 	}
-	rctx, cancel := run.request(rw.c, ctx)
-	info, err := rw.c.b.Inspect(rctx, rw.intent)
-	err = cutShort(rctx, err)
-	cancel()
-	return info, rw.c.wrap(ctx, "inspect", err)
+	rctx, cancel := run.Request()
+	defer cancel()
+	return rw.c.Inspect(rctx, rw.intent)
 }
 
-func (rw *RWLock) read(ctx, parent context.Context, run *storeRun, opts []AcquireOption) (*RWGrant, error) {
+// read takes a read grant for call k on ctx (k's context), whose values
+// the grant carries from parent; run is k if it waits, else nil.
+func (rw *RWLock) read(ctx, parent context.Context, k, run *fencelock.Call) (*RWGrant, error) {
 	wait := run != nil
 	if err := rw.awaitNoWriter(ctx, run); err != nil {
 		return nil, err
 	}
-	gate, err := rw.enterRead(ctx, wait, rwOpts(opts, "read gate", false, false))
+	gate, err := rw.enterRead(ctx, wait, rwOpts(k, "read gate", false, false))
 	if err != nil {
 		return nil, err
 	}
@@ -478,12 +473,17 @@ func (rw *RWLock) read(ctx, parent context.Context, run *storeRun, opts []Acquir
 	defer cancel(nil)
 	stop := context.AfterFunc(gate.Context(), func() { cancel(errGateLost) })
 	defer stop()
-	slotOpts := rwOpts(opts, "read token="+strconv.FormatUint(uint64(token), 10), true, true)
+	slotOpts := rwOpts(k, "read token="+strconv.FormatUint(uint64(token), 10), true, true)
 	s := rw.readers
+	start := time.Now()
 	l, err := s.tryAll(rctx, slotOpts)
-	if err != nil && wait && (!definite(err) || errors.Is(err, ErrNotAcquired)) && rctx.Err() == nil {
-		if rw.c.polled() {
-			l, err = s.poll(rctx, slotOpts, err, run)
+	if err != nil && wait && (!definite(err) || errors.Is(err, fencelock.ErrNotAcquired)) && rctx.Err() == nil {
+		if polled(rw.c) {
+			if oerr := run.Outcome(start, err); oerr != nil {
+				err = oerr
+			} else {
+				l, err = s.poll(rctx, run, slotOpts, err)
+			}
 		} else {
 			l, err = s.race(rctx, slotOpts)
 		}
@@ -492,7 +492,7 @@ func (rw *RWLock) read(ctx, parent context.Context, run *storeRun, opts []Acquir
 		// Whether the gate ended before this call lets it go: the
 		// release below ends it too, and that is no loss.
 		lost := !stop()
-		rw.c.releaseAll(ctx, gate)
+		releaseAll(ctx, gate)
 		if lost && ctx.Err() == nil {
 			return nil, errGateLost
 		}
@@ -503,21 +503,23 @@ func (rw *RWLock) read(ctx, parent context.Context, run *storeRun, opts []Acquir
 	// carry a token below that writer's. Only a gate lease still valid
 	// when the slot is held proves that no writer entered since.
 	if !valid(gate) {
-		rw.c.releaseAll(ctx, l, gate)
+		releaseAll(ctx, l, gate)
 		return nil, errGateLost
 	}
-	rw.c.releaseAll(ctx, gate)
+	releaseAll(ctx, gate)
 	// The slot may have been lost while the gate was released (its
 	// renewal told "not held"): never hand out a grant already lost.
 	if !valid(l) {
-		rw.c.releaseAll(ctx, l)
+		releaseAll(ctx, l)
 		return nil, errGateLost
 	}
-	return newRWGrant(rw, parent, false, token, []*Lease{l}), nil
+	return newRWGrant(rw, parent, false, token, []*fencelock.Lease{l}), nil
 }
 
-func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOption) (*RWGrant, error) {
-	gate, err := rw.enterWrite(ctx, wait, opts)
+// write takes the write grant for call k on ctx (k's context), whose
+// values the grant carries from parent.
+func (rw *RWLock) write(ctx, parent context.Context, k *fencelock.Call, wait bool) (*RWGrant, error) {
+	gate, err := rw.enterWrite(ctx, k, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -527,9 +529,9 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 	defer cancel(nil)
 	stop := context.AfterFunc(gate.Context(), func() { cancel(errGateLost) })
 	defer stop()
-	slotOpts := rwOpts(opts, "write token="+strconv.FormatUint(uint64(token), 10)+" gate="+gate.Owner(), false, true)
+	slotOpts := rwOpts(k, "write token="+strconv.FormatUint(uint64(token), 10)+" gate="+gate.Owner(), false, true)
 	n := len(rw.readers.slots)
-	leases := make([]*Lease, n)
+	leases := make([]*fencelock.Lease, n)
 	errs := make([]error, n)
 	take := func(i int, key string) {
 		if wait {
@@ -537,11 +539,11 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 		} else {
 			leases[i], errs[i] = rw.c.TryAcquire(wctx, key, slotOpts...)
 		}
-		if errs[i] != nil && definite(errs[i]) && !errors.Is(errs[i], ErrNotAcquired) {
+		if errs[i] != nil && definite(errs[i]) && !errors.Is(errs[i], fencelock.ErrNotAcquired) {
 			cancel(errs[i]) // a bad key, a closed client: no other wait can succeed
 		}
 	}
-	if !rw.c.polled() {
+	if !polled(rw.c) {
 		// Every slot at once, each with the engine's own waiting.
 		var wg sync.WaitGroup
 		for i, key := range rw.readers.slots {
@@ -559,7 +561,7 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 			}
 		}
 	}
-	all := append([]*Lease{gate}, leases...)
+	all := append([]*fencelock.Lease{gate}, leases...)
 	var first error
 	for _, err := range errs {
 		if err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(err, context.Canceled)) {
@@ -577,7 +579,7 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 		// Whether the gate ended before this call lets it go: the
 		// release below ends it too, and that is no loss.
 		lost := !stop() || errors.Is(first, errGateLost)
-		rw.c.releaseAll(ctx, all...)
+		releaseAll(ctx, all...)
 		if lost && ctx.Err() == nil {
 			return nil, errGateLost
 		}
@@ -586,24 +588,27 @@ func (rw *RWLock) write(ctx, parent context.Context, wait bool, opts []AcquireOp
 	return newRWGrant(rw, parent, true, token, all), nil
 }
 
-// releaseAll releases every non-nil lease of ls at once, with a fresh
-// context bounded by Options.ReleaseTimeout; a failure is retried in the
-// background by the engine, and the record expires with its TTL anyway.
-// They are parts of a grant that was never handed out (a try refused, a
-// wait that ended, a gate lost), or the gate a reader passed: their
-// minimum hold does not apply, so that a refusal does not close the lock
-// to everyone for the window.
-func (c *Client) releaseAll(ctx context.Context, ls ...*Lease) {
-	c.releaseLeases(ctx, false, ls)
+// releaseAll releases every non-nil lease of ls at once
+// (Lease.ReleaseNow), with a fresh context bounded by
+// Options.ReleaseTimeout; a failure is retried in the background by the
+// engine, and the record expires with its TTL anyway. They are parts of a
+// grant that was never handed out (a try refused, a wait that ended, a
+// gate lost), or the gate a reader passed: their minimum hold does not
+// apply, so that a refusal does not close the lock to everyone for the
+// window.
+func releaseAll(ctx context.Context, ls ...*fencelock.Lease) {
+	releaseLeases(ctx, false, ls)
 }
 
 // releaseLeases releases every non-nil lease of ls at once, as releaseAll
 // does; with hold, each keeps its record until its minimum hold ends.
-// Its requests are clean-up requests: they end with Close's budget too,
-// so that Close leaves none of them running.
-func (c *Client) releaseLeases(ctx context.Context, hold bool, ls []*Lease) {
-	rctx, cancel := c.cleanupCtx(ctx)
-	defer cancel()
+// Its requests are clean-up requests: given an ended context with ctx's
+// values, a release runs on a fresh one bounded by
+// Options.ReleaseTimeout and by Client.Close's budget, so that Close
+// leaves none of them running.
+func releaseLeases(ctx context.Context, hold bool, ls []*fencelock.Lease) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		switch {
@@ -611,7 +616,7 @@ func (c *Client) releaseLeases(ctx context.Context, hold bool, ls []*Lease) {
 		case hold:
 			wg.Go(func() { _ = l.Release(rctx) })
 		default:
-			wg.Go(func() { _ = l.releaseUnheld(rctx) })
+			wg.Go(func() { _ = l.ReleaseNow(rctx) })
 		}
 	}
 	wg.Wait()
@@ -624,43 +629,52 @@ func (c *Client) releaseLeases(ctx context.Context, hold bool, ls []*Lease) {
 type RWGrant struct {
 	rw     *RWLock
 	write  bool
-	token  Token
-	leases []*Lease // a reader's slot; a writer's gate, then its slots
+	token  fencelock.Token
+	leases []*fencelock.Lease // a reader's slot; a writer's gate, then its slots
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu    sync.Mutex
-	state leaseState
+	state grantState
 	err   error
 }
 
-func newRWGrant(rw *RWLock, parent context.Context, write bool, token Token, ls []*Lease) *RWGrant {
+// grantState is where an RWGrant is in its life.
+type grantState int
+
+const (
+	held grantState = iota
+	released
+	lost
+)
+
+func newRWGrant(rw *RWLock, parent context.Context, write bool, token fencelock.Token, ls []*fencelock.Lease) *RWGrant {
 	g := &RWGrant{rw: rw, write: write, token: token, leases: ls, state: held}
 	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(parent))
 	// The minimum hold is the grant's: it counts from now for every
 	// lease, not from when each arrived (a writer's gate may have come
 	// long before its last slot).
-	now := rw.c.now()
+	now := rw.c.Options().Clock.Now()
 	for _, l := range ls {
-		l.restartHold(now)
+		l.RestartMinHold(now)
 	}
 	for _, l := range ls {
-		l.setOnEnd(g.partEnded)
+		l.OnEnd(g.partEnded)
 	}
 	return g
 }
 
 // partEnded ends the grant when one of its leases ended while it was held
 // (lost, or released by Client.Close), and releases the others. It runs
-// under that lease's lock, as the lease ends: the grant's Done is closed
-// before the lease's own.
+// under that lease's lock, as the lease ends (Lease.OnEnd): the grant's
+// Done is closed before the lease's own.
 func (g *RWGrant) partEnded(cause error) {
 	g.mu.Lock()
 	if g.state != held {
 		g.mu.Unlock()
 		return
 	}
-	var lostErr *LostError
+	var lostErr *fencelock.LostError
 	if errors.As(cause, &lostErr) {
 		g.state, g.err = lost, lostErr
 	} else {
@@ -668,9 +682,10 @@ func (g *RWGrant) partEnded(cause error) {
 	}
 	g.mu.Unlock()
 	g.cancel(cause)
-	c := g.rw.c
 	// The grant was handed out: its other leases keep their minimum hold.
-	go c.goBackground(func() { c.releaseLeases(context.Background(), true, g.leases) }) // not under the lease's lock
+	// Not under the lease's lock; Close releases them itself once it has
+	// begun.
+	go g.rw.c.Go(func(context.Context) { releaseLeases(context.Background(), true, g.leases) })
 }
 
 // Key returns the read-write lock's key.
@@ -683,7 +698,7 @@ func (g *RWGrant) Shared() bool { return !g.write }
 // it entered (for a writer, its gate lease's current token, which only
 // rotation moves, upwards). A fenced resource checks it by the rule of
 // RWFence.
-func (g *RWGrant) Token() Token {
+func (g *RWGrant) Token() fencelock.Token {
 	if g.write {
 		return g.leases[0].Token()
 	}
@@ -692,11 +707,11 @@ func (g *RWGrant) Token() Token {
 
 // Lease returns the grant's principal lease: a reader's slot, a writer's
 // gate. Its Owner identifies the grant.
-func (g *RWGrant) Lease() *Lease { return g.leases[0] }
+func (g *RWGrant) Lease() *fencelock.Lease { return g.leases[0] }
 
 // Leases returns every lease the grant holds: a reader's slot; a writer's
 // gate, then its MaxReaders slots.
-func (g *RWGrant) Leases() []*Lease { return append([]*Lease(nil), g.leases...) }
+func (g *RWGrant) Leases() []*fencelock.Lease { return append([]*fencelock.Lease(nil), g.leases...) }
 
 // Owner returns the owner string of the grant's principal lease.
 func (g *RWGrant) Owner() string { return g.leases[0].Owner() }
@@ -744,23 +759,23 @@ func (g *RWGrant) Release(ctx context.Context) error {
 	case lost:
 		err := g.err
 		g.mu.Unlock()
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", fencelock.ErrNotHeld, err)
 	case released:
 		g.mu.Unlock()
-		if errors.Is(context.Cause(g.ctx), ErrClosed) {
-			return ErrClosed
+		if errors.Is(context.Cause(g.ctx), fencelock.ErrClosed) {
+			return fencelock.ErrClosed
 		}
-		return ErrNotHeld
+		return fencelock.ErrNotHeld
 	}
 	g.state = released
 	g.mu.Unlock()
-	g.cancel(ErrReleased)
+	g.cancel(fencelock.ErrReleased)
 	var (
 		mu   sync.Mutex
 		errs []error
 		wg   sync.WaitGroup
 	)
-	release := func(ls []*Lease) {
+	release := func(ls []*fencelock.Lease) {
 		for _, l := range ls {
 			wg.Go(func() {
 				if err := l.Release(ctx); err != nil {
@@ -788,12 +803,12 @@ type RWHolder struct {
 	// holds). Info.Key and Info.Token are that record's key and store
 	// token; Metadata is the holder's own WithMetadata payload (nil if
 	// none), without the lock's header.
-	Info
+	fencelock.Info
 	// Write reports a writer.
 	Write bool
 	// Grant is the grant's fencing token (RWGrant.Token): the gate token
 	// it entered under.
-	Grant Token
+	Grant fencelock.Token
 	// Slots is the number of reader slots the holder has: 1 for a reader,
 	// MaxReaders for a writer that holds the lock (fewer while it waits
 	// for readers to drain), 0 for a reader passing the gate.
@@ -814,7 +829,7 @@ func (rw *RWLock) Holders(ctx context.Context) ([]RWHolder, error) {
 	}
 	var hs []RWHolder
 	writers := map[string]int{} // gate owner → index in hs
-	writer := func(gateOwner string, info Info, token Token) *RWHolder {
+	writer := func(gateOwner string, info fencelock.Info, token fencelock.Token) *RWHolder {
 		if i, ok := writers[gateOwner]; ok {
 			return &hs[i]
 		}
@@ -850,10 +865,10 @@ func (rw *RWLock) Holders(ctx context.Context) ([]RWHolder, error) {
 			// Not a record of this lock (a lock below its key).
 		case len(fields) > 0 && fields[0] == "write":
 			_, gateOwner, _ := strings.Cut(header, " gate=") // last: an owner may contain spaces
-			w := writer(gateOwner, info, Token(tok))
+			w := writer(gateOwner, info, fencelock.Token(tok))
 			w.Slots++
 		default:
-			hs = append(hs, RWHolder{Info: info, Grant: Token(tok), Slots: 1})
+			hs = append(hs, RWHolder{Info: info, Grant: fencelock.Token(tok), Slots: 1})
 		}
 	}
 	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Grant < hs[j].Grant })

@@ -1,4 +1,4 @@
-package fencelock_test
+package recipe_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
 )
 
 // termLog records, in a synctest bubble, when each campaigner's fn started
@@ -86,12 +87,12 @@ func (g *termLog) checkNoOverlap(t *testing.T) {
 // collect reads an Observe channel into a slice until it is closed.
 type collected struct {
 	mu   sync.Mutex
-	got  []fencelock.Leader
+	got  []recipe.Leader
 	at   []time.Duration
 	done chan struct{}
 }
 
-func collect(ch <-chan fencelock.Leader, start time.Time) *collected {
+func collect(ch <-chan recipe.Leader, start time.Time) *collected {
 	c := &collected{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -105,13 +106,13 @@ func collect(ch <-chan fencelock.Leader, start time.Time) *collected {
 	return c
 }
 
-func (c *collected) leaders() ([]fencelock.Leader, []time.Duration) {
+func (c *collected) leaders() ([]recipe.Leader, []time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]fencelock.Leader(nil), c.got...), append([]time.Duration(nil), c.at...)
+	return append([]recipe.Leader(nil), c.got...), append([]time.Duration(nil), c.at...)
 }
 
-func describe(ls []fencelock.Leader) string {
+func describe(ls []recipe.Leader) string {
 	var b strings.Builder
 	for i, l := range ls {
 		if i > 0 {
@@ -129,7 +130,7 @@ func describe(ls []fencelock.Leader) string {
 // checkOrdered asserts that Observe's deliveries are a history: leaders'
 // tokens never go down, a lease once replaced (or gone) never comes back,
 // and no delivery repeats the one before.
-func checkOrdered(t *testing.T, ls []fencelock.Leader) {
+func checkOrdered(t *testing.T, ls []recipe.Leader) {
 	t.Helper()
 	var top fencelock.Token
 	ended := map[string]bool{}
@@ -159,7 +160,7 @@ func TestElectCampaignsAgainAfterLossAndResignsAtOnce(t *testing.T) {
 		log := newTermLog()
 		o := &fencelock.Options{TTL: 3 * time.Second}
 		watcher := newClient(t, store.Backend(), o)
-		obs, err := watcher.Observe(t.Context(), "leader")
+		obs, err := recipe.Observe(t.Context(), watcher, "leader")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +168,7 @@ func TestElectCampaignsAgainAfterLossAndResignsAtOnce(t *testing.T) {
 
 		type hook struct {
 			who, what string
-			l         fencelock.Leader
+			l         recipe.Leader
 			err       error
 			at        time.Duration
 		}
@@ -175,7 +176,7 @@ func TestElectCampaignsAgainAfterLossAndResignsAtOnce(t *testing.T) {
 			hmu   sync.Mutex
 			hooks []hook
 		)
-		record := func(who, what string, l fencelock.Leader, err error) {
+		record := func(who, what string, l recipe.Leader, err error) {
 			hmu.Lock()
 			defer hmu.Unlock()
 			hooks = append(hooks, hook{who, what, l, err, time.Since(log.start)})
@@ -191,9 +192,9 @@ func TestElectCampaignsAgainAfterLossAndResignsAtOnce(t *testing.T) {
 			cancels[id] = cancel
 			results[id] = make(chan error, 1)
 			go func() {
-				results[id] <- c.Elect(ctx, "leader", id, []byte("addr-"+id), log.fn(id), &fencelock.ElectOptions{
-					OnStartedLeading: func(l fencelock.Leader) { record(id, "started", l, nil) },
-					OnStoppedLeading: func(l fencelock.Leader, err error) { record(id, "stopped", l, err) },
+				results[id] <- recipe.Elect(ctx, c, "leader", id, []byte("addr-"+id), log.fn(id), &recipe.ElectOptions{
+					OnStartedLeading: func(l recipe.Leader) { record(id, "started", l, nil) },
+					OnStoppedLeading: func(l recipe.Leader, err error) { record(id, "stopped", l, err) },
 				})
 			}()
 			synctest.Wait() // a campaigns first and leads
@@ -299,7 +300,7 @@ func TestElectCallbackContextCancelledOnLoss(t *testing.T) {
 		causes := make(chan error, 4)
 		done := make(chan error, 1)
 		go func() {
-			done <- c.Elect(ctx, "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
+			done <- recipe.Elect(ctx, c, "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
 				<-ctx.Done()
 				causes <- context.Cause(ctx)
 				return ctx.Err()
@@ -336,7 +337,7 @@ func TestElectReturnsCallbackErrorAndReleases(t *testing.T) {
 		c := newClient(t, store.Backend(), nil)
 		boom := errors.New("boom")
 		terms := 0
-		err := c.Elect(t.Context(), "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
+		err := recipe.Elect(t.Context(), c, "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
 			terms++
 			if terms < 3 {
 				return nil // ends the term; Elect campaigns again
@@ -346,7 +347,7 @@ func TestElectReturnsCallbackErrorAndReleases(t *testing.T) {
 		if !errors.Is(err, boom) || terms != 3 {
 			t.Fatalf("Elect = %v after %d terms; want boom after 3", err, terms)
 		}
-		if _, err := c.Leader(t.Context(), "k"); !errors.Is(err, fencelock.ErrNoLeader) {
+		if _, err := recipe.CurrentLeader(t.Context(), c, "k"); !errors.Is(err, recipe.ErrNoLeader) {
 			t.Fatalf("Leader after Elect returned = %v; want ErrNoLeader (released)", err)
 		}
 		if tok := store.TokenOf("k"); tok != 3 {
@@ -359,7 +360,7 @@ func TestLeaderReportsIdentityValueAndToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		c := newClient(t, store.Backend(), nil)
-		if l, err := c.Leader(t.Context(), "k"); !errors.Is(err, fencelock.ErrNoLeader) || l.Elected() || l.Key != "k" {
+		if l, err := recipe.CurrentLeader(t.Context(), c, "k"); !errors.Is(err, recipe.ErrNoLeader) || l.Elected() || l.Key != "k" {
 			t.Fatalf("Leader of a free key = %+v, %v; want ErrNoLeader", l, err)
 		}
 		// An identity that looks like an owner string is returned as given.
@@ -369,7 +370,7 @@ func TestLeaderReportsIdentityValueAndToken(t *testing.T) {
 		leading := make(chan *fencelock.Lease)
 		done := make(chan error, 1)
 		go func() {
-			done <- c.Elect(ctx, "k", identity, []byte("10.0.0.7:8080"), func(ctx context.Context, l *fencelock.Lease) error {
+			done <- recipe.Elect(ctx, c, "k", identity, []byte("10.0.0.7:8080"), func(ctx context.Context, l *fencelock.Lease) error {
 				leading <- l
 				<-ctx.Done()
 				return nil
@@ -377,14 +378,14 @@ func TestLeaderReportsIdentityValueAndToken(t *testing.T) {
 		}()
 		defer func() { cancel(); <-done }()
 		l := <-leading
-		got, err := c.Leader(t.Context(), "k")
+		got, err := recipe.CurrentLeader(t.Context(), c, "k")
 		if err != nil || got.Identity != identity || string(got.Value) != "10.0.0.7:8080" || got.Token != l.Token() || got.Owner != l.Owner() || !got.Elected() {
 			t.Fatalf("Leader = %+v, %v; want identity %q, value, token %d, owner %q", got, err, identity, l.Token(), l.Owner())
 		}
 		if err := l.SetMetadata(t.Context(), []byte("10.0.0.7:9090")); err != nil {
 			t.Fatal(err)
 		}
-		got, err = c.Leader(t.Context(), "k")
+		got, err = recipe.CurrentLeader(t.Context(), c, "k")
 		if err != nil || string(got.Value) != "10.0.0.7:9090" || got.Token != l.Token() {
 			t.Fatalf("Leader after proclaiming = %+v, %v; want the new value", got, err)
 		}
@@ -395,17 +396,17 @@ func TestElectRejectsBadIdentityAndValue(t *testing.T) {
 	c := newClient(t, memory.New(), nil)
 	fn := func(ctx context.Context, l *fencelock.Lease) error { t.Error("fn ran"); return nil }
 	for _, id := range []string{"", "tab\there", strings.Repeat("x", 201)} {
-		if err := c.Elect(t.Context(), "k", id, nil, fn, nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+		if err := recipe.Elect(t.Context(), c, "k", id, nil, fn, nil); !errors.Is(err, fencelock.ErrInvalidOption) {
 			t.Errorf("Elect with identity %q = %v; want ErrInvalidOption", id, err)
 		}
 	}
-	if err := c.Elect(t.Context(), "k", "me", make([]byte, driver.MaxMetadataLen+1), fn, nil); !errors.Is(err, fencelock.ErrInvalidOption) {
+	if err := recipe.Elect(t.Context(), c, "k", "me", make([]byte, driver.MaxMetadataLen+1), fn, nil); !errors.Is(err, fencelock.ErrInvalidOption) {
 		t.Errorf("Elect with an oversized value = %v; want ErrInvalidOption", err)
 	}
-	if err := c.Elect(t.Context(), "", "me", nil, fn, nil); !errors.Is(err, fencelock.ErrInvalidKey) {
+	if err := recipe.Elect(t.Context(), c, "", "me", nil, fn, nil); !errors.Is(err, fencelock.ErrInvalidKey) {
 		t.Errorf("Elect with an empty key = %v; want ErrInvalidKey", err)
 	}
-	if _, err := c.Observe(t.Context(), ""); !errors.Is(err, fencelock.ErrInvalidKey) {
+	if _, err := recipe.Observe(t.Context(), c, ""); !errors.Is(err, fencelock.ErrInvalidKey) {
 		t.Errorf("Observe with an empty key = %v; want ErrInvalidKey", err)
 	}
 	if info, _ := c.Inspect(t.Context(), "k"); info.Locked() {
@@ -419,12 +420,12 @@ func TestObserveDeliversEveryChangeInOrder(t *testing.T) {
 		o := &fencelock.Options{TTL: 3 * time.Second}
 		watcher := newClient(t, store.Backend(), o)
 		ctx, cancel := context.WithCancel(t.Context())
-		ch, err := watcher.Observe(ctx, "k")
+		ch, err := recipe.Observe(ctx, watcher, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// next waits for the next delivery, at most within (fake time).
-		next := func(what string, within time.Duration) fencelock.Leader {
+		next := func(what string, within time.Duration) recipe.Leader {
 			t.Helper()
 			end := time.Now().Add(within)
 			for {
@@ -539,7 +540,7 @@ func TestObserveNeverDeliversAStaleLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch, err := watcher.Observe(t.Context(), "k")
+		ch, err := recipe.Observe(t.Context(), watcher, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -586,16 +587,16 @@ func TestElectOnNewLeaderReportsEveryLease(t *testing.T) {
 		}
 		var (
 			mu  sync.Mutex
-			got []fencelock.Leader
+			got []recipe.Leader
 		)
 		c := newClient(t, store.Backend(), o)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() {
-			done <- c.Elect(ctx, "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
+			done <- recipe.Elect(ctx, c, "k", "me", nil, func(ctx context.Context, l *fencelock.Lease) error {
 				time.Sleep(2 * time.Second)
 				return nil // one term of 2s, then campaign again
-			}, &fencelock.ElectOptions{OnNewLeader: func(l fencelock.Leader) {
+			}, &recipe.ElectOptions{OnNewLeader: func(l recipe.Leader) {
 				mu.Lock()
 				got = append(got, l)
 				mu.Unlock()
@@ -632,7 +633,7 @@ func TestObserveEndsWhenClientCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := c.Observe(context.Background(), "k")
+	ch, err := recipe.Observe(context.Background(), c, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +644,7 @@ func TestObserveEndsWhenClientCloses(t *testing.T) {
 	if l, ok := <-ch; ok {
 		t.Fatalf("delivered %+v after Close; want the channel closed", l)
 	}
-	if _, err := c.Observe(context.Background(), "k"); !errors.Is(err, fencelock.ErrClosed) {
+	if _, err := recipe.Observe(context.Background(), c, "k"); !errors.Is(err, fencelock.ErrClosed) {
 		t.Fatalf("Observe after Close = %v; want ErrClosed", err)
 	}
 }
@@ -687,9 +688,9 @@ func TestElectNextLeaderStartsAfterOldContextCancelled(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error, 2)
-			go func() { done <- a.Elect(ctx, "k", "a", nil, log.fn("a"), nil) }()
+			go func() { done <- recipe.Elect(ctx, a, "k", "a", nil, log.fn("a"), nil) }()
 			synctest.Wait()
-			go func() { done <- b.Elect(ctx, "k", "b", nil, log.fn("b"), nil) }()
+			go func() { done <- recipe.Elect(ctx, b, "k", "b", nil, log.fn("b"), nil) }()
 			synctest.Wait()
 			rf.on.Store(true)
 			time.Sleep(3 * time.Second)

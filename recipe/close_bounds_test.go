@@ -1,0 +1,148 @@
+package recipe_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/recipe"
+)
+
+// TestObserveReadsAreBoundedOnASilentStore checks that Observe's first
+// read of the leader, and Leader, end within Options.TTL on a store that
+// stops answering, naming the silence, as Inspect does.
+func TestObserveReadsAreBoundedOnASilentStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b, boundOpts())
+		b.setAll(silent)
+		var err error
+		within(t, b, c, 15*time.Second, "Observe(Background) on a silent store", func() {
+			_, err = recipe.Observe(context.Background(), c, "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
+			t.Errorf("Observe = %v; want DeadlineExceeded saying the store did not answer", err)
+		}
+		within(t, b, c, 15*time.Second, "Leader(Background) on a silent store", func() {
+			_, err = recipe.CurrentLeader(context.Background(), c, "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Leader = %v; want DeadlineExceeded", err)
+		}
+		b.setAll(nil)
+	})
+}
+
+// Close ends a read-write lock's Lock while the gate's acquire attempt
+// (nested in the lock's begin) is in flight, and the store grants the gate
+// during the grace period: the lock returns ErrClosed and leaves nothing
+// (the commit's own generative failure: a gate left held after Close).
+func TestCloseDuringNestedGateAttempt(t *testing.T) {
+	for _, write := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			store := memory.NewStore()
+			gate := make(chan struct{})
+			h := &hook{Backend: store.Backend()}
+			// Every acquire request (the gate's first) reaches the
+			// store only when gate opens, whether or not its sender
+			// still waits.
+			sent := lateStore(h, store, 1, gate)
+			c, err := fencelock.New(h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rw, err := recipe.NewRWLock(c, "doc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				var g *recipe.RWGrant
+				var err error
+				if write {
+					g, err = rw.Lock(t.Context())
+				} else {
+					g, err = rw.RLock(t.Context())
+				}
+				if g != nil {
+					t.Errorf("write %v: got a grant from a closed client", write)
+				}
+				got <- err
+			}()
+			<-sent
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			synctest.Wait()
+			close(gate)
+			if err := <-got; !errors.Is(err, fencelock.ErrClosed) {
+				t.Errorf("write %v: lock = %v; want ErrClosed", write, err)
+			}
+			if err := <-closed; err != nil {
+				t.Errorf("write %v: Close = %v", write, err)
+			}
+			synctest.Wait()
+			revStoreEmpty(t, store)
+		})
+	}
+}
+
+// hook wraps a backend (only the Backend interface) and lets a test act
+// around its acquire requests.
+type hook struct {
+	driver.Backend
+	acquire func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error)
+}
+
+func (h *hook) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if h.acquire != nil {
+		return h.acquire(ctx, r)
+	}
+	return h.Backend.Acquire(ctx, r)
+}
+
+// lateStore makes h a store whose Acquire requests, from the nth on,
+// arrive only when gate opens, and are applied then whether or not their
+// sender still waits for the reply: a request delayed in flight, which a
+// server executes after its client gave up on it (by store, whose
+// backends Close does not close). sent is closed when the nth request is
+// on its way.
+func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
+	var calls atomic.Int32
+	s := make(chan struct{})
+	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+		switch k := calls.Add(1); {
+		case k < int32(n):
+			return h.Backend.Acquire(ctx, r)
+		case k == int32(n):
+			close(s)
+		}
+		select {
+		case <-gate:
+			return h.Backend.Acquire(context.WithoutCancel(ctx), r)
+		case <-ctx.Done():
+			go func() {
+				<-gate
+				_, _ = store.Backend().Acquire(context.Background(), r)
+			}()
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+	return s
+}
+
+// revStoreEmpty fails the test if the store holds any record.
+func revStoreEmpty(t *testing.T, store *memory.Store) {
+	t.Helper()
+	infos, err := store.Backend().List(context.Background(), "")
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("List = %+v, %v; want an empty store", infos, err)
+	}
+}
