@@ -139,7 +139,7 @@ func testRWMutex(t *testing.T, s *suite) {
 	}
 	wg.Wait()
 	t.Logf("%d clients × (%d readers + 1 writer) × %d rounds: up to %d readers at once", clients, readers, rounds, most)
-	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
 }
 
 func testRWEverySlot(t *testing.T, s *suite) {
@@ -148,14 +148,14 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	c := s.client(t)
 	w := s.rwlock(t, s.client(t), key)
 	for i := range recipe.MaxReaders {
-		l, err := c.TryAcquire(ctx, w.SlotKey(i)) // a reader's slot, as the writer sees it
+		l, err := c.TryAcquire(ctx, rwRecords(key)[2+i]) // a reader's slot, as the writer sees it
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
 			t.Fatalf("TryLock while slot %s is held: %v; want ErrNotAcquired", l.Key(), err)
 		}
-		infos, err := c.List(ctx, key+recipe.RWSeparator)
+		infos, err := c.List(ctx, rwPrefix(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	if err := g.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkEmpty(t, ctx, c, key+recipe.RWSeparator)
+	checkEmpty(t, ctx, c, rwPrefix(key))
 }
 
 func testRWStarve(t *testing.T, s *suite) {
@@ -223,7 +223,7 @@ func testRWStarve(t *testing.T, s *suite) {
 		t.Error(err)
 	}
 	wg.Wait()
-	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
 }
 
 func testRWCancelled(t *testing.T, s *suite) {
@@ -276,7 +276,7 @@ func testRWCancelled(t *testing.T, s *suite) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
 }
 
 func testRWHolders(t *testing.T, s *suite) {
@@ -324,7 +324,7 @@ func testRWHolders(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rw.GateKey() || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
+	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rwRecords(rw.Key())[0] || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
 		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "writer" {
 		t.Errorf("Holders = %+v; want the writer %s (grant token %d) with every slot and metadata %q", hs, w.Owner(), w.Token(), "writer")
 	}
@@ -357,9 +357,9 @@ func testRWCrash(t *testing.T, s *suite) {
 	}
 	cb.crash()
 	crashed := time.Now()
-	bound := s.expiryBound(cb.last(dw.GateKey()), s.h.TTL)
+	bound := s.expiryBound(cb.last(rwRecords(dw.Key())[0]), s.h.TTL)
 	for i := range recipe.MaxReaders {
-		bound = max(bound, s.expiryBound(cb.last(dw.SlotKey(i)), s.h.TTL))
+		bound = max(bound, s.expiryBound(cb.last(rwRecords(dw.Key())[2+i]), s.h.TTL))
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -414,7 +414,7 @@ func testRWRefusalNoHold(t *testing.T, s *suite) {
 			if err := w.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
+			checkEmpty(t, ctx, s.client(t), rwPrefix(key))
 		})
 	}
 }
@@ -457,5 +457,18 @@ func testRWTryReaders(t *testing.T, s *suite) {
 			t.Fatal(failed)
 		}
 	}
-	checkEmpty(t, ctx, s.client(t), key+recipe.RWSeparator)
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
+}
+
+// rwPrefix is what every record of the read-write lock on key starts with.
+func rwPrefix(key string) string {
+	p, _ := recipe.Keys(key, 0)
+	return p
+}
+
+// rwRecords are the records of the read-write lock on key: its gate, its
+// intent, then its reader slots (see recipe.Keys).
+func rwRecords(key string) []string {
+	_, r := recipe.Keys(key, 0)
+	return r
 }

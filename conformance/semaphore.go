@@ -84,7 +84,7 @@ func testSemaphoreMutex(t *testing.T, s *suite) {
 		t.Errorf("%d permits held at once; want at most %d", got, n)
 	}
 	t.Logf("%d clients × %d goroutines × %d rounds: at most %d of %d permits held at once", clients, workers, rounds, most.Load(), n)
-	checkEmpty(t, ctx, s.client(t), key+recipe.PermitSeparator)
+	checkEmpty(t, ctx, s.client(t), semPrefix(key))
 }
 
 func testSemaphoreCancelled(t *testing.T, s *suite) {
@@ -143,7 +143,7 @@ func testSemaphoreCancelled(t *testing.T, s *suite) {
 	if h := waiter.Holding(); len(h) != 0 {
 		t.Errorf("waiter's Holding() = %v after its waits were cancelled", h)
 	}
-	checkEmpty(t, ctx, next, key+recipe.PermitSeparator)
+	checkEmpty(t, ctx, next, semPrefix(key))
 }
 
 func testSemaphoreMismatch(t *testing.T, s *suite) {
@@ -208,7 +208,7 @@ func testSemaphoreHolders(t *testing.T, s *suite) {
 				continue
 			}
 			found = true
-			if h.Owner != l.Owner() || h.Token != l.Token() || h.Permits != n || sem.SlotKey(h.Slot) != h.Key || string(h.Metadata) != fmt.Sprintf("holder-%d", i) {
+			if h.Owner != l.Owner() || h.Token != l.Token() || h.Permits != n || semSlot(sem, h.Slot) != h.Key || string(h.Metadata) != fmt.Sprintf("holder-%d", i) {
 				t.Errorf("holder %+v; want owner %s, token %d, %d permits, slot matching its key, metadata holder-%d", h, l.Owner(), l.Token(), n, i)
 			}
 		}
@@ -252,7 +252,7 @@ func testSemaphoreCrash(t *testing.T, s *suite) {
 	crashed := time.Now()
 	var bound time.Duration
 	for i := range n {
-		bound = max(bound, s.expiryBound(cb.last(sd.SlotKey(i)), s.h.TTL))
+		bound = max(bound, s.expiryBound(cb.last(semSlot(sd, i)), s.h.TTL))
 	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -262,4 +262,16 @@ func testSemaphoreCrash(t *testing.T, s *suite) {
 	}
 	t.Logf("crashed holder's permit returned after %v (bound %v)", time.Since(crashed), bound)
 	mustRelease(t, l)
+}
+
+// semPrefix is what every slot key of a semaphore on key starts with.
+func semPrefix(key string) string {
+	p, _ := recipe.Keys(key, 1)
+	return p
+}
+
+// semSlot is the key of slot i of s (see recipe.Keys).
+func semSlot(s *recipe.Semaphore, i int) string {
+	_, slots := recipe.Keys(s.Key(), i+1)
+	return slots[i]
 }

@@ -8,3 +8,21 @@ func SetRWTestHookEntered(f func(gate *fencelock.Lease)) (restore func()) {
 	rwTestHookEntered = f
 	return func() { rwTestHookEntered = nil }
 }
+
+// The key layout, for the tests (Keys is the public way).
+const (
+	PermitSeparator = permitSeparator
+	RWSeparator     = rwSeparator
+)
+
+// SlotKey returns the key of permit slot i.
+func (s *Semaphore) SlotKey(i int) string { return s.slots[i] }
+
+// GateKey returns the key of the lock's gate.
+func (rw *RWLock) GateKey() string { return rw.gate }
+
+// IntentKey returns the key of a waiting writer's intent.
+func (rw *RWLock) IntentKey() string { return rw.intent }
+
+// SlotKey returns the key of reader slot i.
+func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }

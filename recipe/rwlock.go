@@ -15,14 +15,9 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// RWSeparator is what an RWLock puts between its key and the keys of its
-// records: the gate key + RWSeparator + "gate", the reader slot keys
-// key + RWSeparator + "r/0" … key + RWSeparator + "r/" +
-// strconv.Itoa(MaxReaders-1), and a waiting writer's intent
-// key + RWSeparator + "w". Keys that contain it are reserved for
-// read-write locks: a plain lock on such a key occupies the gate or a
-// reader slot.
-const RWSeparator = "/.rw/"
+// rwSeparator is what an RWLock puts between its key and the keys of its
+// records (see Keys).
+const rwSeparator = "/.rw/"
 
 // MaxReaders is the number of reader slots of every RWLock: at most
 // MaxReaders read grants of one key are held at once, and an RLock beyond
@@ -42,8 +37,8 @@ const rwHeader = "fencelock-rwlock "
 //
 // # Design
 //
-// Two kinds of record, each an ordinary Lease: a gate (GateKey) that
-// serialises entry, and MaxReaders reader slots (SlotKey). A reader takes
+// Two kinds of record, each an ordinary Lease: a gate that
+// serialises entry, and MaxReaders reader slots (see Keys). A reader takes
 // the gate, then one free slot, checks that its gate lease is still valid
 // by its own clock, and releases the gate; its grant is the slot's lease.
 // A writer takes the gate, then every slot, waiting for the readers
@@ -56,7 +51,7 @@ const rwHeader = "fencelock-rwlock "
 // passing the gate one after another can keep it busy at every poll of a
 // waiting writer; where the store notifies, a woken writer still races
 // the readers woken with it. So a writer that finds the gate held takes
-// a third kind of record first, the intent (IntentKey), and keeps it
+// a third kind of record first, the intent, and keeps it
 // until it has the gate; every reader looks at the intent before it
 // enters (one Inspect) and waits while a writer holds it. Only the
 // readers that looked before the intent was taken can still pass the
@@ -105,11 +100,9 @@ func NewRWLock(c *fencelock.Client, key string) (*RWLock, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	rw := &RWLock{c: c, key: key, gate: key + RWSeparator + "gate", intent: key + RWSeparator + "w"}
-	slots := make([]string, MaxReaders)
-	for i := range slots {
-		slots[i] = key + RWSeparator + "r/" + strconv.Itoa(i)
-	}
+	_, records := Keys(key, 0)
+	slots := records[2:]
+	rw := &RWLock{c: c, key: key, gate: records[0], intent: records[1]}
 	longest := max(len(rw.gate), len(slots[MaxReaders-1]))
 	if longest > driver.MaxKeyLen {
 		return nil, &fencelock.InvalidKeyError{Key: key, Reason: fmt.Sprintf("its read-write lock's record keys are up to %d bytes, longer than %d (a read-write lock's key may be at most %d bytes)",
@@ -121,16 +114,6 @@ func NewRWLock(c *fencelock.Client, key string) (*RWLock, error) {
 
 // Key returns the read-write lock's key.
 func (rw *RWLock) Key() string { return rw.key }
-
-// GateKey returns the key of the lock's gate.
-func (rw *RWLock) GateKey() string { return rw.gate }
-
-// IntentKey returns the key of the intent record that a writer waiting
-// for the gate holds (see Design).
-func (rw *RWLock) IntentKey() string { return rw.intent }
-
-// SlotKey returns the key of reader slot i (0 ≤ i < MaxReaders).
-func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
 
 // rwTestHookEntered, if set, runs after a reader got the gate and before
 // it takes a slot (tests pause a reader there).
@@ -818,11 +801,11 @@ type RWHolder struct {
 // Holders lists every holder of the lock, across every client of the
 // store, in the order of their grant tokens: readers, a writer (with its
 // gate and slots as one holder), and a reader passing the gate. It is one
-// List of the store (key + RWSeparator as prefix). Records whose metadata
+// List of the store (the records' prefix, see Keys). Records whose metadata
 // a holder replaced with Lease.SetMetadata are reported as readers with
 // no grant token.
 func (rw *RWLock) Holders(ctx context.Context) ([]RWHolder, error) {
-	prefix := rw.key + RWSeparator
+	prefix := rw.key + rwSeparator
 	infos, err := rw.c.List(ctx, prefix)
 	if err != nil {
 		return nil, err

@@ -20,13 +20,9 @@ import (
 // cost reasonable.
 const MaxPermits = 256
 
-// PermitSeparator is what a Semaphore puts between its key and a permit
-// slot's number: the slot keys of NewSemaphore(c, key, n) are
-// key + PermitSeparator + "0" … key + PermitSeparator + strconv.Itoa(n-1).
-// Keys that contain it are reserved for semaphores: a plain lock on such
-// a key occupies the semaphore's slot. It is part of the store's layout
-// (what List and a history checker see), not needed to use a Semaphore.
-const PermitSeparator = "/.permit/"
+// permitSeparator is what a Semaphore puts between its key and a permit
+// slot's number (see Keys).
+const permitSeparator = "/.permit/"
 
 // permitHeader starts the metadata of every permit: it records the
 // semaphore's number of permits, so that a caller with another number is
@@ -62,7 +58,7 @@ func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermi
 
 // Semaphore is a counting semaphore of N permits on one key, for every
 // client of the store: at most N leases are held at once. Each permit is
-// an ordinary fencelock.Lease on a slot key (see SlotKey), so it has its
+// an ordinary fencelock.Lease on a slot key (Lease.Key; see Keys), so it has its
 // own fencing token, renewal, local validity, loss signal and crash
 // release, exactly as a lock has. Create one with NewSemaphore; its
 // methods are safe for concurrent use.
@@ -119,10 +115,8 @@ func NewSemaphore(c *fencelock.Client, key string, n int) (*Semaphore, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	s := &Semaphore{c: c, key: key, n: n, slots: make([]string, n)}
-	for i := range s.slots {
-		s.slots[i] = key + PermitSeparator + strconv.Itoa(i)
-	}
+	_, slots := Keys(key, n)
+	s := &Semaphore{c: c, key: key, n: n, slots: slots}
 	if last := s.slots[n-1]; len(last) > driver.MaxKeyLen {
 		return nil, &fencelock.InvalidKeyError{Key: key, Reason: fmt.Sprintf("its permit slot key %d bytes, longer than %d (a semaphore's key may be at most %d bytes with %d permits)",
 			len(last), driver.MaxKeyLen, driver.MaxKeyLen-len(last)+len(key), n)}
@@ -141,11 +135,6 @@ func (s *Semaphore) Key() string { return s.key }
 
 // Permits returns the semaphore's number of permits.
 func (s *Semaphore) Permits() int { return s.n }
-
-// SlotKey returns the key of permit slot i (0 ≤ i < Permits()): the key
-// of the Lease holding that permit, and the key a fenced resource checks
-// the permit's token against.
-func (s *Semaphore) SlotKey(i int) string { return s.slots[i] }
 
 // TryAcquire makes one attempt at each permit slot, in a random order,
 // and returns the first permit it gets. When every slot is held it
@@ -429,7 +418,7 @@ func (s *Semaphore) list(ctx context.Context, k *fencelock.Call) ([]Permit, erro
 	}
 	rctx, cancel := k.Request()
 	defer cancel()
-	infos, err := s.c.List(rctx, s.key+PermitSeparator)
+	infos, err := s.c.List(rctx, s.key+permitSeparator)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +445,7 @@ type Permit struct {
 // keys' common prefix, see Keys). It includes slots beyond Permits() held
 // by callers that use more permits.
 func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
-	infos, err := s.c.List(ctx, s.key+PermitSeparator)
+	infos, err := s.c.List(ctx, s.key+permitSeparator)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +455,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Permit, error) {
 // permits turns a List of the semaphore's prefix into its permits, sorted
 // by slot.
 func (s *Semaphore) permits(infos []fencelock.Info) []Permit {
-	prefix := s.key + PermitSeparator
+	prefix := s.key + permitSeparator
 	var ps []Permit
 	for _, info := range infos {
 		rest, ok := strings.CutPrefix(info.Key, prefix)

@@ -185,13 +185,25 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	if err := driver.ValidateKey(rf.key); err != nil {
 		return rf, e.usageError("run", "%v", err), true
 	}
-	if slot := rf.key + recipe.PermitSeparator + strconv.Itoa(rf.permits-1); rf.permits > 0 && len(slot) > driver.MaxKeyLen {
-		return rf, e.usageError("run", "with --permits %d, KEY may be at most %d bytes: its slot keys (KEY%sI) must fit in %d",
-			rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), recipe.PermitSeparator, driver.MaxKeyLen), true
+	if rf.permits > 0 {
+		_, slots := recipe.Keys(rf.key, rf.permits)
+		if slot := slots[rf.permits-1]; len(slot) > driver.MaxKeyLen {
+			sep, _ := recipe.Keys("", rf.permits)
+			return rf, e.usageError("run", "with --permits %d, KEY may be at most %d bytes: its slot keys (KEY%sI) must fit in %d",
+				rf.permits, driver.MaxKeyLen-len(slot)+len(rf.key), sep, driver.MaxKeyLen), true
+		}
 	}
-	if last := rf.key + recipe.RWSeparator + "r/" + strconv.Itoa(recipe.MaxReaders-1); rf.shared && len(last) > driver.MaxKeyLen {
-		return rf, e.usageError("run", "with --shared, KEY may be at most %d bytes: its read-write lock's keys (KEY%s…) must fit in %d",
-			driver.MaxKeyLen-len(last)+len(rf.key), recipe.RWSeparator, driver.MaxKeyLen), true
+	if rf.shared {
+		_, records := recipe.Keys(rf.key, 0)
+		longest := 0
+		for _, r := range records {
+			longest = max(longest, len(r))
+		}
+		if longest > driver.MaxKeyLen {
+			sep, _ := recipe.Keys("", 0)
+			return rf, e.usageError("run", "with --shared, KEY may be at most %d bytes: its read-write lock's keys (KEY%s…) must fit in %d",
+				driver.MaxKeyLen-longest+len(rf.key), sep, driver.MaxKeyLen), true
+		}
 	}
 	return rf, 0, false
 }

@@ -773,7 +773,8 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	// first slots.
 	adminKey := func(k int) string {
 		if p.permits > 0 {
-			return r.keys[k] + recipe.PermitSeparator + "0"
+			_, slots := recipe.Keys(r.keys[k], 1)
+			return slots[0]
 		}
 		return r.keys[k]
 	}

@@ -252,7 +252,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 	prefix := "generative-" + hex.EncodeToString(rnd[:]) + "/"
 	key := prefix + "rw"
 	tenth := h.TTL / 10
-	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}, raw: nil, prefix: key + recipe.RWSeparator, clean: p.clean, tenth: tenth}
+	run := &rwRun{rec: newRecorder(), lost: map[string]int64{}, raw: nil, prefix: rwPrefix(key), clean: p.clean, tenth: tenth}
 	raw, err := h.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("Harness.Open: %w", err)
@@ -615,4 +615,10 @@ func (run *rwRun) checkTryRLock() []violation {
 		}
 	}
 	return vs
+}
+
+// rwPrefix is what every record of the read-write lock on key starts with.
+func rwPrefix(key string) string {
+	p, _ := recipe.Keys(key, 0)
+	return p
 }

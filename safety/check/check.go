@@ -35,14 +35,14 @@
 //     its Acquired or AcquireFailed, or to the Crash of its process) was in
 //     progress at t. An Acquire of a semaphore names the semaphore's key
 //     and is waiting for each of its slot keys (below).
-//   - Read-write locks: a key that contains recipe.RWSeparator is the
+//   - Read-write locks: a key that contains the read-write lock separator (recipe.Keys) is the
 //     gate (suffix "gate": a writer's grant, named by its gate lease) or
 //     a reader slot (a reader's grant) of the lock whose key precedes it.
 //     A writer's Acquire names the gate, a reader's the lock's key. Each
 //     is a key of its own for P1..P8 (so P3 on the gate is "no two
 //     writers"); accesses to the lock's resource (history.Event.Access)
 //     are W3's, not P1's.
-//   - Semaphores: a key that contains recipe.PermitSeparator is a
+//   - Semaphores: a key that contains the semaphore separator (recipe.Keys) is a
 //     permit slot of the semaphore whose key precedes it; each slot is a
 //     key of its own for P1..P8 (a permit is a lease on its slot key,
 //     fenced by it). With Config.Permits set, S1 and S2 judge each
@@ -116,12 +116,12 @@ type Config struct {
 	// still counts them all). Zero means 20.
 	MaxViolations int
 	// Permits, if positive, is the number of permits of the semaphores
-	// in the history (their slot keys contain recipe.PermitSeparator):
+	// in the history (their slot keys contain the semaphore separator (recipe.Keys)):
 	// Check then adds S1 and S2 (see the package doc). Zero: no
 	// semaphore properties.
 	Permits int `json:"Permits,omitempty"`
 	// RW adds W1..W3 (see the package doc) for the read-write locks in
-	// the history: keys that contain recipe.RWSeparator are their
+	// the history: keys that contain the read-write lock separator (recipe.Keys) are their
 	// gate (a writer's grant) and reader slots, grouped by the lock's key.
 	RW bool `json:"RW,omitempty"`
 }

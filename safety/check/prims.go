@@ -10,9 +10,9 @@ import (
 )
 
 // groupOf returns the key of the semaphore whose permit slot key is, or
-// "" if key is not a slot key (recipe.PermitSeparator).
+// "" if key is not a slot key (see recipe.Keys).
 func groupOf(key string) string {
-	g, _, ok := strings.Cut(key, recipe.PermitSeparator)
+	g, _, ok := strings.Cut(key, permitSeparator)
 	if !ok {
 		return ""
 	}
@@ -177,3 +177,11 @@ func (m *model) permitsComeBack(st *Stats) Property {
 	}
 	return c.done()
 }
+
+// permitSeparator and rwSeparator are what a semaphore's and a read-write
+// lock's record keys put after the recipe's key (recipe.Keys of an empty
+// key gives them).
+var (
+	permitSeparator, _ = recipe.Keys("", 1)
+	rwSeparator, _     = recipe.Keys("", 0)
+)

@@ -5,15 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock/recipe"
 	"github.com/fencelock/fencelock/safety/history"
 )
 
 // rwOf returns the key of the read-write lock whose gate or reader slot
 // key is, and whether key is its gate (a writer's grant); "" if key is
-// neither (recipe.RWSeparator).
+// neither (see recipe.Keys).
 func rwOf(key string) (lock string, writer bool) {
-	g, rest, ok := strings.Cut(key, recipe.RWSeparator)
+	g, rest, ok := strings.Cut(key, rwSeparator)
 	if !ok {
 		return "", false
 	}

@@ -58,7 +58,8 @@ type held struct {
 // writer waits for the gate of the read-write lock).
 func (w *worker) startKey(key string, write bool) string {
 	if w.k.cfg.RW && write {
-		return key + recipe.RWSeparator + "gate"
+		_, records := recipe.Keys(key, 0)
+		return records[0] // the gate
 	}
 	return key
 }

@@ -1,6 +1,7 @@
 package contender
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestContenderSemaphore(t *testing.T) {
 				t.Fatalf("%s names %q, not the semaphore's key: %+v", ev.Kind, ev.Key, ev)
 			}
 		case history.Acquired, history.Belief, history.Write, history.ReleaseStart, history.Released:
-			slot, ok := strings.CutPrefix(ev.Key, "s"+recipe.PermitSeparator)
+			slot, ok := strings.CutPrefix(ev.Key, semPrefix)
 			if !ok || (slot != "0" && slot != "1") {
 				t.Fatalf("%s names %q, not a slot key of s: %+v", ev.Kind, ev.Key, ev)
 			}
@@ -69,7 +70,7 @@ func TestContenderRWLock(t *testing.T) {
 	}
 	h := append(r.events(), r.fence.Log()...)
 	h.Sort()
-	gate := "L" + recipe.RWSeparator + "gate"
+	gate := rwRecords[0]
 	var reads, writes, writers, readers int
 	for _, ev := range h {
 		switch ev.Kind {
@@ -81,7 +82,7 @@ func TestContenderRWLock(t *testing.T) {
 			switch {
 			case ev.Key == gate:
 				writers++
-			case strings.HasPrefix(ev.Key, "L"+recipe.RWSeparator+"r/"):
+			case slices.Contains(rwRecords[2:], ev.Key):
 				readers++
 			default:
 				t.Fatalf("grant of %q: %+v", ev.Key, ev)
@@ -111,3 +112,8 @@ func TestContenderRWLock(t *testing.T) {
 		t.Error("W3 judged no access")
 	}
 }
+
+var (
+	semPrefix, _ = recipe.Keys("s", 1) // the semaphore "s"'s slot keys' prefix
+	_, rwRecords = recipe.Keys("L", 0) // the read-write lock "L"'s records
+)

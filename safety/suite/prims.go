@@ -90,10 +90,10 @@ const semPermits = 2
 // semaphore's key for a permit's slot key, the read-write lock's for its
 // gate or a reader slot, else key itself.
 func lockKey(key string) string {
-	if g, _, ok := strings.Cut(key, recipe.PermitSeparator); ok {
+	if g, _, ok := strings.Cut(key, permitSeparator); ok {
 		return g
 	}
-	if g, _, ok := strings.Cut(key, recipe.RWSeparator); ok {
+	if g, _, ok := strings.Cut(key, rwSeparator); ok {
 		return g
 	}
 	return key
@@ -102,7 +102,7 @@ func lockKey(key string) string {
 // isWriter reports whether a lease key is a read-write lock's gate (the
 // key a writer's grant is named by).
 func isWriter(key string) bool {
-	return strings.HasSuffix(key, recipe.RWSeparator+"gate")
+	return strings.HasSuffix(key, rwSeparator+"gate")
 }
 
 // primCells returns the semaphore and read-write cells of a backend.
@@ -315,3 +315,11 @@ func rwAfter(c *cell, res check.Result) error {
 	}
 	return nil
 }
+
+// permitSeparator and rwSeparator are what a semaphore's and a read-write
+// lock's record keys put after the recipe's key (recipe.Keys of an empty
+// key gives them).
+var (
+	permitSeparator, _ = recipe.Keys("", 1)
+	rwSeparator, _     = recipe.Keys("", 0)
+)
