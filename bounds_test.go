@@ -264,7 +264,7 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 		// The answer comes 1.5s after the 1s deadline: within the
 		// overrun budget, so TryAcquire waits for it and releases the
 		// grant.
-		b.SetLate(fakebackend.Acquire, slow(2500 * time.Millisecond))
+		b.SetLate(fakebackend.Acquire, slow(2500*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var err error
