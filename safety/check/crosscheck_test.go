@@ -22,16 +22,21 @@ package check
 // history does not record) and are not compared.
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/conformance/generative"
+	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
+	"github.com/fencelock/fencelock/safety/mono"
 	"pgregory.net/rapid"
 )
 
@@ -467,6 +472,145 @@ func TestCheckersAgreeOnGeneratedHistories(t *testing.T) {
 	for m := genCorrect + 1; m < genMutations; m++ {
 		if caught[m] == 0 && !t.Failed() {
 			t.Errorf("no %s history broke a shared invariant: the generator does not exercise it", m)
+		}
+	}
+}
+
+// recordMemoryRun runs three contenders for one key on the memory
+// backend, each acquiring, writing through safety/fence, releasing, and
+// then writing once more with its released lease's token (a paused
+// holder's late write), and returns the history: the contenders' events
+// and the fence's log, in the monotonic clock.
+func recordMemoryRun(t *testing.T) history.History {
+	t.Helper()
+	srv, err := fence.Listen(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	store := memory.NewStore()
+	var (
+		mu sync.Mutex
+		h  history.History
+	)
+	emit := func(e history.Event) {
+		e.T = mono.Now()
+		mu.Lock()
+		h = append(h, e)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for p := range 3 {
+		proc := fmt.Sprintf("c%d", p+1)
+		c, err := fencelock.New(store.Backend(), &fencelock.Options{TTL: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, err := fence.Dial(ctx, srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer c.Close()
+			defer fc.Close()
+			errs <- func() error {
+				for n := range 6 {
+					id := fmt.Sprintf("%s-%d", proc, n)
+					emit(history.Event{Proc: proc, Kind: history.AcquireStart, Key: "k", Lease: id})
+					l, err := c.Acquire(ctx, "k")
+					if err != nil {
+						return err
+					}
+					tok := uint64(l.Token())
+					emit(history.Event{Proc: proc, Kind: history.Acquired, Key: "k", Lease: id, Token: tok, Until: mono.Now() + int64(l.Remaining())})
+					for range 2 {
+						emit(history.Event{Proc: proc, Kind: history.Belief, Key: "k", Lease: id, Token: tok, Until: mono.Now() + int64(l.Remaining())})
+						if _, err := fc.Write(ctx, "k", id, proc, tok); err != nil {
+							return err
+						}
+					}
+					emit(history.Event{Proc: proc, Kind: history.ReleaseStart, Key: "k", Lease: id, Token: tok})
+					err = l.Release(ctx)
+					emit(history.Event{Proc: proc, Kind: history.Released, Key: "k", Lease: id, Token: tok, Err: errString(err)})
+					if err != nil {
+						return err
+					}
+					if _, err := fc.Write(ctx, "k", id, proc, tok); err != nil { // late
+						return err
+					}
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return append(h, srv.Log()...)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestCheckersAgreeOnRecordedHistories feeds both checkers a history
+// recorded on the memory backend, which keeps every invariant, and the
+// same history with each defect a broken store or fence would put in it
+// (the safety suite's mutants: every token 1; a holder that keeps
+// believing past the next grant, as with the expiry check removed or a
+// release without owner check; the fence with fencing off), and checks
+// that both find the same shared invariants broken, and the ones each
+// defect breaks.
+func TestCheckersAgreeOnRecordedHistories(t *testing.T) {
+	rec := recordMemoryRun(t)
+	rec.Sort()
+	mutate := func(f func(h history.History) history.History) history.History {
+		return f(append(history.History(nil), rec...))
+	}
+	for _, tc := range []struct {
+		name string
+		h    history.History
+		want []string
+	}{
+		{"recorded", rec, nil},
+		{"every token 1", mutate(func(h history.History) history.History {
+			for i := range h {
+				if h[i].Token != 0 {
+					h[i].Token = 1
+				}
+			}
+			return h
+		}), []string{"tokens"}},
+		{"holder believes past the next grant", mutate(func(h history.History) history.History {
+			// The first released lease starts its release (and ends its
+			// belief) only after the next lease was acquired.
+			first := slices.IndexFunc(h, func(e history.Event) bool { return e.Kind == history.ReleaseStart })
+			next := slices.IndexFunc(h[first:], func(e history.Event) bool { return e.Kind == history.Acquired })
+			h[first].T = h[first+next].T + int64(time.Millisecond)
+			return h
+		}), []string{"exclusion"}},
+		{"fencing off", mutate(func(h history.History) history.History {
+			for i := range h {
+				if h[i].Kind == history.Write {
+					h[i].Accepted, h[i].Fencing = true, false
+				}
+			}
+			return h
+		}), []string{"stale-write"}},
+	} {
+		got := mustAgree(t, tc.name, tc.h)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: both checkers found %v broken, want %v", tc.name, got, tc.want)
 		}
 	}
 }
