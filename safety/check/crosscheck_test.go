@@ -19,7 +19,13 @@ package check
 // The other properties have no counterpart on the other side (P5, P6, P8
 // are liveness; P7 and NoLossWithoutCause judge losses by different
 // causes; the generative options' properties need what the safety
-// history does not record) and are not compared.
+// history does not record) and are not compared. P1's rule within a
+// lease (a pre-rotation token refused once its rotated one was
+// accepted) has no generative counterpart. The read-write lock's
+// (W1..W3 against the generative rwRun's NoTwoWriters,
+// NoReaderBesideWriter, GrantTokensIncrease, NoStaleAccessAccepted) are
+// not cross-checked yet; semaphores (S1, S2) and elections have a
+// checker on one side only.
 
 import (
 	"context"
