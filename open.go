@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -59,25 +58,6 @@ func Schemes() []string {
 	}
 	sort.Strings(s)
 	return s
-}
-
-func init() {
-	Register("mem", func(ctx context.Context, u *url.URL) (Backend, error) {
-		if err := driver.NewParams(u).Err(); err != nil {
-			return nil, err
-		}
-		if u.Path != "" && u.Path != "/" {
-			return nil, driver.InvalidURL(u.String(), "mem URLs are mem://NAME with no path")
-		}
-		if u.User != nil {
-			return nil, driver.InvalidURL(u.String(), "mem URLs take no user or password")
-		}
-		name := u.Host
-		if name == "" {
-			name = u.Opaque
-		}
-		return memory.Named(name).Backend(), nil
-	})
 }
 
 // OpenBackend opens a backend from a URL without creating a Client, and

@@ -73,11 +73,6 @@ func Named(name string) *Store {
 // store; Named is for a store reached by URL.
 func New() *Backend { return NewStore().Backend() }
 
-// Scheme is the URL scheme of this backend: fencelock.Open("mem://NAME")
-// opens a Backend on Named(NAME). Package fencelock registers it itself
-// (it imports this package, so this package cannot register with it).
-const Scheme = "mem"
-
 // Backend returns a new connection to the store. Closing it does not affect
 // the store or its other Backends.
 func (s *Store) Backend() *Backend { return &Backend{s: s} }
