@@ -152,6 +152,10 @@ type Server struct {
 	log     history.History
 	conns   map[net.Conn]struct{}
 	closed  bool
+	// store, if set, decides lock writes (see Store); storeFaults
+	// records where it disagreed with the rule or failed.
+	store       Store
+	storeFaults []string
 }
 
 // Listen starts a server on a new unix socket in dir (which must exist,
@@ -301,6 +305,9 @@ func (s *Server) decide(req request) Decision {
 		reason = ReasonStale
 	}
 	accepted := ok || !s.fencing
+	if s.store != nil && s.fencing {
+		accepted = s.askStore(req, ok, reason)
+	}
 	if accepted && req.Token > st.token {
 		s.keys[req.Key] = keyState{token: req.Token, lease: req.Lease}
 	}
