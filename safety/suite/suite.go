@@ -101,7 +101,7 @@ var DefaultFaults = []string{
 	FaultFailover, FaultRedisExpiry, ControlFencingOff,
 	FaultSemBaseline, FaultSemHolderPause, FaultSemHolderKill,
 	FaultRWBaseline, FaultRWHolderPause, FaultRWHolderKill,
-	FaultCallBounds, FaultMixedConfig, FaultClockStall,
+	FaultCallBounds, FaultMixedConfig, FaultClockStall, FaultHolderPauseKit,
 }
 
 // mutantFaults are the names of the mutant controls.
