@@ -25,13 +25,13 @@ type mutant struct {
 }
 
 var mutants = []mutant{
-	{"tokens-go-backwards", "FencingTokensIncrease", func(s *memory.Store) driver.Backend { return backwards{plain{s.Backend()}} }},
-	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain{s.Backend()}, s} }},
-	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain{s.Backend()}, s} }},
-	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain{s.Backend()}} }},
-	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain{s.Backend()}} }},
-	{"store-ttl-shorter-than-granted", "Options", func(s *memory.Store) driver.Backend { return shortLived{plain{s.Backend()}} }},
-	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain{s.Backend()}} }},
+	{"tokens-go-backwards", "FencingTokensIncrease", func(s *memory.Store) driver.Backend { return backwards{plain(s.Backend())} }},
+	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain(s.Backend()), s} }},
+	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain(s.Backend()), s} }},
+	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain(s.Backend())} }},
+	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain(s.Backend())} }},
+	{"store-ttl-shorter-than-granted", "Options", func(s *memory.Store) driver.Backend { return shortLived{plain(s.Backend())} }},
+	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain(s.Backend())} }},
 }
 
 // backwards issues tokens that decrease.
