@@ -61,8 +61,15 @@ func Schemes() []string {
 }
 
 // OpenBackend opens a backend from a URL without creating a Client, and
-// returns the engine parameters found in the URL as Options.
+// returns the engine parameters found in the URL as Options. If the URL
+// names guarantees (require=), OpenBackend measures them within ctx and,
+// if any is unmet, closes the backend and returns an
+// *UnmetGuaranteeError.
 func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
+	return openBackend(ctx, rawURL, true)
+}
+
+func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Options, error) {
 	if err := checkURLText(rawURL); err != nil {
 		return nil, nil, err
 	}
@@ -112,6 +119,12 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	}
 	o.Owner = q.Get("owner")
 	q.Del("owner")
+	if q.Has("require") {
+		if o.Require, err = driver.ParseGuarantees("URL parameter \"require\"", strings.Join(q["require"], ",")); err != nil {
+			return nil, nil, err
+		}
+		q.Del("require")
+	}
 	u2 := *u
 	u2.Scheme = scheme
 	u2.RawQuery = q.Encode()
@@ -122,6 +135,13 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 			err = driver.RedactError(err, rawURL)
 		}
 		return nil, nil, engineParamGuess(err, q)
+	}
+	if !check {
+		return b, o, nil
+	}
+	if err := requireAtOpen(ctx, b, &Options{Require: o.Require}); err != nil {
+		b.Close()
+		return nil, nil, redactOpen(err, rawURL)
 	}
 	return b, o, nil
 }
@@ -220,9 +240,11 @@ func engineParamGuess(err error, rest url.Values) error {
 // and returns a Client on it. Engine options may be given in the URL's
 // query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
 // of opts wins over the URL. No credential from the URL appears in errors
-// (see driver.RedactURL).
+// (see driver.RedactURL). Guarantees named by the URL's require= and by
+// opts.Require are both required: Open measures them within ctx and, if
+// any is unmet, closes the backend and returns an *UnmetGuaranteeError.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
-	b, uo, err := OpenBackend(ctx, rawURL)
+	b, uo, err := openBackend(ctx, rawURL, false)
 	if err != nil {
 		return nil, err
 	}
@@ -244,12 +266,23 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		if merged.Owner == "" {
 			merged.Owner = o.Owner
 		}
+		merged.Require = mergeRequire(o.Require, merged.Require)
 		o = merged
 	}
-	c, err := New(b, &o)
+	c, err := newClient(ctx, b, &o)
 	if err != nil {
 		b.Close()
-		return nil, err
+		return nil, redactOpen(err, rawURL)
 	}
 	return c, nil
+}
+
+// redactOpen scrubs rawURL's secrets from err's text (a failure to measure
+// the required guarantees may quote a client library's message), keeping
+// what errors.Is and errors.As find.
+func redactOpen(err error, rawURL string) error {
+	if msg := err.Error(); driver.RedactText(msg, rawURL) != msg {
+		return driver.RedactError(err, rawURL)
+	}
+	return err
 }

@@ -110,6 +110,17 @@ type Options struct {
 
 	// Clock is the engine's clock. Default: the system clock.
 	Clock Clock
+
+	// Require names the guarantees the deployment needs of its store
+	// (DurableTokens, Failover, ServerClock, PushedLoss, FIFO,
+	// FencedSemaphores; the URL parameter require= takes the same names,
+	// comma-separated, and Open requires the union of both). New and Open
+	// measure each one on the live server (CheckGuarantees) and refuse a
+	// store that does not meet them all with an *UnmetGuaranteeError
+	// (ErrGuaranteeUnmet) naming each unmet one, what was observed and the
+	// setting that would meet it. Default: nothing required. See
+	// docs/deploying.md.
+	Require []Guarantee
 }
 
 // Validate reports the first option that is out of range, as an
@@ -184,6 +195,9 @@ func (o *Options) resolve() (Options, error) {
 	}
 	if r.Clock == nil {
 		r.Clock = systemClock{}
+	}
+	if err := checkRequire(r.Require); err != nil {
+		return r, err
 	}
 	return r, nil
 }
