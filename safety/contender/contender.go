@@ -65,7 +65,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/safety/faultproxy"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/mono"
