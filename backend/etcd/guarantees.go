@@ -33,7 +33,7 @@ func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.M
 			voters++
 		}
 	}
-	failover := driver.Measurement{Met: voters >= 3, Observed: fmt.Sprintf("etcd cluster of %d voting members (Raft majority writes)", voters)}
+	failover := driver.Measurement{Met: voters >= 3, Observed: fmt.Sprintf("etcd cluster with %d voting member(s) (Raft majority writes)", voters)}
 	if voters < 3 {
 		failover.Observed += ": the loss of one member loses quorum or everything"
 		failover.Fix = "run 3 or 5 voting members and list them in the URL: etcd://h1:2379,h2:2379,h3:2379"
