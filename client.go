@@ -602,6 +602,11 @@ func (c *Client) acquirePolling(ctx, parent context.Context, k *call, begin time
 			if errors.As(last, &held) && held.Holder.Remaining > 0 && held.Holder.Remaining < wait {
 				wait = held.Holder.Remaining + time.Millisecond
 			}
+			if held != nil && held.LockDelay > 0 && held.LockDelay < wait {
+				// No release is announced when a lock delay ends: wake
+				// when it does.
+				wait = held.LockDelay + time.Millisecond
+			}
 			wait = f.wait(c.now(), wait)
 			t := time.NewTimer(wait)
 			deadline := time.Now().Add(wait)

@@ -100,14 +100,18 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 	o := &Options{}
 	for name, dst := range map[string]*time.Duration{
 		"ttl": &o.TTL, "renew_interval": &o.RenewInterval, "margin": &o.Margin, "rotate_every": &o.RotateEvery,
+		"lock_delay": &o.LockDelay,
 	} {
 		if q.Has(name) {
 			// One rule for a TTL from a URL and from a flag
 			// (driver.ParseTTL); an empty or zero value is refused, not
 			// taken for the default.
 			parse := driver.ParseDuration
-			if name == "ttl" {
+			switch name {
+			case "ttl":
 				parse = driver.ParseTTL
+			case "lock_delay":
+				parse = driver.ParseLockDelay
 			}
 			d, err := parse("URL parameter "+strconv.Quote(name), q.Get(name))
 			if err != nil {

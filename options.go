@@ -79,6 +79,13 @@ type Options struct {
 	// (Release frees the key at once); at most MaxTTL.
 	MinHold time.Duration
 
+	// LockDelay is the default lock delay of this client's acquires (see
+	// WithLockDelay, which sets it per call): a key whose last holder's
+	// lease ended without a release (expiry, crash, loss) is not granted
+	// until LockDelay after that end, by the store's clock. Default 0
+	// (none); at most MaxTTL. URL parameter lock_delay=.
+	LockDelay time.Duration
+
 	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
 	// releases during Close, removal of a record left by an abandoned
 	// acquire, best-effort release of a lost lease, a Release whose
@@ -183,6 +190,9 @@ func (o *Options) resolve() (Options, error) {
 	}
 	if r.MinHold < 0 || r.MinHold > MaxTTL {
 		return r, badOption("MinHold", r.MinHold, "must be between 0 and %v", MaxTTL)
+	}
+	if r.LockDelay < 0 || r.LockDelay > MaxTTL {
+		return r, badOption("LockDelay", r.LockDelay, "must be between 0 and %v", MaxTTL)
 	}
 	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = 5 * time.Second
