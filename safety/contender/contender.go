@@ -136,6 +136,10 @@ type Config struct {
 	// MinHold is the engine's Options.MinHold: a lease released sooner
 	// keeps its key until MinHold after it was acquired. Default 0.
 	MinHold time.Duration `json:"min_hold,omitempty"`
+	// LockDelay is the engine's Options.LockDelay: a key whose holder's
+	// lease ended without a release is not granted again until LockDelay
+	// after that end. Default 0.
+	LockDelay time.Duration `json:"lock_delay,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -346,6 +350,7 @@ func (k *contender) open() error {
 	opts.TTL = cfg.TTL
 	opts.RotateEvery = cfg.RotateEvery
 	opts.MinHold = cfg.MinHold
+	opts.LockDelay = cfg.LockDelay
 	opts.Owner = cfg.Proc
 	opts.MaxBackoff = max(cfg.TTL/8, 5*time.Millisecond)
 	opts.ReleaseTimeout = 2 * cfg.TTL

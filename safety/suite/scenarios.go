@@ -368,6 +368,11 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		},
 		after: fencingOffRounds,
 	})
+	if ld, why := lockDelayCell(be, prof); why == "" {
+		specs = append(specs, ld)
+	} else {
+		left = append(left, notRun{fLockDelay, why})
+	}
 	specs = append(specs, mutantCells(be)...)
 	return specs, left
 }

@@ -116,7 +116,7 @@ func AllFaults() []string {
 	all := append(slices.Clone(DefaultFaults), FaultRedisFlushall)
 	all = append(all, EvictionFaults...)
 	all = append(all, MemberFaults...)
-	all = append(all, FaultClockJump)
+	all = append(all, FaultClockJump, FaultLockDelay)
 	return append(all, mutantFaults...)
 }
 
