@@ -67,17 +67,17 @@ func testLockDelayNegative(t *testing.T, s *suite) {
 	}
 }
 
-// lockDelayOf returns the delay the lock-delay cases ask for: long enough
-// that the key is surely expired (TTL plus slack after the last renewal)
-// well before the delay can have ended.
-func (s *suite) lockDelayOf(ttl time.Duration) time.Duration { return 2*ttl + s.h.Slack }
+// lockDelayOf returns the delay the lock-delay cases ask for: twice the
+// slack, so that when the key is surely expired (the granted TTL plus
+// slack after the last renewal) the delay still has a slack to run.
+func (s *suite) lockDelayOf() time.Duration { return 2 * s.h.Slack }
 
 func testLockDelayUnreleased(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
 	key := s.key(t, "unreleased")
 	dead := s.backend(t)
 	ttl := s.h.TTL
-	delay := s.lockDelayOf(ttl)
+	delay := s.lockDelayOf()
 	g, err := dead.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "conformance-" + randHex(), TTL: ttl, LockDelay: delay})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
@@ -135,7 +135,7 @@ func testLockDelayUnreleased(t *testing.T, s *suite) {
 
 func testLockDelayRelease(t *testing.T, s *suite) {
 	ctx := s.ctx(t)
-	delay := s.lockDelayOf(s.h.TTL)
+	delay := s.lockDelayOf()
 	c1, c2 := s.client(t), s.client(t)
 	key := s.key(t, "release")
 	for i := range 2 {
@@ -181,7 +181,7 @@ func testLockDelayNotAsked(t *testing.T, s *suite) {
 	key := s.key(t, "notasked")
 	dead := s.backend(t)
 	sent := time.Now()
-	g, err := dead.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "conformance-" + randHex(), TTL: s.h.TTL, LockDelay: s.lockDelayOf(s.h.TTL)})
+	g, err := dead.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "conformance-" + randHex(), TTL: s.h.TTL, LockDelay: s.lockDelayOf()})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
