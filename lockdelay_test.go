@@ -37,6 +37,14 @@ func TestLockDelayURLParameter(t *testing.T) {
 	if o.LockDelay != 2500*time.Millisecond {
 		t.Errorf("lock_delay=2500ms gave Options.LockDelay %v", o.LockDelay)
 	}
+	c, err := fencelock.Open(ctx, "mem://lockdelay-url?lock_delay=2s", &fencelock.Options{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Options().LockDelay; got != 2*time.Second {
+		t.Errorf("Open with lock_delay=2s and Options without one: LockDelay %v, want the URL's 2s", got)
+	}
+	c.Close()
 	for raw, want := range map[string]string{
 		"mem://x?lock_delay=5":   "did you mean 5s",
 		"mem://x?lock_delay=-1s": "between 0",

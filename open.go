@@ -242,7 +242,7 @@ func engineParamGuess(err error, rest url.Values) error {
 // Open opens the backend named by rawURL's scheme ("mem://", "postgres://",
 // "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
 // and returns a Client on it. Engine options may be given in the URL's
-// query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
+// query (ttl, renew_interval, margin, rotate_every, owner, lock_delay); a non-zero field
 // of opts wins over the URL. No credential from the URL appears in errors
 // (see driver.RedactURL). Guarantees named by the URL's require= and by
 // opts.Require are both required: Open measures them within ctx and, if
@@ -269,6 +269,9 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		}
 		if merged.Owner == "" {
 			merged.Owner = o.Owner
+		}
+		if merged.LockDelay == 0 {
+			merged.LockDelay = o.LockDelay
 		}
 		merged.Require = mergeRequire(o.Require, merged.Require)
 		o = merged
