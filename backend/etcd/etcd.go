@@ -107,6 +107,12 @@ func (b *Backend) checkRequest(req driver.AcquireRequest) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
+	if req.LockDelay > 0 {
+		// An entry lives as long as its lease: nothing of it outlives
+		// the lease to mark when it ended, so a lock delay cannot be
+		// kept.
+		return driver.LockDelayUnsupported("etcd")
+	}
 	return nil
 }
 

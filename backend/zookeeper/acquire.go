@@ -232,5 +232,13 @@ func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	return driver.CheckAcquire(req)
+	if err := driver.CheckAcquire(req); err != nil {
+		return err
+	}
+	if req.LockDelay > 0 {
+		// A lock node is ephemeral: nothing of it outlives its session
+		// to mark when it ended, so a lock delay cannot be kept.
+		return driver.LockDelayUnsupported("zookeeper")
+	}
+	return nil
 }
