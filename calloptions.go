@@ -110,7 +110,9 @@ func WithMinHold(d time.Duration) AcquireOption {
 // file). A released key is free at once. So a resource that cannot check
 // fencing tokens gets a quiet gap of d in which a paused holder's late
 // writes land before the next holder starts: choose d longer than the
-// longest pause a holder may wake from. Acquire waits through the delay
+// longest pause a holder may wake from. A minimum hold (WithMinHold)
+// whose window ends by the record's expiry (the Client was closed first)
+// is an unreleased end too. Acquire waits through the delay
 // (waking when it ends); TryAcquire fails with a *HeldError whose
 // LockDelay says how much is left. Give every client of a key the same
 // lock delay: on Redis the holder's grant carries the marker of its end,

@@ -171,6 +171,11 @@ func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, er
 // without taking the old side: the new side would refuse it anyway, and
 // meanwhile its old record, with a token above the new side's holder's,
 // would be what Inspect reports (see merge), a holder that never held.
+//
+// The request goes to both sides as it is, lock delay included
+// (AcquireRequest.LockDelay): a side in its delay refuses, as for a
+// holder, and one that cannot keep a delay fails the call with
+// ErrUnsupported.
 func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
