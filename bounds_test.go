@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // The call-bound contract (docs/design.md, "Bounds"), checked in
@@ -56,133 +57,53 @@ func slow(d time.Duration) func(context.Context) error {
 	}
 }
 
-// faulty is a memory backend (its optional capabilities hidden: waits
-// poll) whose requests run a programmed fault first: by operation
-// ("acquire", "renew", "release", "inspect", "list", "wait"), a function
-// that may block or fail the request. lateAcquire, if set, runs after an
-// Acquire has been applied, before its answer: a store that applied the
-// request and whose reply is late or lost. letGo ends every fault's wait,
-// so that a test whose call hung can end.
+// faulty is the bound tests' fake store: a fakebackend.Fake over the
+// memory backend that shows no optional capability (waits poll, every
+// 50ms as a queue's AcquireWait). Its faults are the Fake's (Set,
+// SetAll, SetLate; LetGo ends their waits, so that a test whose call
+// hung can end); As(fakebackend.Waiter) is the same store with a queue.
+// Backend is the memory backend it wraps.
 type faulty struct {
-	driver.Backend
-	mu          sync.Mutex
-	faults      map[string]func(context.Context) error
-	lateAcquire func(context.Context) error
-	gone        context.Context // ended by letGo
-	letGo       context.CancelFunc
+	driver.Backend // the memory backend
+	*fakebackend.Fake
+	view driver.Backend // the Fake's Plain view: what the engine is given
 }
 
 func newFaulty(store *memory.Store) *faulty {
-	f := &faulty{Backend: store.Backend(), faults: make(map[string]func(context.Context) error)}
-	f.gone, f.letGo = context.WithCancel(context.Background())
-	return f
+	mb := store.Backend()
+	f := fakebackend.New(mb, fakebackend.Plain)
+	f.SetPoll(50 * time.Millisecond)
+	return &faulty{Backend: mb, Fake: f, view: f.Backend()}
 }
 
-// run runs fault on a context that ctx's end or letGo ends.
-func (f *faulty) run(ctx context.Context, fault func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(f.gone, cancel)()
-	return fault(ctx)
-}
-
-// set programs op's fault (nil: none).
-func (f *faulty) set(op string, fault func(context.Context) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults[op] = fault
-}
-
-// setAll programs the fault of every operation.
-func (f *faulty) setAll(fault func(context.Context) error) {
-	for _, op := range []string{"acquire", "renew", "release", "inspect", "list", "wait"} {
-		f.set(op, fault)
-	}
-}
-
-func (f *faulty) setLate(fault func(context.Context) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lateAcquire = fault
-}
-
-func (f *faulty) fault(ctx context.Context, op string) error {
-	f.mu.Lock()
-	fault := f.faults[op]
-	f.mu.Unlock()
-	if fault == nil {
-		return nil
-	}
-	return f.run(ctx, fault)
-}
+// setAll programs the fault of every request (the recipe tests' name
+// for SetAll).
+func (f *faulty) setAll(fault fakebackend.Fault) { f.SetAll(fault) }
 
 func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := f.fault(ctx, "acquire"); err != nil {
-		return driver.Grant{}, err
-	}
-	g, err := f.Backend.Acquire(ctx, req)
-	f.mu.Lock()
-	late := f.lateAcquire
-	f.mu.Unlock()
-	if err == nil && late != nil {
-		if err := f.run(ctx, late); err != nil {
-			return driver.Grant{}, err
-		}
-	}
-	return g, err
+	return f.view.Acquire(ctx, req)
 }
 
 func (f *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if err := f.fault(ctx, "renew"); err != nil {
-		return driver.Grant{}, err
-	}
-	return f.Backend.Renew(ctx, g, req)
+	return f.view.Renew(ctx, g, req)
 }
 
-func (f *faulty) Release(ctx context.Context, g driver.Grant) error {
-	if err := f.fault(ctx, "release"); err != nil {
-		return err
-	}
-	return f.Backend.Release(ctx, g)
-}
+func (f *faulty) Release(ctx context.Context, g driver.Grant) error { return f.view.Release(ctx, g) }
 
 func (f *faulty) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := f.fault(ctx, "inspect"); err != nil {
-		return driver.Info{}, err
-	}
-	return f.Backend.Inspect(ctx, key)
+	return f.view.Inspect(ctx, key)
 }
 
 func (f *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := f.fault(ctx, "list"); err != nil {
-		return nil, err
-	}
-	return f.Backend.List(ctx, prefix)
+	return f.view.List(ctx, prefix)
 }
 
-// faultyQueue is faulty with a queue (a driver.Waiter, as etcd and
-// ZooKeeper are): AcquireWait runs the "wait" fault, then takes the key
-// as soon as it is free, until its context ends.
-type faultyQueue struct{ *faulty }
+func (f *faulty) Close() error { return f.view.Close() }
 
-func (q faultyQueue) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := q.fault(ctx, "wait"); err != nil {
-		return driver.Grant{}, err
-	}
-	for {
-		g, err := q.faulty.Acquire(ctx, req)
-		if !errors.Is(err, driver.ErrNotAcquired) {
-			return g, err
-		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return driver.Grant{}, ctx.Err()
-		}
-	}
-}
+// queued is f with a queue (a driver.Waiter, as etcd and ZooKeeper are):
+// AcquireWait runs the "wait" fault, then takes the key as soon as it is
+// free, until its context ends.
+func queued(f *faulty) driver.Backend { return f.As(fakebackend.Waiter) }
 
 // boundOpts are the options of the bound tests: a TTL long enough that
 // one TTL, two overrun budgets and the slack are told apart.
@@ -208,7 +129,7 @@ func within(t *testing.T, b *faulty, c *fencelock.Client, bound time.Duration, w
 		return time.Since(start)
 	case <-timer.C:
 		took := time.Since(start)
-		b.letGo()
+		b.LetGo()
 		c.Close()
 		<-done
 		t.Fatalf("%s has not returned after %v; its bound is %v", what, took, bound)
@@ -233,7 +154,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 		c := newClient(t, b, boundOpts())
 		// The store applies the request, and its reply never comes:
 		// the attempt's outcome is unknown, and its record is ours.
-		b.setLate(silent)
+		b.SetLate(fakebackend.Acquire, silent)
 		var err error
 		within(t, b, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a silent store", func() {
 			_, err = c.TryAcquire(context.Background(), "k")
@@ -250,8 +171,8 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 			t.Errorf("TryAcquire left a record of %q behind", owner)
 		}
 		// A store that hangs on every request: the same bound.
-		b.setLate(nil)
-		b.setAll(silent)
+		b.SetLate(fakebackend.Acquire, nil)
+		b.SetAll(silent)
 		within(t, b, c, 15*time.Second+2*time.Second, "TryAcquire(Background) on a store that hangs on every request", func() {
 			_, err = c.TryAcquire(context.Background(), "k")
 		})
@@ -267,7 +188,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
 	for name, wrap := range map[string]func(*faulty) driver.Backend{
 		"polling": func(f *faulty) driver.Backend { return f },
-		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -278,7 +199,7 @@ func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
 				// deadline gets the overrun budget (2s), and the
 				// clean-up after it shares that budget instead of
 				// taking another.
-				b.setAll(silent)
+				b.SetAll(silent)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
 				var err error
@@ -309,8 +230,8 @@ func TestCleanupAfterOverrunGoesOnInBackgroundAndCloseWaitsForIt(t *testing.T) {
 		// The store applies the acquire but its reply never comes, and
 		// looking the key up takes a second: the overrun budget ends
 		// before the clean-up does.
-		b.setLate(silent)
-		b.set("inspect", slow(time.Second))
+		b.SetLate(fakebackend.Acquire, silent)
+		b.Set(fakebackend.Inspect, slow(time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var tryErr error
@@ -343,7 +264,7 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 		// The answer comes 1.5s after the 1s deadline: within the
 		// overrun budget, so TryAcquire waits for it and releases the
 		// grant.
-		b.setLate(slow(2500 * time.Millisecond))
+		b.SetLate(fakebackend.Acquire, slow(2500*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var err error
@@ -362,14 +283,14 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T) {
 	for name, wrap := range map[string]func(*faulty) driver.Backend{
 		"polling": func(f *faulty) driver.Backend { return f },
-		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
 				b := newFaulty(store)
 				c := newClient(t, wrap(b), boundOpts())
-				b.setAll(refusing)
+				b.SetAll(refusing)
 				var err error
 				took := within(t, b, c, 15*time.Second+2*time.Second, "Acquire(Background) on a store that refuses connections", func() {
 					_, err = c.Acquire(context.Background(), "k")
@@ -386,7 +307,7 @@ func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T)
 				}
 
 				// A silent store: each request is cut at its bound.
-				b.setAll(silent)
+				b.SetAll(silent)
 				took = within(t, b, c, 2*15*time.Second+2*time.Second, "Acquire(Background) on a silent store", func() {
 					_, err = c.Acquire(context.Background(), "k")
 				})
@@ -401,7 +322,7 @@ func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T)
 func TestAcquireWithoutDeadlineOutlastsShortFailuresAndLongHolds(t *testing.T) {
 	for name, wrap := range map[string]func(*faulty) driver.Backend{
 		"polling": func(f *faulty) driver.Backend { return f },
-		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -409,8 +330,8 @@ func TestAcquireWithoutDeadlineOutlastsShortFailuresAndLongHolds(t *testing.T) {
 				b := newFaulty(store)
 				c := newClient(t, wrap(b), boundOpts())
 				// Failures shorter than the TTL: Acquire goes on.
-				b.setAll(refusing)
-				time.AfterFunc(10*time.Second, func() { b.setAll(nil) })
+				b.SetAll(refusing)
+				time.AfterFunc(10*time.Second, func() { b.SetAll(nil) })
 				l, err := c.Acquire(context.Background(), "k")
 				if err != nil {
 					t.Fatalf("Acquire through 10s of refusals (TTL 15s) = %v; want the lease", err)
@@ -437,7 +358,7 @@ func TestAcquireWithDeadlineJoinsContextErrorWithStoreCause(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
 		c := newClient(t, b, boundOpts())
-		b.setAll(refusing)
+		b.SetAll(refusing)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var err error
@@ -464,7 +385,7 @@ func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.setAll(silent)
+		b.SetAll(silent)
 		within(t, b, c, 2*time.Second, "Release(Background) on a silent store", func() {
 			err = l.Release(context.Background())
 		})
@@ -483,7 +404,7 @@ func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("List = %v; want DeadlineExceeded", err)
 		}
-		b.setAll(nil)
+		b.SetAll(nil)
 	})
 }
 
@@ -529,7 +450,7 @@ func TestAcquireEndedBeforeNextAttemptKeepsStoreCause(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var sent int
-		b.set("acquire", func(context.Context) error {
+		b.Set(fakebackend.Acquire, func(context.Context) error {
 			sent++
 			clock.arm(cancel)
 			return refused

@@ -291,7 +291,8 @@ func (c *Client) newBackoff() backoff {
 }
 
 // next returns the next wait: jitter of the current backoff, shortened
-// to just after the soonest expiry that hint's *HeldErrors name.
+// to just after the soonest expiry (or end of a lock delay) that hint's
+// *HeldErrors name.
 func (b *backoff) next(hint error) time.Duration {
 	wait := jitter(b.cur)
 	if d := soonestExpiry(hint); d > 0 && d < wait {
@@ -307,15 +308,20 @@ func (b *backoff) grow() { b.cur = min(2*b.cur, b.max) }
 func (b *backoff) reset() { b.cur = b.min }
 
 // soonestExpiry returns the shortest Remaining among the holders that
-// the *HeldErrors wrapped in err name (0 if none is known).
+// the *HeldErrors wrapped in err name, or the shortest lock delay left
+// they report, whichever is sooner (0 if none is known).
 func soonestExpiry(err error) time.Duration {
 	var soonest time.Duration
 	var walk func(error)
 	walk = func(err error) {
 		switch e := err.(type) {
 		case *HeldError:
-			if r := e.Holder.Remaining; r > 0 && (soonest == 0 || r < soonest) {
-				soonest = r
+			// A lock delay's end is announced by no release: wake then
+			// too.
+			for _, r := range []time.Duration{e.Holder.Remaining, e.LockDelay} {
+				if r > 0 && (soonest == 0 || r < soonest) {
+					soonest = r
+				}
 			}
 		case interface{ Unwrap() []error }:
 			for _, e := range e.Unwrap() {

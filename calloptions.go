@@ -11,8 +11,8 @@ import (
 
 // AcquireOption configures one Acquire, TryAcquire or Do call; the
 // Client's Options are the defaults for everything an option does not
-// set. Build one with WithTTL, WithMetadata, WithLabel, WithWait or
-// WithMinHold. Options are checked when the call starts: one out of range
+// set. Build one with WithTTL, WithMetadata, WithLabel, WithWait,
+// WithMinHold or WithLockDelay. Options are checked when the call starts: one out of range
 // makes the call return an *InvalidOptionError (matching ErrInvalidOption)
 // before anything is sent to the store. When two options set the same
 // thing, the later one wins.
@@ -30,8 +30,9 @@ type callConfig struct {
 	meta        []byte
 	wait        time.Duration // 0: bounded only by ctx
 	minHold     time.Duration
+	lockDelay   time.Duration
 
-	setTTL, setLabel, setWait, setMinHold bool
+	setTTL, setLabel, setWait, setMinHold, setLockDelay bool
 }
 
 // WithTTL sets the lease's TTL for this call, in place of Options.TTL; it
@@ -99,12 +100,34 @@ func WithMinHold(d time.Duration) AcquireOption {
 	return func(c *callConfig) { c.minHold, c.setMinHold = d, true }
 }
 
+// WithLockDelay sets the call's lock delay (Chubby's lock-delay, Consul's
+// LockDelay), in place of Options.LockDelay: between 0 and MaxTTL. The
+// store does not grant the key while its last holder's lease ended
+// without a release (it expired: the holder crashed, paused or lost the
+// store) less than d ago, judged by the clock that judges expiry (the
+// server's for PostgreSQL, Redis and MongoDB, the store's for memory and
+// file). A released key is free at once. So a resource that cannot check
+// fencing tokens gets a quiet gap of d in which a paused holder's late
+// writes land before the next holder starts: choose d longer than the
+// longest pause a holder may wake from. A minimum hold (WithMinHold)
+// whose window ends by the record's expiry (the Client was closed first)
+// is an unreleased end too. Acquire waits through the delay
+// (waking when it ends); TryAcquire fails with a *HeldError whose
+// LockDelay says how much is left. Give every client of a key the same
+// lock delay: on Redis the holder's grant carries the marker of its end,
+// kept for the holder's own lock delay. A backend that cannot keep a
+// lock delay (etcd, ZooKeeper) fails the call with an error matching
+// ErrUnsupported.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return func(c *callConfig) { c.lockDelay, c.setLockDelay = d, true }
+}
+
 // resolveCall applies opts over the Client's defaults and checks them.
 func (c *Client) resolveCall(opts []AcquireOption) (callConfig, error) {
 	o := &c.o
 	defaults := callConfig{
 		ttl: o.TTL, interval: o.RenewInterval, margin: o.Margin, rotateEvery: o.RotateEvery,
-		label: o.Owner, minHold: o.MinHold,
+		label: o.Owner, minHold: o.MinHold, lockDelay: o.LockDelay,
 	}
 	if len(opts) == 0 {
 		// New validated the Client's options. Returning before cfg, whose
@@ -142,6 +165,9 @@ func (c *Client) resolveCall(opts []AcquireOption) (callConfig, error) {
 	if cfg.setMinHold && (cfg.minHold < 0 || cfg.minHold > MaxTTL) {
 		return cfg, badOption("MinHold", cfg.minHold, "must be between 0 and %v", MaxTTL)
 	}
+	if cfg.setLockDelay && (cfg.lockDelay < 0 || cfg.lockDelay > MaxTTL) {
+		return cfg, badOption("LockDelay", cfg.lockDelay, "must be between 0 and %v", MaxTTL)
+	}
 	if err := driver.ValidateMetadata(cfg.meta); err != nil {
 		return cfg, err
 	}
@@ -170,5 +196,5 @@ func checkLabel(name, label string) error {
 
 // request builds the AcquireRequest of one attempt.
 func (cfg *callConfig) request(key, owner string) driver.AcquireRequest {
-	return driver.AcquireRequest{Key: key, Owner: owner, TTL: cfg.ttl, Metadata: cfg.meta}
+	return driver.AcquireRequest{Key: key, Owner: owner, TTL: cfg.ttl, Metadata: cfg.meta, LockDelay: cfg.lockDelay}
 }

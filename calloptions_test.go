@@ -14,18 +14,18 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
-// ttlRecorder wraps a backend and records the TTL of every renewal, by key.
-type ttlRecorder struct {
-	driver.Backend
-	mu      sync.Mutex
-	renews  map[string][]time.Duration // by key: the TTL each renewal asked for
-	batches int
-	metaIn  int // renewals that carried metadata through RenewBatch
+// ttlLog records the TTL of every renewal, by key, and how many
+// renewals carried metadata through RenewBatch.
+type ttlLog struct {
+	mu     sync.Mutex
+	renews map[string][]time.Duration // by key: the TTL each renewal asked for
+	metaIn int
 }
 
-func (r *ttlRecorder) record(key string, ttl time.Duration) {
+func (r *ttlLog) record(key string, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.renews == nil {
@@ -34,39 +34,40 @@ func (r *ttlRecorder) record(key string, ttl time.Duration) {
 	r.renews[key] = append(r.renews[key], ttl)
 }
 
-func (r *ttlRecorder) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	r.record(g.Key, req.TTL)
-	return r.Backend.Renew(ctx, g, req)
-}
-
-func (r *ttlRecorder) got(key string) []time.Duration {
+func (r *ttlLog) got(key string) []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]time.Duration(nil), r.renews[key]...)
 }
 
-// batchRecorder is a ttlRecorder whose backend renews in batches.
-type batchRecorder struct{ ttlRecorder }
-
-func (r *batchRecorder) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	r.mu.Lock()
-	r.batches++
-	if req.SetMetadata {
-		r.metaIn++
-	}
-	r.mu.Unlock()
-	for _, g := range grants {
-		r.record(g.Key, req.TTL)
-	}
-	return r.Backend.(driver.BatchRenewer).RenewBatch(ctx, grants, req)
+// recordTTLs returns a Fake over b showing caps (Plain, or BatchRenewer
+// for a store that renews in batches) whose renewals log records.
+func recordTTLs(b driver.Backend, caps fakebackend.Caps, log *ttlLog) *fakebackend.Fake {
+	f := fakebackend.New(b, caps)
+	f.OnRenew(func(ctx context.Context, g driver.Grant, req driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		log.record(g.Key, req.TTL)
+		return next(ctx, g, req)
+	})
+	f.OnRenewBatch(func(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, next fakebackend.RenewBatchFunc) ([]driver.RenewResult, error) {
+		log.mu.Lock()
+		if req.SetMetadata {
+			log.metaIn++
+		}
+		log.mu.Unlock()
+		for _, g := range grants {
+			log.record(g.Key, req.TTL)
+		}
+		return next(ctx, grants, req)
+	})
+	return f
 }
 
 func TestPerCallTTLScalesScheduleAndIsAskedOfStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mb := memory.New()
-		rb := &ttlRecorder{Backend: mb}
+		var rb ttlLog
 		start := time.Now()
-		c := newClient(t, rb, &fencelock.Options{TTL: 3 * time.Second})
+		c := newClient(t, recordTTLs(mb, fakebackend.Plain, &rb).Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		short, err := c.Acquire(t.Context(), "short", fencelock.WithTTL(1500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -109,8 +110,9 @@ func TestPerCallTTLScalesScheduleAndIsAskedOfStore(t *testing.T) {
 
 func TestBatchRenewalGroupsLeasesByTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rb := &batchRecorder{ttlRecorder{Backend: memory.New()}}
-		c := newClient(t, rb, &fencelock.Options{TTL: 3 * time.Second})
+		var rb ttlLog
+		f := recordTTLs(memory.New(), fakebackend.BatchRenewer, &rb)
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		ttls := map[string]time.Duration{"a": 3 * time.Second, "b": 3 * time.Second, "c": 6 * time.Second, "d": 1500 * time.Millisecond}
 		for k, ttl := range ttls {
 			if _, err := c.Acquire(t.Context(), k, fencelock.WithTTL(ttl)); err != nil {
@@ -133,9 +135,7 @@ func TestBatchRenewalGroupsLeasesByTTL(t *testing.T) {
 				t.Errorf("store keeps %s for %v; more than its TTL %v", k, info.Remaining, ttl)
 			}
 		}
-		rb.mu.Lock()
-		defer rb.mu.Unlock()
-		if rb.batches == 0 {
+		if f.Calls(fakebackend.RenewBatch) == 0 {
 			t.Error("no batch renewals")
 		}
 	})
@@ -371,20 +371,18 @@ func TestMetadataRoundTripsAndOnlyHolderUpdates(t *testing.T) {
 	})
 }
 
-// notHeldOnMeta answers a renewal that carries metadata "not held", as a
-// store does for a holder whose record was taken in the meantime.
-type notHeldOnMeta struct{ *memory.Backend }
-
-func (b notHeldOnMeta) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if req.SetMetadata {
-		return driver.Grant{}, driver.ErrNotHeld
-	}
-	return b.Backend.Renew(ctx, g, req)
-}
-
 func TestSetMetadataAnsweredNotHeldLosesLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newClient(t, notHeldOnMeta{memory.New()}, nil)
+		// The store answers a renewal that carries metadata "not held",
+		// as it does for a holder whose record was taken meanwhile.
+		b := fakebackend.New(memory.New(), fakebackend.Memory)
+		b.OnRenew(func(ctx context.Context, g driver.Grant, req driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+			if req.SetMetadata {
+				return driver.Grant{}, driver.ErrNotHeld
+			}
+			return next(ctx, g, req)
+		})
+		c := newClient(t, b.Backend(), nil)
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -403,8 +401,9 @@ func TestSetMetadataAnsweredNotHeldLosesLease(t *testing.T) {
 
 func TestSetMetadataOnBatchBackendRidesOnSingleRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rb := &batchRecorder{ttlRecorder{Backend: memory.New()}}
-		c := newClient(t, rb, &fencelock.Options{TTL: 3 * time.Second})
+		var rb ttlLog
+		f := recordTTLs(memory.New(), fakebackend.BatchRenewer, &rb)
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		var leases []*fencelock.Lease
 		for _, k := range []string{"a", "b", "c"} {
 			l, err := c.Acquire(t.Context(), k)
@@ -433,14 +432,17 @@ func TestSetMetadataOnBatchBackendRidesOnSingleRenewal(t *testing.T) {
 	})
 }
 
-// fixedTTL renews every record for the TTL it was acquired with, whatever
-// the renewal asks: as a session store (etcd, ZooKeeper) keeps a record
-// alive with its session, not by the renewal's TTL.
-type fixedTTL struct{ *memory.Backend }
-
-func (b fixedTTL) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	req.TTL = 3 * time.Second
-	return b.Backend.Renew(ctx, g, req)
+// fixedTTL returns b renewing every record for the TTL it was acquired
+// with (3s), whatever the renewal asks: as a session store (etcd,
+// ZooKeeper) keeps a record alive with its session, not by the
+// renewal's TTL.
+func fixedTTL(b driver.Backend) driver.Backend {
+	f := fakebackend.New(b, fakebackend.CapsOf(b))
+	f.OnRenew(func(ctx context.Context, g driver.Grant, req driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		req.TTL = 3 * time.Second
+		return next(ctx, g, req)
+	})
+	return f.Backend()
 }
 
 func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
@@ -451,7 +453,7 @@ func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
 				store := memory.NewStore()
 				var b driver.Backend = store.Backend()
 				if strings.HasSuffix(how, "session store") {
-					b, how = fixedTTL{store.Backend()}, "Release"
+					b, how = fixedTTL(store.Backend()), "Release"
 				}
 				c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second})
 				if err != nil {
@@ -511,35 +513,28 @@ func TestMinHoldKeepsKeyThroughWindowAndNoLonger(t *testing.T) {
 	}
 }
 
-// gatedRenewals holds the lease's regular renewals (those that ask for
-// the lease's TTL) at a gate until the test opens it.
-type gatedRenewals struct {
-	driver.Backend
-	ttl      time.Duration
-	inFlight chan struct{} // a regular renewal reached the gate
-	gate     chan struct{} // closed by the test
-	once     sync.Once
-}
-
-// Renew holds a regular renewal at the gate. If its context ends first,
-// it returns the context's error at once, as a driver abandoning the
-// request does, but the request still reaches the store when the gate
-// opens: an aborted request is not an unsent one.
-func (g *gatedRenewals) Renew(ctx context.Context, gr driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if req.TTL != g.ttl {
-		return g.Backend.Renew(ctx, gr, req)
-	}
-	g.once.Do(func() { close(g.inFlight) })
-	select {
-	case <-g.gate:
-		return g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
-	case <-ctx.Done():
-		go func() {
-			<-g.gate
-			_, _ = g.Backend.Renew(context.WithoutCancel(ctx), gr, req)
-		}()
-		return driver.Grant{}, ctx.Err()
-	}
+// gatedRenewals returns a Fake over b (its capabilities hidden) that
+// holds the lease's regular renewals (those that ask for ttl) at gate.
+// If a held renewal's context ends first, it returns the context's error
+// at once, as a driver abandoning the request does, but the request
+// still reaches the store when the gate opens: an aborted request is not
+// an unsent one.
+func gatedRenewals(b driver.Backend, ttl time.Duration, gate *fakebackend.Gate) driver.Backend {
+	f := fakebackend.New(b, fakebackend.Plain)
+	f.OnRenew(func(ctx context.Context, gr driver.Grant, req driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		if req.TTL != ttl {
+			return next(ctx, gr, req)
+		}
+		if err := gate.Wait(ctx); err != nil {
+			go func() {
+				<-gate.Opened()
+				_, _ = next(context.WithoutCancel(ctx), gr, req)
+			}()
+			return driver.Grant{}, err
+		}
+		return next(context.WithoutCancel(ctx), gr, req)
+	})
+	return f.Backend()
 }
 
 // TestMinHoldOutlastsRenewalInFlight: a lease released (or closed) during
@@ -556,8 +551,8 @@ func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := t.Context()
 				store := memory.NewStore()
-				b := &gatedRenewals{Backend: store.Backend(), ttl: 3 * time.Second, inFlight: make(chan struct{}), gate: make(chan struct{})}
-				c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second})
+				gate := fakebackend.NewGate()
+				c, err := fencelock.New(gatedRenewals(store.Backend(), 3*time.Second, gate), &fencelock.Options{TTL: 3 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -567,7 +562,7 @@ func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				<-b.inFlight // the first renewal is at the gate
+				<-gate.Reached() // the first renewal is at the gate
 				done := make(chan error, 1)
 				go func() {
 					switch how {
@@ -584,7 +579,7 @@ func TestMinHoldOutlastsRenewalInFlight(t *testing.T) {
 					}
 				}()
 				synctest.Wait() // the release did all it does before the renewal lands
-				close(b.gate)
+				gate.Open()
 				if err := <-done; err != nil {
 					t.Fatalf("%s = %v", how, err)
 				}

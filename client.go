@@ -65,13 +65,25 @@ type Client struct {
 
 // New returns a Client that acquires leases from b. The Client owns b: its
 // Close closes b. A nil opts means defaults; invalid options return an
-// *InvalidOptionError.
+// *InvalidOptionError. With Options.Require, New measures the required
+// guarantees on b's server (within Options.ReleaseTimeout) and returns an
+// *UnmetGuaranteeError if any is not met; b is then left open for the
+// caller to close.
 func New(b Backend, opts *Options) (*Client, error) {
+	return newClient(nil, b, opts)
+}
+
+// newClient is New, measuring Options.Require within ctx (nil: within
+// ReleaseTimeout).
+func newClient(ctx context.Context, b Backend, opts *Options) (*Client, error) {
 	if b == nil {
 		return nil, errors.New("fencelock: New: nil Backend")
 	}
 	o, err := opts.resolve()
 	if err != nil {
+		return nil, err
+	}
+	if err := requireAtOpen(ctx, b, &o); err != nil {
 		return nil, err
 	}
 	var nonce [6]byte

@@ -9,17 +9,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
-
-// hangingClose is a faulty store whose own Close blocks until the test
-// lets it go, as a driver's Close does that waits on an unreachable
-// store (etcd's client, say).
-type hangingClose struct{ *faulty }
-
-func (h hangingClose) Close() error {
-	<-h.gone.Done()
-	return h.faulty.Close()
-}
 
 // closeBound is Close's bound with boundOpts: ReleaseTimeout (2s) plus
 // its grace, a tenth of it.
@@ -29,9 +20,15 @@ func TestCloseReturnsWithinReleaseTimeoutWhateverTheStoreDoes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		h := hangingClose{b}
-		c := newClient(t, h, boundOpts())
-		defer b.letGo() // the backend's Close, still blocked, returns
+		// The store's own Close blocks until the test lets it go, as a
+		// driver's Close does that waits on an unreachable store (etcd's
+		// client, say).
+		b.OnClose(func(next func() error) error {
+			<-b.Gone().Done()
+			return next()
+		})
+		c := newClient(t, b, boundOpts())
+		defer b.LetGo() // the backend's Close, still blocked, returns
 		// Held leases, whose releases Close makes.
 		for _, k := range []string{"a", "b", "c"} {
 			if _, err := c.Acquire(context.Background(), k); err != nil {
@@ -40,8 +37,8 @@ func TestCloseReturnsWithinReleaseTimeoutWhateverTheStoreDoes(t *testing.T) {
 		}
 		// A clean-up left to the background: the attempt was applied,
 		// its answer never came, and looking the record up hangs.
-		b.setLate(silent)
-		b.set("inspect", silent)
+		b.SetLate(fakebackend.Acquire, silent)
+		b.Set(fakebackend.Inspect, silent)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		within(t, b, c, 3*time.Second, "TryAcquire(1s deadline)", func() {
@@ -49,8 +46,8 @@ func TestCloseReturnsWithinReleaseTimeoutWhateverTheStoreDoes(t *testing.T) {
 		})
 		// Then the store stops answering altogether, with an Acquire in
 		// flight.
-		b.setLate(nil)
-		b.setAll(silent)
+		b.SetLate(fakebackend.Acquire, nil)
+		b.SetAll(silent)
 		acquired := make(chan error, 1)
 		go func() {
 			_, err := c.Acquire(context.Background(), "w")

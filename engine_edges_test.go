@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // hook wraps a backend (only the Backend interface: renewals go one at a
@@ -372,27 +373,14 @@ func TestReleaseWithEndedContextStillReleases(t *testing.T) {
 
 var _ = sync.Mutex{}
 
-// failingRelease fails Release before it reaches the store, once.
-type failingRelease struct {
-	driver.Backend
-	fail atomic.Bool
-}
-
-func (b *failingRelease) Release(ctx context.Context, g driver.Grant) error {
-	if b.fail.CompareAndSwap(true, false) {
-		return errReplyLost
-	}
-	return b.Backend.Release(ctx, g)
-}
-
 // Found by the generative mode: a holder's Release failed, Close then
 // released the lease, and the holder's retry got ErrNotHeld — which reads
 // as "the store no longer had your record: you may not have been
 // exclusive" — though the record had been ours until Close removed it.
 func TestReleaseRetryAfterCloseReleasedReturnsNil(t *testing.T) {
 	store := memory.NewStore()
-	b := &failingRelease{Backend: store.Backend()}
-	c, err := fencelock.New(b, nil)
+	b := fakebackend.New(store.Backend(), fakebackend.Plain)
+	c, err := fencelock.New(b.Backend(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +388,7 @@ func TestReleaseRetryAfterCloseReleasedReturnsNil(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.fail.Store(true)
+	b.Set(fakebackend.Release, fakebackend.FailOnce(errReplyLost))
 	if err := l.Release(t.Context()); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first Release = %v; want the failure", err)
 	}
@@ -453,13 +441,13 @@ func TestLocalExpiryDuringRotationLeavesNoRecord(t *testing.T) {
 func TestFailedReleaseIsRetriedInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b := &failingRelease{Backend: store.Backend()}
-		c := newClient(t, b, &fencelock.Options{TTL: 30 * time.Second})
+		b := fakebackend.New(store.Backend(), fakebackend.Plain)
+		c := newClient(t, b.Backend(), &fencelock.Options{TTL: 30 * time.Second})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.fail.Store(true)
+		b.Set(fakebackend.Release, fakebackend.FailOnce(errReplyLost))
 		if err := l.Release(t.Context()); !errors.Is(err, errReplyLost) {
 			t.Fatalf("Release = %v; want the failure", err)
 		}
@@ -477,11 +465,10 @@ func TestFailedReleaseIsRetriedInBackground(t *testing.T) {
 func TestFailedCleanupOfLostAcquireIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		lb := &lossy{Backend: store.Backend()}
-		b := &failingRelease{Backend: lb}
-		c := newClient(t, b, &fencelock.Options{TTL: 30 * time.Second})
-		lb.acquireLost.Store(true) // the acquire takes effect, its reply is lost…
-		b.fail.Store(true)         // …and the clean-up's first release fails
+		b := fakebackend.New(store.Backend(), fakebackend.Plain)
+		c := newClient(t, b.Backend(), &fencelock.Options{TTL: 30 * time.Second})
+		loseReply(b, fakebackend.Acquire)                              // the acquire takes effect, its reply is lost…
+		b.Set(fakebackend.Release, fakebackend.FailOnce(errReplyLost)) // …and the clean-up's first release fails
 		if _, err := c.TryAcquire(t.Context(), "k"); !errors.Is(err, errReplyLost) {
 			t.Fatalf("TryAcquire = %v; want the lost reply", err)
 		}
@@ -490,41 +477,43 @@ func TestFailedCleanupOfLostAcquireIsRetried(t *testing.T) {
 	})
 }
 
-// selfNotifying makes every failed Acquire wake the key's watchers, as
-// migrate.Dual does when it takes one side and gives it back because the
-// other side is held: the waiter's own attempt is a change of the store.
-type selfNotifying struct {
-	driver.Backend
-	mu       sync.Mutex
-	watchers []chan struct{}
-	attempts atomic.Int64
-	spin     func() // called once attempts pass 10,000: a spin
-}
-
-func (s *selfNotifying) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	if s.attempts.Add(1) == 10_000 {
-		s.spin()
-	}
-	g, err := s.Backend.Acquire(ctx, r)
-	if err != nil {
-		s.mu.Lock()
-		for _, ch := range s.watchers {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+// selfNotifying returns b, its capabilities hidden but for a Watcher,
+// whose every failed Acquire wakes the key's watchers, as migrate.Dual
+// does when it takes one side and gives it back because the other side
+// is held: the waiter's own attempt is a change of the store. spin is
+// called once attempts pass 10,000: a spin.
+func selfNotifying(b driver.Backend, spin func()) *fakebackend.Fake {
+	f := fakebackend.New(b, fakebackend.Watcher)
+	var (
+		mu       sync.Mutex
+		watchers []chan struct{}
+		attempts atomic.Int64
+	)
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		if attempts.Add(1) == 10_000 {
+			spin()
 		}
-		s.mu.Unlock()
-	}
-	return g, err
-}
-
-func (s *selfNotifying) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	s.watchers = append(s.watchers, ch)
-	s.mu.Unlock()
-	return ch, nil
+		g, err := next(ctx, r)
+		if err != nil {
+			mu.Lock()
+			for _, ch := range watchers {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+			mu.Unlock()
+		}
+		return g, err
+	})
+	f.OnWatch(func(ctx context.Context, key string, _ fakebackend.WatchFunc) (<-chan struct{}, error) {
+		ch := make(chan struct{}, 1)
+		mu.Lock()
+		watchers = append(watchers, ch)
+		mu.Unlock()
+		return ch, nil
+	})
+	return f
 }
 
 // Defect: a waiter woken by a change that did not free the key tried at
@@ -547,8 +536,8 @@ func TestWakeUpsThatDoNotFreeTheKeyDoNotSpin(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		// A spin never lets fake time move: stop it from inside.
-		sn := &selfNotifying{Backend: store.Backend(), spin: cancel}
-		waiter, err := fencelock.New(sn, &fencelock.Options{TTL: 3 * time.Second})
+		sn := selfNotifying(store.Backend(), cancel)
+		waiter, err := fencelock.New(sn.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -560,7 +549,7 @@ func TestWakeUpsThatDoNotFreeTheKeyDoNotSpin(t *testing.T) {
 		// The default backoff is 10ms–1s: over two seconds a waiter
 		// that is woken only by its own attempts tries a few dozen
 		// times, not thousands.
-		if n := sn.attempts.Load(); n > 200 {
+		if n := sn.Calls(fakebackend.Acquire); n > 200 {
 			t.Errorf("%d acquire attempts in 2s of waiting for a key nobody released: the waiter spins on its own wake-ups", n)
 		}
 		if err := l.Release(t.Context()); err != nil {
@@ -569,60 +558,7 @@ func TestWakeUpsThatDoNotFreeTheKeyDoNotSpin(t *testing.T) {
 	})
 }
 
-// queuedFlaky gives the memory backend a driver.Waiter (wait by
-// notification) and fails, once each, the first confirming Renew, the
-// first Release and the first Inspect: an ambiguous confirmation whose
-// clean-up fails and goes on in the background.
-type queuedFlaky struct {
-	*memory.Backend
-	renewFailed, releaseFailed, inspectFailed atomic.Bool
-}
-
 var errFlaky = errors.New("flaky: transient failure")
-
-func (q *queuedFlaky) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		ch, err := q.Backend.Watch(wctx, req.Key)
-		if err != nil {
-			cancel()
-			return driver.Grant{}, err
-		}
-		g, err := q.Backend.Acquire(ctx, req)
-		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-			cancel()
-			return g, err
-		}
-		select {
-		case <-ch:
-			cancel()
-		case <-ctx.Done():
-			cancel()
-			return driver.Grant{}, ctx.Err()
-		}
-	}
-}
-
-func (q *queuedFlaky) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-	if q.renewFailed.CompareAndSwap(false, true) {
-		return driver.Grant{}, errFlaky
-	}
-	return q.Backend.Renew(ctx, g, r)
-}
-
-func (q *queuedFlaky) Release(ctx context.Context, g driver.Grant) error {
-	if q.releaseFailed.CompareAndSwap(false, true) {
-		return errFlaky
-	}
-	return q.Backend.Release(ctx, g)
-}
-
-func (q *queuedFlaky) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if q.inspectFailed.CompareAndSwap(false, true) {
-		return driver.Info{}, errFlaky
-	}
-	return q.Backend.Inspect(ctx, key)
-}
 
 // Defect (found by the generative mode on etcd: two holders at once): a
 // queued Acquire whose confirmation had an unknown outcome abandoned its
@@ -634,8 +570,15 @@ func (q *queuedFlaky) Inspect(ctx context.Context, key string) (driver.Info, err
 func TestBackgroundCleanupNeverRemovesALaterLeaseOfTheSameAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		q := &queuedFlaky{Backend: store.Backend()}
-		c, err := fencelock.New(q, &fencelock.Options{TTL: 3 * time.Second})
+		// The memory backend with a driver.Waiter (wait by notification)
+		// that fails, once each, the first confirming Renew, the first
+		// Release and the first Inspect: an ambiguous confirmation whose
+		// clean-up fails and goes on in the background.
+		q := fakebackend.New(store.Backend(), fakebackend.Memory|fakebackend.Waiter)
+		for _, op := range []fakebackend.Op{fakebackend.Renew, fakebackend.Release, fakebackend.Inspect} {
+			q.Set(op, fakebackend.FailOnce(errFlaky))
+		}
+		c, err := fencelock.New(q.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -816,23 +759,6 @@ func TestCancelledCallKeepsNothingAfterItReturns(t *testing.T) {
 	}
 }
 
-// manualNotify is a backend whose notifications the test sends (Watch
-// returns notes, for every key) and whose acquire attempts it counts.
-type manualNotify struct {
-	driver.Backend
-	notes    chan struct{}
-	attempts atomic.Int32
-}
-
-func (m *manualNotify) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	m.attempts.Add(1)
-	return m.Backend.Acquire(ctx, r)
-}
-
-func (m *manualNotify) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	return m.notes, nil
-}
-
 // Defect: a waiter woken by a notification that found the same holder as
 // its attempt before stopped listening to notifications until its
 // backoff timer fired (so that wake-ups that do not free the key cannot
@@ -851,9 +777,13 @@ func TestStaleWakeUpDoesNotSilenceTheNextRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mn := &manualNotify{Backend: store.Backend(), notes: make(chan struct{}, 1)}
+		// A store whose notifications the test sends (Watch returns
+		// notes, for every key) and whose acquire attempts it counts.
+		notes := make(chan struct{}, 1)
+		mn := fakebackend.New(store.Backend(), fakebackend.Watcher)
+		mn.OnWatch(func(context.Context, string, fakebackend.WatchFunc) (<-chan struct{}, error) { return notes, nil })
 		o := &fencelock.Options{MinBackoff: 5 * time.Millisecond, MaxBackoff: time.Minute}
-		c := newClient(t, mn, o)
+		c := newClient(t, mn.Backend(), o)
 		got := acquireAsync(t.Context(), c, "k", false)
 		// Let the waiter's backoff grow: its timed attempts all find
 		// the same holder.
@@ -861,18 +791,18 @@ func TestStaleWakeUpDoesNotSilenceTheNextRelease(t *testing.T) {
 		synctest.Wait()
 		// A late notification: the key is still held by the holder the
 		// waiter's last attempt saw.
-		n := mn.attempts.Load()
-		mn.notes <- struct{}{}
+		n := mn.Calls(fakebackend.Acquire)
+		notes <- struct{}{}
 		synctest.Wait()
-		if mn.attempts.Load() != n+1 {
-			t.Fatalf("a notification led to %d attempts; want 1 at once", mn.attempts.Load()-n)
+		if mn.Calls(fakebackend.Acquire) != n+1 {
+			t.Fatalf("a notification led to %d attempts; want 1 at once", mn.Calls(fakebackend.Acquire)-n)
 		}
 		// The release, and its notification.
 		if err := store.Backend().Release(t.Context(), h); err != nil {
 			t.Fatal(err)
 		}
 		released := time.Now()
-		mn.notes <- struct{}{}
+		notes <- struct{}{}
 		r := <-got
 		if r.err != nil {
 			t.Fatal(r.err)

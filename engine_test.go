@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"go.uber.org/goleak"
 )
 
@@ -31,8 +32,14 @@ func newClient(t *testing.T, b driver.Backend, o *fencelock.Options) *fencelock.
 	return c
 }
 
-// plain hides the memory backend's optional capabilities.
+// plain hides the memory backend's optional capabilities. The recipe
+// tests use it (they are moving to their own package); the engine's tests
+// use fakebackend.Plain.
 type plain struct{ driver.Backend }
+
+// hidden returns b showing none of its optional capabilities: waits
+// poll, renewals go one at a time.
+func hidden(b driver.Backend) driver.Backend { return fakebackend.New(b, fakebackend.Plain).Backend() }
 
 func TestLocalValidityEndsLeaseWhenBackendUnreachable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -89,7 +96,7 @@ func TestLocalValidityEndsLeaseWhenBackendUnreachable(t *testing.T) {
 func TestDefiniteLossEndsLeaseAtNextRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		c := newClient(t, plain{store.Backend()}, &fencelock.Options{TTL: 3 * time.Second})
+		c := newClient(t, hidden(store.Backend()), &fencelock.Options{TTL: 3 * time.Second})
 		start := time.Now()
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
@@ -127,32 +134,38 @@ func TestPushedLossEndsLeaseAtOnce(t *testing.T) {
 	})
 }
 
-// counting wraps a backend and records renewals.
-type counting struct {
-	driver.Backend
+// renewLog records when renewals reach the store; with regress set, a
+// renewal's answer carries a token one below the store's.
+type renewLog struct {
 	mu      sync.Mutex
 	renews  []time.Duration
-	start   time.Time
 	regress atomic.Bool
 }
 
-func (c *counting) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-	c.mu.Lock()
-	c.renews = append(c.renews, time.Since(c.start))
-	c.mu.Unlock()
-	ng, err := c.Backend.Renew(ctx, g, r)
-	if err == nil && c.regress.Load() {
-		ng.Token--
-	}
-	return ng, err
+// counting returns b, its optional capabilities hidden, logging its
+// renewals in log (times since now).
+func counting(b driver.Backend, log *renewLog) driver.Backend {
+	start := time.Now()
+	f := fakebackend.New(b, fakebackend.Plain)
+	f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		log.mu.Lock()
+		log.renews = append(log.renews, time.Since(start))
+		log.mu.Unlock()
+		ng, err := next(ctx, g, r)
+		if err == nil && log.regress.Load() {
+			ng.Token--
+		}
+		return ng, err
+	})
+	return f.Backend()
 }
 
 func TestRenewalScheduleAndTransientRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		mb := store.Backend()
-		cb := &counting{Backend: mb, start: time.Now()}
-		c := newClient(t, cb, &fencelock.Options{TTL: 3 * time.Second, MinBackoff: 100 * time.Millisecond})
+		var cb renewLog
+		c := newClient(t, counting(mb, &cb), &fencelock.Options{TTL: 3 * time.Second, MinBackoff: 100 * time.Millisecond})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -188,9 +201,9 @@ func TestRenewalScheduleAndTransientRetries(t *testing.T) {
 
 func TestTokenRegressionEndsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cb := &counting{Backend: memory.New(), start: time.Now()}
+		var cb renewLog
 		cb.regress.Store(true)
-		c := newClient(t, cb, &fencelock.Options{TTL: 3 * time.Second})
+		c := newClient(t, counting(memory.New(), &cb), &fencelock.Options{TTL: 3 * time.Second})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -230,20 +243,10 @@ func TestRotationAdvancesToken(t *testing.T) {
 	})
 }
 
-type batchCounting struct {
-	*memory.Backend
-	batches atomic.Int32
-}
-
-func (b *batchCounting) RenewBatch(ctx context.Context, g []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
-	b.batches.Add(1)
-	return b.Backend.RenewBatch(ctx, g, r)
-}
-
 func TestBatchRenewalCostsAboutTwoRoundTripsPerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &batchCounting{Backend: memory.New()}
-		c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second})
+		b := fakebackend.New(memory.New(), fakebackend.Memory)
+		c := newClient(t, b.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		var leases []*fencelock.Lease
 		for i := range 100 {
 			l, err := c.Acquire(t.Context(), "k"+string(rune('A'+i%26))+string(rune('a'+i/26)))
@@ -253,9 +256,9 @@ func TestBatchRenewalCostsAboutTwoRoundTripsPerInterval(t *testing.T) {
 			leases = append(leases, l)
 			time.Sleep(10 * time.Millisecond) // spread acquisitions over a whole second
 		}
-		b.batches.Store(0)
+		before := b.Calls(fakebackend.RenewBatch)
 		time.Sleep(10 * time.Second) // ten renewal intervals
-		if n := b.batches.Load(); n > 20 {
+		if n := b.Calls(fakebackend.RenewBatch) - before; n > 20 {
 			t.Errorf("%d batch renewals in 10 intervals for 100 leases; want at most 2 per interval", n)
 		}
 		for _, l := range leases {
@@ -273,7 +276,7 @@ func TestPollingWaitEndsWhenHolderExpires(t *testing.T) {
 		if _, err := store.Backend().Acquire(t.Context(), driver.AcquireRequest{Key: "k", Owner: "dead", TTL: 2 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		c := newClient(t, plain{store.Backend()}, &fencelock.Options{TTL: time.Second, MinBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second})
+		c := newClient(t, hidden(store.Backend()), &fencelock.Options{TTL: time.Second, MinBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second})
 		if _, err := c.Acquire(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -311,35 +314,18 @@ func TestWatcherWakesWaiterOnRelease(t *testing.T) {
 	})
 }
 
-// lossy performs the operation but loses the reply once.
-type lossy struct {
-	driver.Backend
-	acquireLost, releaseLost atomic.Bool
-}
-
 var errReplyLost = errors.New("connection reset after request was sent")
 
-func (b *lossy) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.Backend.Acquire(ctx, r)
-	if err == nil && b.acquireLost.CompareAndSwap(true, false) {
-		return driver.Grant{}, errReplyLost
-	}
-	return g, err
-}
-
-func (b *lossy) Release(ctx context.Context, g driver.Grant) error {
-	err := b.Backend.Release(ctx, g)
-	if err == nil && b.releaseLost.CompareAndSwap(true, false) {
-		return errReplyLost
-	}
-	return err
+// loseReply makes f perform the next op but lose its reply.
+func loseReply(f *fakebackend.Fake, op fakebackend.Op) {
+	f.SetLate(op, fakebackend.FailOnce(errReplyLost))
 }
 
 func TestAmbiguousTryAcquireLeavesNothing(t *testing.T) {
 	store := memory.NewStore()
-	lb := &lossy{Backend: store.Backend()}
-	lb.acquireLost.Store(true)
-	c := newClient(t, lb, nil)
+	lb := fakebackend.New(store.Backend(), fakebackend.Plain)
+	loseReply(lb, fakebackend.Acquire)
+	c := newClient(t, lb.Backend(), nil)
 	_, err := c.TryAcquire(t.Context(), "k")
 	var be *fencelock.BackendError
 	if !errors.As(err, &be) || !errors.Is(err, errReplyLost) || be.Op != "acquire" {
@@ -353,9 +339,9 @@ func TestAmbiguousTryAcquireLeavesNothing(t *testing.T) {
 
 func TestAmbiguousAcquireRetriedAsSameOwner(t *testing.T) {
 	store := memory.NewStore()
-	lb := &lossy{Backend: store.Backend()}
-	lb.acquireLost.Store(true)
-	c := newClient(t, lb, nil)
+	lb := fakebackend.New(store.Backend(), fakebackend.Plain)
+	loseReply(lb, fakebackend.Acquire)
+	c := newClient(t, lb.Backend(), nil)
 	l, err := c.Acquire(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
@@ -367,13 +353,13 @@ func TestAmbiguousAcquireRetriedAsSameOwner(t *testing.T) {
 
 func TestReleaseRetryAfterAmbiguousFailure(t *testing.T) {
 	store := memory.NewStore()
-	lb := &lossy{Backend: store.Backend()}
-	c := newClient(t, lb, nil)
+	lb := fakebackend.New(store.Backend(), fakebackend.Plain)
+	c := newClient(t, lb.Backend(), nil)
 	l, err := c.Acquire(t.Context(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb.releaseLost.Store(true)
+	loseReply(lb, fakebackend.Release)
 	if err := l.Release(t.Context()); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first Release = %v; want the transport error", err)
 	}

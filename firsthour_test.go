@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 )
 
 // The URLs a newcomer really types in the first hour, and what Open must

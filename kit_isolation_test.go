@@ -48,6 +48,8 @@ var isolatedKits = []struct {
 	{"mongo", "github.com/fencelock/fencelock/kit/mongo", "github.com/fencelock/fencelock/kit/mongo", []storeLib{libMongo}},
 	{"grpc", "github.com/fencelock/fencelock/kit/grpc", "github.com/fencelock/fencelock/kit/grpc", []storeLib{libGRPC}},
 	{"httpfence", "", "github.com/fencelock/fencelock/kit/httpfence", nil},
+	// The gocron adapters bring gocron, and no store's client.
+	{"gocron", "github.com/fencelock/fencelock/kit/gocron", "github.com/fencelock/fencelock/kit/gocron", nil},
 }
 
 // TestKitIsolation builds, for each fencing kit, the module of a user who

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // grantLog records the tokens the store granted, by owner.
@@ -47,33 +48,6 @@ func (gl *grantLog) shared() (string, []driver.Token) {
 	return "", nil
 }
 
-// watchQueue is a Waiter over the memory store: AcquireWait tries
-// Acquire whenever the key changes, until it holds the key or ctx ends.
-type watchQueue struct {
-	*hook
-	w   driver.Watcher
-	log *grantLog
-}
-
-func (q watchQueue) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	ch, err := q.w.Watch(ctx, req.Key)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	for {
-		g, err := q.hook.Backend.Acquire(ctx, req)
-		q.log.add(g, err)
-		if !errors.Is(err, fencelock.ErrNotAcquired) {
-			return g, err
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
-		}
-	}
-}
-
 // An Acquire that released a late grant (the store's answer came after
 // the grant's local validity, TTL − Margin, had ended) and then takes the
 // key again holds a new lease, and a new lease has an owner of its own
@@ -92,37 +66,40 @@ func TestLeaseAfterLateGrantHasOwnerOfItsOwn(t *testing.T) {
 				store := memory.NewStore()
 				var log grantLog
 				var lateOwner atomic.Value // the owner of the late grant
-				h := &hook{Backend: store.Backend()}
+				// The memory store, its capabilities hidden; as a queue, a
+				// Waiter whose AcquireWait tries Acquire whenever the key
+				// changes.
+				h := fakebackend.New(store.Backend(), fakebackend.Plain)
 				var attempts atomic.Int32
-				h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+				h.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 					n := attempts.Add(1)
 					if tc == "retry" && n == 1 {
 						return driver.Grant{}, errors.New("injected: connection reset")
 					}
-					g, err := h.Backend.Acquire(ctx, r)
+					g, err := next(ctx, r)
 					log.add(g, err)
 					if err == nil && (tc == "first attempt" && n == 1 || tc == "retry" && n == 2) {
 						lateOwner.Store(g.Owner)
 						time.Sleep(late)
 					}
 					return g, err
-				}
+				})
 				var confirms atomic.Int32
-				h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-					ng, err := h.Backend.Renew(ctx, g, r)
+				h.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+					ng, err := next(ctx, g, r)
 					log.add(ng, err)
 					if tc == "queue" && confirms.Add(1) == 1 {
 						lateOwner.Store(g.Owner)
 						time.Sleep(late)
 					}
 					return ng, err
-				}
-				var b driver.Backend = h
+				})
+				b := h.Backend()
 				waiting := make(chan struct{})
 				var once sync.Once
 				o := &fencelock.Options{TTL: 3 * time.Second}
 				if tc == "queue" {
-					b = watchQueue{hook: h, w: store.Backend(), log: &log}
+					b = h.As(fakebackend.Waiter)
 					o.Observer = fencelock.ObserverFunc(func(e fencelock.Event) {
 						if e.Kind == fencelock.EventWaiting {
 							once.Do(func() { close(waiting) })

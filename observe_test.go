@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // recorder is an Observer that keeps every event.
@@ -113,7 +114,7 @@ func TestEventsLossByExpiryAndTheft(t *testing.T) {
 		store := memory.NewStore()
 		b := store.Backend()
 		rec := &recorder{}
-		c := newClient(t, plain{b}, &fencelock.Options{TTL: 3 * time.Second, Observer: rec})
+		c := newClient(t, hidden(b), &fencelock.Options{TTL: 3 * time.Second, Observer: rec})
 		// Expiry: the store is unreachable, local validity runs out.
 		l, _ := c.Acquire(t.Context(), "expiry")
 		b.SetUnreachable(true)
@@ -204,20 +205,20 @@ func BenchmarkAcquireReleaseObserved(b *testing.B) {
 	}
 }
 
-// slowRelease is a memory backend whose Release takes 5ms; with gone set
-// it answers that the record was already gone.
-type slowRelease struct {
-	*memory.Backend
-	gone bool
-}
-
-func (b *slowRelease) Release(ctx context.Context, g driver.Grant) error {
-	time.Sleep(5 * time.Millisecond)
-	err := b.Backend.Release(ctx, g)
-	if b.gone {
-		return fencelock.ErrNotHeld
-	}
-	return err
+// slowRelease returns a memory backend whose Release takes 5ms (of the
+// bubble's time); with gone set it answers that the record was already
+// gone.
+func slowRelease(gone bool) driver.Backend {
+	f := fakebackend.New(memory.New(), fakebackend.Memory)
+	f.OnRelease(func(ctx context.Context, g driver.Grant, next fakebackend.ReleaseFunc) error {
+		time.Sleep(5 * time.Millisecond)
+		err := next(ctx, g)
+		if gone {
+			return fencelock.ErrNotHeld
+		}
+		return err
+	})
+	return f.Backend()
 }
 
 // TestReleaseEventIsTimedForWhoeverListens: the engine reads the clock for
@@ -230,7 +231,7 @@ func TestReleaseEventIsTimedForWhoeverListens(t *testing.T) {
 		var err error
 		synctest.Test(t, func(t *testing.T) {
 			o.TTL = time.Minute
-			c, nerr := fencelock.New(&slowRelease{Backend: memory.New(), gone: gone}, &o)
+			c, nerr := fencelock.New(slowRelease(gone), &o)
 			if nerr != nil {
 				t.Fatal(nerr)
 			}

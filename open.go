@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -61,28 +60,16 @@ func Schemes() []string {
 	return s
 }
 
-func init() {
-	Register("mem", func(ctx context.Context, u *url.URL) (Backend, error) {
-		if err := driver.NewParams(u).Err(); err != nil {
-			return nil, err
-		}
-		if u.Path != "" && u.Path != "/" {
-			return nil, driver.InvalidURL(u.String(), "mem URLs are mem://NAME with no path")
-		}
-		if u.User != nil {
-			return nil, driver.InvalidURL(u.String(), "mem URLs take no user or password")
-		}
-		name := u.Host
-		if name == "" {
-			name = u.Opaque
-		}
-		return memory.Named(name).Backend(), nil
-	})
+// OpenBackend opens a backend from a URL without creating a Client, and
+// returns the engine parameters found in the URL as Options. If the URL
+// names guarantees (require=), OpenBackend measures them within ctx and,
+// if any is unmet, closes the backend and returns an
+// *UnmetGuaranteeError.
+func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
+	return openBackend(ctx, rawURL, true)
 }
 
-// OpenBackend opens a backend from a URL without creating a Client, and
-// returns the engine parameters found in the URL as Options.
-func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
+func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Options, error) {
 	if err := checkURLText(rawURL); err != nil {
 		return nil, nil, err
 	}
@@ -113,14 +100,18 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	o := &Options{}
 	for name, dst := range map[string]*time.Duration{
 		"ttl": &o.TTL, "renew_interval": &o.RenewInterval, "margin": &o.Margin, "rotate_every": &o.RotateEvery,
+		"lock_delay": &o.LockDelay,
 	} {
 		if q.Has(name) {
 			// One rule for a TTL from a URL and from a flag
 			// (driver.ParseTTL); an empty or zero value is refused, not
 			// taken for the default.
 			parse := driver.ParseDuration
-			if name == "ttl" {
+			switch name {
+			case "ttl":
 				parse = driver.ParseTTL
+			case "lock_delay":
+				parse = driver.ParseLockDelay
 			}
 			d, err := parse("URL parameter "+strconv.Quote(name), q.Get(name))
 			if err != nil {
@@ -132,6 +123,12 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 	}
 	o.Owner = q.Get("owner")
 	q.Del("owner")
+	if q.Has("require") {
+		if o.Require, err = driver.ParseGuarantees("URL parameter \"require\"", strings.Join(q["require"], ",")); err != nil {
+			return nil, nil, err
+		}
+		q.Del("require")
+	}
 	u2 := *u
 	u2.Scheme = scheme
 	u2.RawQuery = q.Encode()
@@ -142,6 +139,13 @@ func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) 
 			err = driver.RedactError(err, rawURL)
 		}
 		return nil, nil, engineParamGuess(err, q)
+	}
+	if !check {
+		return b, o, nil
+	}
+	if err := requireAtOpen(ctx, b, &Options{Require: o.Require}); err != nil {
+		b.Close()
+		return nil, nil, redactOpen(err, rawURL)
 	}
 	return b, o, nil
 }
@@ -238,11 +242,13 @@ func engineParamGuess(err error, rest url.Values) error {
 // Open opens the backend named by rawURL's scheme ("mem://", "postgres://",
 // "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
 // and returns a Client on it. Engine options may be given in the URL's
-// query (ttl, renew_interval, margin, rotate_every, owner); a non-zero field
+// query (ttl, renew_interval, margin, rotate_every, owner, lock_delay); a non-zero field
 // of opts wins over the URL. No credential from the URL appears in errors
-// (see driver.RedactURL).
+// (see driver.RedactURL). Guarantees named by the URL's require= and by
+// opts.Require are both required: Open measures them within ctx and, if
+// any is unmet, closes the backend and returns an *UnmetGuaranteeError.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
-	b, uo, err := OpenBackend(ctx, rawURL)
+	b, uo, err := openBackend(ctx, rawURL, false)
 	if err != nil {
 		return nil, err
 	}
@@ -264,12 +270,26 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 		if merged.Owner == "" {
 			merged.Owner = o.Owner
 		}
+		if merged.LockDelay == 0 {
+			merged.LockDelay = o.LockDelay
+		}
+		merged.Require = mergeRequire(o.Require, merged.Require)
 		o = merged
 	}
-	c, err := New(b, &o)
+	c, err := newClient(ctx, b, &o)
 	if err != nil {
 		b.Close()
-		return nil, err
+		return nil, redactOpen(err, rawURL)
 	}
 	return c, nil
+}
+
+// redactOpen scrubs rawURL's secrets from err's text (a failure to measure
+// the required guarantees may quote a client library's message), keeping
+// what errors.Is and errors.As find.
+func redactOpen(err error, rawURL string) error {
+	if msg := err.Error(); driver.RedactText(msg, rawURL) != msg {
+		return driver.RedactError(err, rawURL)
+	}
+	return err
 }

@@ -6,11 +6,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -148,6 +150,62 @@ func TestCoreHasNoThirdPartyDependencies(t *testing.T) {
 	for _, p := range list("-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./conformance/generative") {
 		if !strings.HasPrefix(p, "github.com/fencelock/fencelock") && !strings.HasPrefix(p, "pgregory.net/rapid") {
 			t.Errorf("the generative mode's package graph includes %s: only pgregory.net/rapid is expected", p)
+		}
+	}
+}
+
+// goList runs go list with args in the root module's directory.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command not found: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gobin, append([]string{"list"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestRootImportsNoBackend checks that the root package's import graph
+// holds no backend package: every backend, mem:// included, registers its
+// schemes from its own init, so a program links only the backends it
+// imports, and no backend's code is a hidden part of the engine.
+func TestRootImportsNoBackend(t *testing.T) {
+	deps := goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".")
+	if !slices.Contains(deps, "github.com/fencelock/fencelock") {
+		t.Fatalf("go list -deps . = %v: the root package itself is missing", deps)
+	}
+	for _, p := range deps {
+		if strings.HasPrefix(p, "github.com/fencelock/fencelock/backend/") {
+			t.Errorf("the root package's import graph includes %s", p)
+		}
+	}
+}
+
+// TestOpenMemWithoutTheImportSaysWhichToAdd runs a program that opens
+// mem:// without importing backend/memory: Open must fail with
+// ErrUnknownScheme and name the import that registers the scheme.
+func TestOpenMemWithoutTheImportSaysWhichToAdd(t *testing.T) {
+	if deps := goList(t, "-deps", "./testdata/nomem"); slices.Contains(deps, "github.com/fencelock/fencelock/backend/memory") {
+		t.Fatalf("testdata/nomem links backend/memory; it must not")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command not found: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gobin, "run", "./testdata/nomem").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run ./testdata/nomem: %v\n%s", err, out)
+	}
+	for _, want := range []string{"errors.Is ErrUnknownScheme: true;", `add import _ "github.com/fencelock/fencelock/backend/memory"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("Open(\"mem://x\") without backend/memory said:\n%s\nwant it to contain %s", out, want)
 		}
 	}
 }

@@ -79,6 +79,13 @@ type Options struct {
 	// (Release frees the key at once); at most MaxTTL.
 	MinHold time.Duration
 
+	// LockDelay is the default lock delay of this client's acquires (see
+	// WithLockDelay, which sets it per call): a key whose last holder's
+	// lease ended without a release (expiry, crash, loss) is not granted
+	// until LockDelay after that end, by the store's clock. Default 0
+	// (none); at most MaxTTL. URL parameter lock_delay=.
+	LockDelay time.Duration
+
 	// ReleaseTimeout bounds the clean-up calls that run on a fresh context:
 	// releases during Close, removal of a record left by an abandoned
 	// acquire, best-effort release of a lost lease, a Release whose
@@ -110,6 +117,17 @@ type Options struct {
 
 	// Clock is the engine's clock. Default: the system clock.
 	Clock Clock
+
+	// Require names the guarantees the deployment needs of its store
+	// (DurableTokens, Failover, ServerClock, PushedLoss, FIFO,
+	// FencedSemaphores; the URL parameter require= takes the same names,
+	// comma-separated, and Open requires the union of both). New and Open
+	// measure each one on the live server (CheckGuarantees) and refuse a
+	// store that does not meet them all with an *UnmetGuaranteeError
+	// (ErrGuaranteeUnmet) naming each unmet one, what was observed and the
+	// setting that would meet it. Default: nothing required. See
+	// docs/deploying.md.
+	Require []Guarantee
 }
 
 // Validate reports the first option that is out of range, as an
@@ -173,6 +191,9 @@ func (o *Options) resolve() (Options, error) {
 	if r.MinHold < 0 || r.MinHold > MaxTTL {
 		return r, badOption("MinHold", r.MinHold, "must be between 0 and %v", MaxTTL)
 	}
+	if r.LockDelay < 0 || r.LockDelay > MaxTTL {
+		return r, badOption("LockDelay", r.LockDelay, "must be between 0 and %v", MaxTTL)
+	}
 	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = 5 * time.Second
 	}
@@ -184,6 +205,9 @@ func (o *Options) resolve() (Options, error) {
 	}
 	if r.Clock == nil {
 		r.Clock = systemClock{}
+	}
+	if err := checkRequire(r.Require); err != nil {
+		return r, err
 	}
 	return r, nil
 }

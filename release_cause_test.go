@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // A Release without a deadline that the store leaves unanswered fails
@@ -24,14 +25,14 @@ func TestReleaseOnSilentStoreSaysTheStoreDidNotAnswer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.setAll(silent)
+		b.SetAll(silent)
 		within(t, b, c, 2*time.Second, "Release(Background) on a silent store", func() {
 			err = l.Release(context.Background())
 		})
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer from the store") {
 			t.Errorf("Release = %v; want DeadlineExceeded saying the store did not answer", err)
 		}
-		b.setAll(nil)
+		b.SetAll(nil)
 	})
 }
 
@@ -63,8 +64,8 @@ func TestDriverTimeoutBeforeRequestBoundNamesTheStore(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
 		c := newClient(t, b, &fencelock.Options{TTL: time.Second, ReleaseTimeout: 2 * time.Second})
-		b.set("acquire", earlyTimeout)
-		b.set("inspect", silent) // the clean-up outlasts the caller's deadline
+		b.Set(fakebackend.Acquire, earlyTimeout)
+		b.Set(fakebackend.Inspect, silent) // the clean-up outlasts the caller's deadline
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		var err error
@@ -74,6 +75,6 @@ func TestDriverTimeoutBeforeRequestBoundNamesTheStore(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer from the store") {
 			t.Errorf("TryAcquire = %v; want DeadlineExceeded joined with the store's cause (no answer)", err)
 		}
-		b.setAll(nil)
+		b.SetAll(nil)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 )
 
 // TestOpenUnknownSchemeSaysWhatToDo checks that a URL whose scheme no

@@ -21,7 +21,7 @@ import (
 func TestAcquireWithWaitOnFailingStoreCarriesStoreCause(t *testing.T) {
 	for name, wrap := range map[string]func(*faulty) driver.Backend{
 		"polling": func(f *faulty) driver.Backend { return f },
-		"queue":   func(f *faulty) driver.Backend { return faultyQueue{f} },
+		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -30,7 +30,7 @@ func TestAcquireWithWaitOnFailingStoreCarriesStoreCause(t *testing.T) {
 				// A TTL shorter than the wait: the first attempt is cut
 				// at its bound, then the wait goes on until WithWait's.
 				c := newClient(t, wrap(b), &fencelock.Options{TTL: time.Second, ReleaseTimeout: 2 * time.Second})
-				b.setAll(silent)
+				b.SetAll(silent)
 				var err error
 				within(t, b, c, 1500*time.Millisecond+2*time.Second, "Acquire(WithWait(1.5s)) on a silent store", func() {
 					_, err = c.Acquire(context.Background(), "k", fencelock.WithWait(1500*time.Millisecond))
@@ -44,14 +44,14 @@ func TestAcquireWithWaitOnFailingStoreCarriesStoreCause(t *testing.T) {
 				}
 
 				// A store that refuses connections: its cause by errors.Is.
-				b.setAll(refusing)
+				b.SetAll(refusing)
 				within(t, b, c, 1500*time.Millisecond+2*time.Second, "Acquire(WithWait(1.5s)) on a refusing store", func() {
 					_, err = c.Acquire(context.Background(), "k", fencelock.WithWait(1500*time.Millisecond))
 				})
 				if !errors.Is(err, fencelock.ErrNotAcquired) || !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Errorf("Acquire = %v; want ErrNotAcquired joined with connection refused", err)
 				}
-				b.setAll(nil)
+				b.SetAll(nil)
 			})
 		})
 	}
@@ -67,7 +67,7 @@ func TestAcquireWithWaitBoundPassedBeforeCallerCancelledIsNotAcquired(t *testing
 		c := newClient(t, b, boundOpts())
 		// Every request hangs: at the wait bound the attempt in flight
 		// gets the overrun budget; the caller cancels meanwhile.
-		b.setAll(silent)
+		b.SetAll(silent)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		time.AfterFunc(1500*time.Millisecond, cancel)
@@ -78,6 +78,6 @@ func TestAcquireWithWaitBoundPassedBeforeCallerCancelledIsNotAcquired(t *testing
 		if !errors.Is(err, fencelock.ErrNotAcquired) {
 			t.Errorf("Acquire = %v; want ErrNotAcquired: the wait bound passed before the caller cancelled", err)
 		}
-		b.setAll(nil)
+		b.SetAll(nil)
 	})
 }

@@ -25,13 +25,42 @@ type mutant struct {
 }
 
 var mutants = []mutant{
-	{"tokens-go-backwards", "FencingTokensIncrease", func(s *memory.Store) driver.Backend { return backwards{plain{s.Backend()}} }},
-	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain{s.Backend()}, s} }},
-	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain{s.Backend()}, s} }},
-	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain{s.Backend()}} }},
-	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain{s.Backend()}} }},
-	{"store-ttl-shorter-than-granted", "Options", func(s *memory.Store) driver.Backend { return shortLived{plain{s.Backend()}} }},
-	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain{s.Backend()}} }},
+	{"tokens-go-backwards", "FencingTokensIncrease", func(s *memory.Store) driver.Backend { return backwards{plain(s.Backend())} }},
+	{"no-exclusion", "MutualExclusion", func(s *memory.Store) driver.Backend { return noExclusion{plain(s.Backend()), s} }},
+	{"release-without-owner-check", "OwnerCheckedReleaseAndRenew", func(s *memory.Store) driver.Backend { return anyRelease{plain(s.Backend()), s} }},
+	{"never-expires", "CrashedHolderFreedWithinTTL", func(s *memory.Store) driver.Backend { return immortal{plain(s.Backend())} }},
+	{"metadata-set-without-holder-check", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return anyMetadata{plain(s.Backend())} }},
+	{"store-ttl-shorter-than-granted", "Options", func(s *memory.Store) driver.Backend { return shortLived{plain(s.Backend())} }},
+	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain(s.Backend())} }},
+	{"lock-delay-ignored", "LockDelay", func(s *memory.Store) driver.Backend { return noLockDelay{plain(s.Backend())} }},
+	{"release-keeps-lock-delay", "LockDelay", func(s *memory.Store) driver.Backend { return releaseByExpiry{plain(s.Backend()), s} }},
+}
+
+// noLockDelay accepts a lock delay and ignores it.
+type noLockDelay struct{ driver.Backend }
+
+func (b noLockDelay) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	r.LockDelay = 0
+	return b.Backend.Acquire(ctx, r)
+}
+
+// releaseByExpiry releases by expiring the record, as if the holder had
+// crashed: the lock delay then follows a clean release too.
+type releaseByExpiry struct {
+	driver.Backend
+	s *memory.Store
+}
+
+func (b releaseByExpiry) Release(ctx context.Context, g driver.Grant) error {
+	info, err := b.Backend.Inspect(ctx, g.Key)
+	if err != nil {
+		return err
+	}
+	if info.Owner != g.Owner || info.Token != g.Token {
+		return driver.ErrNotHeld
+	}
+	b.s.Expire(g.Key)
+	return nil
 }
 
 // backwards issues tokens that decrease.

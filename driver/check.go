@@ -3,12 +3,14 @@ package driver
 import (
 	"errors"
 	"strconv"
+	"time"
 )
 
 // CheckAcquire checks an AcquireRequest by the rules every backend shares:
 // Key by ValidateKey, Owner by the same rules as a key (1 to MaxKeyLen
 // bytes of valid UTF-8 without control characters, reported as an
-// *InvalidOptionError for "Owner"), TTL by ValidateTTL. Backends call it
+// *InvalidOptionError for "Owner"), TTL by ValidateTTL, LockDelay by
+// ValidateLockDelay. Backends call it
 // first in Acquire and AcquireWait (see "Validation" in the package doc).
 func CheckAcquire(req AcquireRequest) error {
 	if err := ValidateKey(req.Key); err != nil {
@@ -20,7 +22,19 @@ func CheckAcquire(req AcquireRequest) error {
 	if err := ValidateTTL(req.TTL); err != nil {
 		return err
 	}
+	if err := ValidateLockDelay(req.LockDelay); err != nil {
+		return err
+	}
 	return ValidateMetadata(req.Metadata)
+}
+
+// ValidateLockDelay checks a lock delay (AcquireRequest.LockDelay): 0 (none)
+// up to MaxTTL, else an *InvalidOptionError for "LockDelay".
+func ValidateLockDelay(d time.Duration) error {
+	if d < 0 || d > MaxTTL {
+		return &InvalidOptionError{Option: "LockDelay", Value: d.String(), Reason: "must be between 0 (none) and " + MaxTTL.String()}
+	}
+	return nil
 }
 
 // CheckRenew checks a RenewRequest (its TTL, by ValidateTTL, and its

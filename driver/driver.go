@@ -112,6 +112,20 @@ type AcquireRequest struct {
 	// Inspect and List in Info.Metadata: at most MaxMetadataLen bytes, nil
 	// and empty alike. An Acquire by the same Owner (a retry) replaces it.
 	Metadata []byte
+	// LockDelay, if positive, asks for a quiet gap after an unreleased end
+	// (Chubby's lock-delay, Consul's LockDelay): the backend refuses the
+	// key, with a *HeldError whose LockDelay is the rest of the gap, while
+	// a previous holder's record ended without a release (it expired, its
+	// holder crashed or lost it) less than LockDelay ago, by the clock that
+	// judges expiry. A released (or force-released) record frees the key
+	// at once. Where the store cannot keep an expired record readable
+	// (Redis), the holder's grant leaves a marker that outlives its record
+	// by the holder's own LockDelay, so there an unreleased end is
+	// remembered only that long: every client of a key should use the
+	// same LockDelay. At most MaxTTL; CheckAcquire refuses a negative one.
+	// A backend that cannot keep it returns an *UnsupportedError
+	// (matching ErrUnsupported) for a positive LockDelay, storing nothing.
+	LockDelay time.Duration
 }
 
 // MaxMetadataLen is the largest metadata payload, in bytes, that a lease

@@ -50,3 +50,18 @@ func ParseTTL(option, value string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// ParseLockDelay parses a lock delay written in a URL (lock_delay=) or on
+// a command line (--lock-delay): ParseDuration, then 0 (none, the
+// default) up to MaxTTL.
+func ParseLockDelay(option, value string) (time.Duration, error) {
+	d, err := ParseDuration(option, value)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 || d > MaxTTL {
+		return 0, &InvalidOptionError{Option: option, Value: strconv.Quote(value), Reason: "must be between 0 (no lock delay) and " +
+			strings.TrimSuffix(MaxTTL.String(), "0m0s")}
+	}
+	return d, nil
+}

@@ -13,11 +13,21 @@ import (
 type HeldError struct {
 	// Holder describes the current holder as far as the store told.
 	Holder Info
+	// LockDelay, when positive, says the key has no holder but is in its
+	// lock delay (AcquireRequest.LockDelay): a previous holder's record
+	// ended without a release, and the key stays refused for LockDelay
+	// more, by the clock that judges expiry. Holder then names only the
+	// key (and, where the store knows, the previous holder's token).
+	LockDelay time.Duration
 }
 
 // Error implements error.
 func (e *HeldError) Error() string {
 	s := "fencelock: not acquired: key " + strconv.Quote(e.Holder.Key)
+	if e.LockDelay > 0 && e.Holder.Owner == "" {
+		return s + " is in its lock delay: " + e.LockDelay.Round(time.Millisecond).String() +
+			" left (its last holder's lease ended without a release; a released key is free at once)"
+	}
 	if e.Holder.Owner == "" {
 		return s + " is held"
 	}
@@ -126,4 +136,35 @@ func ValidateTTL(ttl time.Duration) error {
 		return &InvalidOptionError{Option: "TTL", Value: ttl.String(), Reason: "must be at most " + MaxTTL.String()}
 	}
 	return nil
+}
+
+// UnsupportedError reports a feature a backend does not offer. It matches
+// ErrUnsupported with errors.Is.
+type UnsupportedError struct {
+	// Backend names the backend, e.g. "etcd".
+	Backend string
+	// Feature names what was asked, e.g. "LockDelay".
+	Feature string
+	// Instead says what to use instead.
+	Instead string
+}
+
+// Error implements error.
+func (e *UnsupportedError) Error() string {
+	s := "fencelock: " + e.Feature + " is not supported by the " + e.Backend + " backend"
+	if e.Instead != "" {
+		s += "; " + e.Instead
+	}
+	return s
+}
+
+// Is reports whether target is ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// LockDelayUnsupported is the error of a backend that cannot keep a lock
+// delay (AcquireRequest.LockDelay > 0): an *UnsupportedError naming the
+// backend and what to use instead.
+func LockDelayUnsupported(backend string) error {
+	return &UnsupportedError{Backend: backend, Feature: "LockDelay",
+		Instead: "use a backend that keeps it (postgres, redis, mongo, memory, file), or leave the lock delay at 0 and fence the resource with the lease's token"}
 }

@@ -119,7 +119,7 @@ func (p *Params) Err() error {
 
 // EngineParams are the URL parameters the engine reads (fencelock.Open
 // removes them before a backend sees the URL): every URL takes them.
-var EngineParams = []string{"margin", "owner", "renew_interval", "rotate_every", "ttl"}
+var EngineParams = []string{"lock_delay", "margin", "owner", "renew_interval", "require", "rotate_every", "ttl"}
 
 // UnknownParam returns the *InvalidOptionError for a URL parameter that
 // neither the backend (known) nor the engine (EngineParams) reads: it

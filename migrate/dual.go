@@ -49,6 +49,7 @@ var (
 	_ driver.WatchProber   = (*Dual)(nil)
 	_ driver.Describer     = (*Dual)(nil)
 	_ driver.BatchRenewer  = (*Dual)(nil)
+	_ driver.Guarantor     = (*Dual)(nil)
 )
 
 // ErrNoFloor is returned by NewDual and CopyTokens when a backend cannot
@@ -170,6 +171,11 @@ func (d *Dual) sides(ctx context.Context, g driver.Grant) (o, n driver.Grant, er
 // without taking the old side: the new side would refuse it anyway, and
 // meanwhile its old record, with a token above the new side's holder's,
 // would be what Inspect reports (see merge), a holder that never held.
+//
+// The request goes to both sides as it is, lock delay included
+// (AcquireRequest.LockDelay): a side in its delay refuses, as for a
+// holder, and one that cannot keep a delay fails the call with
+// ErrUnsupported.
 func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := driver.CheckAcquire(req); err != nil {
 		return driver.Grant{}, err
@@ -939,6 +945,49 @@ func (d *Dual) Describe() driver.Description {
 		desc.Scope, desc.FailoverSafe, desc.Failover = driver.ScopeKey, false, "unknown: neither side describes itself"
 	}
 	return desc
+}
+
+// Guarantees implements driver.Guarantor: a lease is held on both sides,
+// so a guarantee is met only where both sides meet it. Each side is
+// measured (a side that measures nothing leaves every guarantee to the
+// engine's judgement of the dual itself); a guarantee that only one side
+// measured is left out, and so judged by the engine, which reports it
+// unknown unless the dual's own interfaces show it (FIFO, pushed loss).
+// Observed and Fix name the side each part is about.
+func (d *Dual) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
+	var got [2]map[driver.Guarantee]driver.Measurement
+	names := [2]string{"old " + d.oldName, "new " + d.newName}
+	for i, b := range []driver.Backend{d.old, d.new} {
+		g, ok := b.(driver.Guarantor)
+		if !ok {
+			return nil, nil
+		}
+		m, err := g.Guarantees(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: measuring the %s side: %w", names[i], err)
+		}
+		got[i] = m
+	}
+	out := map[driver.Guarantee]driver.Measurement{}
+	for g, o := range got[0] {
+		n, ok := got[1][g]
+		if !ok {
+			continue
+		}
+		m := driver.Measurement{
+			Met:      o.Met && n.Met,
+			Observed: names[0] + ": " + o.Observed + "; " + names[1] + ": " + n.Observed,
+		}
+		var fixes []string
+		for i, side := range []driver.Measurement{o, n} {
+			if !side.Met && side.Fix != "" {
+				fixes = append(fixes, names[i]+": "+side.Fix)
+			}
+		}
+		m.Fix = strings.Join(fixes, "; ")
+		out[g] = m
+	}
+	return out, nil
 }
 
 // Close implements driver.Backend: it closes both sides.

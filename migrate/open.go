@@ -24,7 +24,7 @@ func DualURL(oldURL, newURL string) string {
 
 // engineParams are the parameters fencelock.OpenBackend takes off a URL for
 // the engine; on an inner URL of a dual one they would be lost.
-var engineParams = []string{"ttl", "renew_interval", "margin", "rotate_every", "owner"}
+var engineParams = []string{"ttl", "renew_interval", "margin", "rotate_every", "owner", "lock_delay"}
 
 func openDual(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if (u.Host != "" && u.Host != "/") || (u.Path != "" && u.Path != "/") || u.Opaque != "" {

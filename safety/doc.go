@@ -13,7 +13,7 @@
 // a short TTL and write to a fenced resource (safety/fence) while the
 // harness injects the fault — a holder paused (SIGSTOP, also between its
 // lease check and its write) or killed (SIGKILL), its connection to the
-// store cut, slowed, reset or losing one reply (safety/faultproxy), a
+// store cut, slowed, reset or losing one reply (internal/faultproxy), a
 // stale release and renew of an old grant, the store killed and restarted
 // or paused (servers started by scripts/testenv only), and for Redis a
 // FLUSHALL, an early expiry of a lock key and eviction under four

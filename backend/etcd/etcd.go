@@ -107,6 +107,12 @@ func (b *Backend) checkRequest(req driver.AcquireRequest) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
+	if req.LockDelay > 0 {
+		// An entry lives as long as its lease: nothing of it outlives
+		// the lease to mark when it ended, so a lock delay cannot be
+		// kept.
+		return driver.LockDelayUnsupported("etcd")
+	}
 	return nil
 }
 
@@ -156,6 +162,20 @@ func firstOf(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 		return kvs[0]
 	}
 	return nil
+}
+
+// Acquire implements driver.Backend (see acquire); the token offset is
+// the cached one, checked in the acquiring transaction itself.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquire(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokens().HeldError(ctx, err)
+	}
+	g.Token, err = b.token(ctx, int64(g.Token))
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return g, nil
 }
 
 // acquire is Acquire on native tokens (mod revisions; floor.go maps them
@@ -412,6 +432,11 @@ type leaseResult struct {
 	err error
 }
 
+// Renew implements driver.Backend (see renew).
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	return b.tokens().Renew(ctx, g, req, b.renew)
+}
+
 // renew is Renew on native tokens (mod revisions; floor.go maps them to the tokens callers see): it checks in one read transaction that
 // g's entry still exists with g's token (its mod revision) at the head of
 // its queue, and keeps the entry's lease alive (shared with the backend's
@@ -499,6 +524,11 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	g.TTL = lr.l.ttlLeft(start)
 	g.Handle = lr.l.handle(nameIn(b.queuePrefix(g.Key), string(mine.Key)))
 	return g, nil
+}
+
+// RenewBatch implements driver.BatchRenewer (see renewBatch).
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
 }
 
 // renewBatch is RenewBatch on native tokens (mod revisions; floor.go maps them to the tokens callers see): the grants' entries are read
@@ -607,6 +637,15 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 		return nil, out[0].Err
 	}
 	return out, nil
+}
+
+// Release implements driver.Backend (see release).
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	n, err := b.nativeGrant(ctx, g)
+	if err != nil {
+		return err
+	}
+	return b.release(ctx, n)
 }
 
 // release is Release on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes g's entry only if its mod
@@ -729,6 +768,15 @@ func (b *Backend) remaining(ctx context.Context, id int64) time.Duration {
 	return time.Duration(resp.TTL) * time.Second
 }
 
+// Inspect implements driver.Backend (see inspect).
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.inspect(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokens().Info(ctx, info)
+}
+
 // inspect is Inspect on native tokens (mod revisions; floor.go maps them to the tokens callers see): the holder is the entry with the
 // lowest create revision in key's queue; Remaining is its lease's time to
 // live as etcd reports it (whole seconds).
@@ -753,6 +801,15 @@ func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) 
 
 // maxListLeases bounds the TimeToLive requests of one List.
 const maxListLeases = 16
+
+// List implements driver.Backend (see list).
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	infos, err := b.list(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return b.tokens().Infos(ctx, infos)
+}
 
 // list is List on native tokens (mod revisions; floor.go maps them to the tokens callers see) with one range read of the prefix; each
 // key's holder is its entry with the lowest create revision. Remaining is
@@ -807,6 +864,15 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 // ErrHolderChanged is returned by ForceRelease when the holder it read was
 // replaced before it could delete it. Nothing was removed; try again.
 var ErrHolderChanged = errors.New("etcd: the holder changed during force-release; nothing removed")
+
+// ForceRelease implements driver.ForceReleaser (see forceRelease).
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.forceRelease(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokens().Info(ctx, info)
+}
 
 // forceRelease is ForceRelease on native tokens (mod revisions; floor.go maps them to the tokens callers see): it deletes the head of
 // key's queue, guarded by its create revision. The holder's loss watch

@@ -225,8 +225,8 @@ func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
 	if g.Token <= prev || g.Token-first > 1<<40 {
 		t.Fatalf("after %d raises of one above the holder's token, tokens went from %d to %d (last %d)", rounds, first, g.Token, prev)
 	}
-	if _, h, err := rb.readFloor(ctx); err != nil || len(h.starts) != len(h0.starts) {
-		t.Fatalf("history after the raises: %v segments, %v; want the %d from before them", h.starts, err, len(h0.starts))
+	if _, h, err := rb.readFloor(ctx); err != nil || h.Len() != h0.Len() {
+		t.Fatalf("history after the raises: %v segments, %v; want the %d from before them", h.Len(), err, h0.Len())
 	}
 }
 
@@ -273,8 +273,8 @@ func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
 	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
 		t.Fatal(err)
 	}
-	if _, h, err := rb.readFloor(ctx); err != nil || h.last() != h0.last() {
-		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", h.last(), err, h0.last())
+	if _, h, err := rb.readFloor(ctx); err != nil || h.Last() != h0.Last() {
+		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", h.Last(), err, h0.Last())
 	}
 	if err := hb.Release(ctx, g1); err != nil {
 		t.Fatal(err)

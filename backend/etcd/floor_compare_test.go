@@ -164,15 +164,15 @@ func fcRaise(t *testing.T, ctx context.Context, r *Backend) driver.Token {
 	// the old offset, below that raise's floor. Above both.
 	floor := hw.Global
 	if len(resp.Kvs) > 0 {
-		floor = max(floor, driver.Token(resp.Kvs[0].ModRevision+h0.last()))
+		floor = max(floor, driver.Token(resp.Kvs[0].ModRevision+h0.Last()))
 	}
 	floor += 1_000_000
 	if err := r.RaiseFloor(ctx, "", floor); err != nil {
 		t.Error(err)
 		return 0
 	}
-	if _, h, err := r.readFloor(ctx); err != nil || h.last() <= h0.last() {
-		t.Errorf("RaiseFloor(%d) left the offset at %d (from %d), %v; want a new segment", floor, h.last(), h0.last(), err)
+	if _, h, err := r.readFloor(ctx); err != nil || h.Last() <= h0.Last() {
+		t.Errorf("RaiseFloor(%d) left the offset at %d (from %d), %v; want a new segment", floor, h.Last(), h0.Last(), err)
 	}
 	return floor
 }
@@ -182,10 +182,10 @@ func fcRaise(t *testing.T, ctx context.Context, r *Backend) driver.Token {
 func fcCache(b *Backend) (mod, at, off int64) {
 	b.fl.mu.Lock()
 	defer b.fl.mu.Unlock()
-	if b.fl.h.starts == nil {
+	if b.fl.h.IsZero() {
 		return b.fl.mod, b.fl.at, -1
 	}
-	return b.fl.mod, b.fl.at, b.fl.h.last()
+	return b.fl.mod, b.fl.at, b.fl.h.Last()
 }
 
 // fcWarm acquires and releases a key on b: b has a cached floor after it.
@@ -682,7 +682,7 @@ func TestFloorKeyRewrittenByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Put(ctx, a.floorKey(), h.encode()); err != nil {
+	if _, err := raw.Put(ctx, a.floorKey(), h.EncodeOffsets()); err != nil {
 		t.Fatal(err)
 	}
 	kv.reset()
@@ -708,7 +708,7 @@ func TestFloorKeyRewrittenByHand(t *testing.T) {
 	if n := queueLen(t, a, "k2"); n != 0 {
 		t.Errorf("a failed Acquire (unparsable floor key) left %d entries", n)
 	}
-	if _, err := raw.Put(ctx, a.floorKey(), h.encode()); err != nil {
+	if _, err := raw.Put(ctx, a.floorKey(), h.EncodeOffsets()); err != nil {
 		t.Fatal(err)
 	}
 

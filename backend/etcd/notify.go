@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,23 @@ const maxWatchRestarts = 8
 // all, and a deletion in the meantime is not missed, because the watch
 // starts at the revision after the grant's.
 const lossWatchDelay = 100 * time.Millisecond
+
+// NotifyLoss implements driver.LossNotifier (see notifyLoss). A token
+// that no revision maps to is reported lost at once.
+func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+	ctx, cancel := context.WithTimeout(b.ctx, b.cleanupTimeout)
+	n, err := b.nativeGrant(ctx, g)
+	cancel()
+	if err == nil && n.Token == 0 && g.Token != 0 {
+		err = driver.ErrNotHeld
+	}
+	if err != nil {
+		var once sync.Once
+		t := time.AfterFunc(0, func() { once.Do(func() { lost(err) }) })
+		return func() { t.Stop(); once.Do(func() {}) }
+	}
+	return b.notifyLoss(n, lost)
+}
 
 // notifyLoss is NotifyLoss on native tokens (mod revisions; floor.go maps them to the tokens callers see): a watch on g's entry, from the
 // revision after its creation, reports its deletion (by a force-release,

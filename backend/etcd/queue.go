@@ -19,6 +19,35 @@ var errQueueEntryGone = errors.New("etcd: queue entry removed while waiting")
 // another owner's entry (left by failed releases of this backend).
 var errNamesTaken = errors.New("etcd: entry names taken by stale entries")
 
+// AcquireWait implements driver.Waiter (see acquireWait). If the floor was
+// raised after the waiter queued, its entry is re-put (bump) before the
+// grant is returned, so that its token is above the floor.
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquireWait(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokens().HeldError(ctx, err)
+	}
+	resp, _, err := b.readFloor(ctx)
+	if err == nil && len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > int64(g.Token) {
+		var tok driver.Token
+		name, _ := handleName(g.Handle) // acquireWait's grants carry it
+		if tok, err = b.bump(ctx, req.Key, b.queuePrefix(req.Key)+name, entryValue(req.Owner, req.Metadata), int64(g.Token)); err == nil {
+			g.Token = tok
+		}
+	}
+	if err == nil {
+		g.Token, err = b.token(ctx, int64(g.Token))
+	}
+	if err != nil {
+		// Leave no entry behind (as acquireWait does on failure).
+		cctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout)
+		_ = b.release(cctx, g)
+		cancel()
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
 // acquireWait is AcquireWait on native tokens (mod revisions; floor.go maps them to the tokens callers see) with a FIFO queue ordered by create
 // revision, like concurrency.Mutex, but with watches that etcd registers as
 // "synced":

@@ -394,6 +394,12 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if s.live(now) && s.Owner != req.Owner {
 			return false, &driver.HeldError{Holder: s.info(now)}
 		}
+		if left := s.Expires + int64(req.LockDelay) - now.ns; req.LockDelay > 0 && s.Owner != "" && s.Owner != req.Owner && s.Clock == now.domain && left > 0 {
+			// Expired, not released (a release clears the owner): the
+			// key stays refused for the lock delay after the expiry, by
+			// the same clock. A record of an earlier boot is past it.
+			return false, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(s.Token)}, LockDelay: time.Duration(left)}
+		}
 		if !s.live(now) {
 			t, err := s.next()
 			if err != nil {

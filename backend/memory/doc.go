@@ -30,11 +30,16 @@
 // no path and there are no parameters of this package; fencelock.Open
 // accepts the engine's (ttl, renew_interval, margin, rotate_every, owner)
 // and removes them first, and any other parameter is an error. A mem URL
-// carries no credentials, so there is nothing to redact. Package
-// fencelock registers the scheme itself (it imports this package, so this
-// package cannot register with it), and this package has no Open: New,
-// NewStore and Named are its constructors, since an in-process store has
-// nothing to connect to and cannot fail to open.
+// carries no credentials, so there is nothing to redact. This package
+// registers the scheme in its init, as every backend does: a program that
+// opens mem URLs imports it, for its side effect if need be,
+//
+//	import _ "github.com/fencelock/fencelock/backend/memory"
+//
+// and without it Open fails with fencelock.ErrUnknownScheme naming that
+// import. This package has no Open: New, NewStore and Named are its
+// constructors, since an in-process store has nothing to connect to and
+// cannot fail to open.
 //
 // Expiry is judged by the Store's clock (time.Now, so it follows fake time
 // inside a testing/synctest bubble). Tokens come from a per-key counter that

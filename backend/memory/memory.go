@@ -73,11 +73,6 @@ func Named(name string) *Store {
 // store; Named is for a store reached by URL.
 func New() *Backend { return NewStore().Backend() }
 
-// Scheme is the URL scheme of this backend: fencelock.Open("mem://NAME")
-// opens a Backend on Named(NAME). Package fencelock registers it itself
-// (it imports this package, so this package cannot register with it).
-const Scheme = "mem"
-
 // Backend returns a new connection to the store. Closing it does not affect
 // the store or its other Backends.
 func (s *Store) Backend() *Backend { return &Backend{s: s} }
@@ -219,6 +214,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		r.expires = now.Add(req.TTL)
 		r.meta = clone(req.Metadata)
 		return driver.Grant{Key: req.Key, Owner: r.owner, Token: r.token}, nil
+	} else if r != nil && req.LockDelay > 0 && now.Before(r.expires.Add(req.LockDelay)) {
+		// An expired record is an unreleased end (Release and
+		// ForceRelease delete theirs): the key stays refused for the
+		// lock delay after it, by the store's clock.
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: r.token}, LockDelay: r.expires.Add(req.LockDelay).Sub(now)}
 	}
 	tok := s.nextLocked(req.Key)
 	s.locks[req.Key] = &record{owner: req.Owner, token: tok, expires: now.Add(req.TTL), meta: clone(req.Metadata)}

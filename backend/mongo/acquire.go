@@ -243,6 +243,12 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			// Another owner's record is expired only once the earliest
 			// the server's clock can read has passed its expiry.
 			return driver.Grant{}, &driver.HeldError{Holder: st.info(req.Key, rd.early())}
+		case st.owner != req.Owner && req.LockDelay > 0 && !expired(st.exp+bson.DateTime(req.LockDelay.Milliseconds()+1), rd.early()):
+			// The record expired (a release deletes it): the key stays
+			// refused for the lock delay after that end, judged like
+			// the expiry, by the earliest the server's clock can read.
+			left := st.exp.Time().Add(req.LockDelay).Sub(rd.early())
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(st.token)}, LockDelay: max(left, time.Millisecond)}
 		}
 		// Expired by the server's clock, if the estimate can tell: one
 		// whose bound is too wide (no tight sample since the server

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 )
 
 // TestStalledClockReadGrantsNoSecondHolder: the server stops answering
@@ -31,15 +32,15 @@ func testStalledClockReadGrantsNoSecondHolder(t *testing.T, _ server, raw string
 		// No heartbeat during the test: the only bytes the stall holds
 		// are the operations'.
 		"heartbeatFrequencyMS", "60000"}
-	pb := newStallProxy(t, raw)
-	contender, err := fencelock.Open(ctx, withParams(t, pb.url(t, raw), params...), &fencelock.Options{TTL: ttl})
+	pb := newProxy(t, raw)
+	contender, err := fencelock.Open(ctx, withParams(t, viaProxy(t, pb, raw), params...), &fencelock.Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer contender.Close()
 	opened := time.Now()
-	pa := newStallProxy(t, raw)
-	holder, err := fencelock.Open(ctx, withParams(t, pa.url(t, raw), params...), &fencelock.Options{TTL: ttl})
+	pa := newProxy(t, raw)
+	holder, err := fencelock.Open(ctx, withParams(t, viaProxy(t, pa, raw), params...), &fencelock.Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func testStalledClockReadGrantsNoSecondHolder(t *testing.T, _ server, raw string
 	// (clock_resync is longer than the rest of the test takes, so no
 	// later sample corrects a bad estimate by chance.)
 	time.Sleep(time.Until(opened.Add(6100 * time.Millisecond))) // clock_resync must pass: a duration, not an event
-	pb.stall()
+	pb.SetMode(faultproxy.Blackhole)
 	done := make(chan error, 1)
 	go func() {
 		l, err := contender.TryAcquire(ctx, "stall/other")
@@ -60,12 +61,12 @@ func testStalledClockReadGrantsNoSecondHolder(t *testing.T, _ server, raw string
 		done <- err
 	}()
 	select {
-	case <-pb.held:
+	case <-pb.Held():
 	case err := <-done:
 		t.Fatalf("TryAcquire through a stalled proxy returned %v before sending anything", err)
 	}
 	time.Sleep(2 * time.Second) // the stall: a fault's duration
-	pb.resume()
+	pb.SetMode(faultproxy.Pass)
 	// Whatever this call's outcome (the stall may outlast its bound),
 	// its clock read is what counts here.
 	if err := <-done; err != nil {
@@ -79,7 +80,7 @@ func testStalledClockReadGrantsNoSecondHolder(t *testing.T, _ server, raw string
 		t.Fatal(err)
 	}
 	validEnd := time.Now().Add(l.Remaining())
-	pa.stall()
+	pa.SetMode(faultproxy.Blackhole)
 
 	wctx, wcancel := context.WithTimeout(ctx, 4*ttl)
 	defer wcancel()

@@ -47,8 +47,8 @@ func TestCallsOnVanishedServerEndWithinBound(t *testing.T) {
 
 func testCallsOnVanishedServerEndWithinBound(t *testing.T, _ server, raw string) {
 	const ttl = 3 * time.Second
-	p := newStallProxy(t, raw)
-	c, err := fencelock.Open(context.Background(), withParams(t, p.url(t, raw), "database", testDatabase, "collection", freshCollection(t, raw)), &fencelock.Options{TTL: ttl})
+	p := newProxy(t, raw)
+	c, err := fencelock.Open(context.Background(), withParams(t, viaProxy(t, p, raw), "database", testDatabase, "collection", freshCollection(t, raw)), &fencelock.Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func testCallsOnVanishedServerEndWithinBound(t *testing.T, _ server, raw string)
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p.vanish()
+	p.Close()
 
 	deadstore.Outage{
 		Client: c, TTL: ttl, ReleaseTimeout: releaseTimeout, Slack: slack,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 )
@@ -24,9 +25,9 @@ func TestRenewalAnsweredAfterItsTTLIsNotALoss(t *testing.T) {
 }
 
 func testRenewalAnsweredAfterItsTTLIsNotALoss(t *testing.T, _ server, raw string) {
-	p := newStallProxy(t, raw)
+	p := newProxy(t, raw)
 	// No clock sample in the renewal: its first command is its insert.
-	u := withParams(t, p.url(t, raw), "database", testDatabase, "collection", freshCollection(t, raw), "clock_resync", "1h")
+	u := withParams(t, viaProxy(t, p, raw), "database", testDatabase, "collection", freshCollection(t, raw), "clock_resync", "1h")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := mongolock.Open(ctx, u)
@@ -43,7 +44,7 @@ func testRenewalAnsweredAfterItsTTLIsNotALoss(t *testing.T, _ server, raw string
 		t.Fatal(err)
 	}
 	const ttl = driver.MinTTL
-	p.stall()
+	p.SetMode(faultproxy.Blackhole)
 	type answer struct {
 		g   driver.Grant
 		err error
@@ -54,13 +55,13 @@ func testRenewalAnsweredAfterItsTTLIsNotALoss(t *testing.T, _ server, raw string
 		done <- answer{ng, err}
 	}()
 	select {
-	case <-p.held: // the renewal's insert waits in the proxy
+	case <-p.Held(): // the renewal's insert waits in the proxy
 	case <-ctx.Done():
 		t.Fatal("the renewal never reached the proxy")
 	}
 	// The delay itself is the condition under test, not a synchronization.
 	time.Sleep(2 * ttl)
-	p.resume()
+	p.SetMode(faultproxy.Pass)
 	a := <-done
 	if a.err != nil {
 		t.Fatalf("renewal with TTL %v answered after %v = %v; want the renewed grant: the store applied it", ttl, 2*ttl, a.err)

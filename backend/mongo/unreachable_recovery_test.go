@@ -3,30 +3,24 @@ package mongo_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 
 	mongolock "github.com/fencelock/fencelock/backend/mongo"
 )
 
-// reopen starts a proxy on the address of p, which vanished (a server
+// reopen starts a proxy on the address of p, which was closed (a server
 // that comes back on its port).
-func reopen(t *testing.T, p *stallProxy) *stallProxy {
+func reopen(t *testing.T, p *faultproxy.Proxy) *faultproxy.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
+	q, err := faultproxy.ListenAt(p.Addr(), p.Target())
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := make(chan struct{})
-	close(open)
-	q := &stallProxy{ln: ln, target: p.target, gate: open, held: make(chan struct{}, 1),
-		conns: map[net.Conn]struct{}{}, addr: p.addr, stopped: make(chan struct{})}
-	q.wg.Add(1)
-	go q.accept()
-	t.Cleanup(q.vanish)
+	t.Cleanup(func() { q.Close() })
 	return q
 }
 
@@ -41,17 +35,17 @@ func TestUnreachableEndsWhenServerIsBack(t *testing.T) {
 func testUnreachableEndsWhenServerIsBack(t *testing.T, _ server, raw string) {
 	const ttl = 3 * time.Second
 	for _, hb := range []string{"", "60000"} {
-		p := newStallProxy(t, raw)
+		p := newProxy(t, raw)
 		params := []string{"database", testDatabase, "collection", freshCollection(t, raw)}
 		if hb != "" {
 			params = append(params, "heartbeatFrequencyMS", hb)
 		}
-		c, err := fencelock.Open(context.Background(), withParams(t, p.url(t, raw), params...), &fencelock.Options{TTL: ttl})
+		c, err := fencelock.Open(context.Background(), withParams(t, viaProxy(t, p, raw), params...), &fencelock.Options{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		p.vanish()
+		p.Close()
 		for i := range 3 {
 			_, err = c.TryAcquire(context.Background(), "back/k")
 			if !errors.Is(err, mongolock.ErrUnreachable) {

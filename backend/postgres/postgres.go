@@ -395,20 +395,20 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		ok, marked bool
 		tok        int64
 		owner      string
-		rem        int64
+		rem, delay int64
 	)
-	args := []any{req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata)}
+	args := []any{req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata), micros(req.LockDelay)}
 	q := b.q.acquireFree
 	if b.held.has(req.Key) {
 		q = b.q.acquire
 	}
-	err := b.pool.QueryRow(ctx, q, args...).Scan(&ok, &tok, &owner, &rem, &marked)
+	err := b.pool.QueryRow(ctx, q, args...).Scan(&ok, &tok, &owner, &rem, &marked, &delay)
 	if err == nil && !ok && !marked {
 		// acquire found the key held at its snapshot, but the row changed
 		// before it could be marked contended: a release that committed in
 		// between sent no NOTIFY, so this answer would leave a waiter
 		// asleep. acquireFree takes the row or marks it, under its lock.
-		err = b.pool.QueryRow(ctx, b.q.acquireFree, args...).Scan(&ok, &tok, &owner, &rem, &marked)
+		err = b.pool.QueryRow(ctx, b.q.acquireFree, args...).Scan(&ok, &tok, &owner, &rem, &marked, &delay)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -417,6 +417,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 	case err != nil:
 		return driver.Grant{}, err
+	case !ok && delay > 0:
+		// Ended without a release, less than the lock delay ago.
+		b.held.note(req.Key, true)
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(tok)}, LockDelay: remaining(delay)}
 	case !ok:
 		b.held.note(req.Key, true)
 		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}}
@@ -594,6 +598,9 @@ const MinSweepAge = time.Minute
 // predecessor's, so a row is kept long enough that no acquire statement
 // still in flight can have drawn its token before the swept holder's.
 // Run it from a periodic job (the backend starts no timers of its own).
+// With a lock delay (driver.AcquireRequest.LockDelay), keep olderThan
+// above the longest delay the clients use: a swept row's unreleased end
+// is forgotten, and with it the rest of its delay.
 func (b *Backend) Sweep(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if err := b.check(ctx); err != nil {
 		return 0, err

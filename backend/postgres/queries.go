@@ -25,25 +25,45 @@ const metadataOf = `CASE WHEN metadata_owner = owner THEN metadata END`
 // token (an idempotent retry). A row another owner holds keeps everything
 // but gets its contended flag set. The metadata is replaced wherever its
 // owner is (a new holder, or the same owner's retry).
+//
+// A row is free once it has ended and, if it ended without a release, its
+// lock delay ($5, microseconds; 0 for none) has passed too (free below). A
+// release sets expires_at to locked_at, which no grant or renewal does
+// (their expires_at is now() plus a positive TTL), so expires_at >
+// locked_at on an ended row means it expired: an unreleased end.
 const takeOver = `
     token      = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.token
-                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN nextval({S})
+                      WHEN {FREE} OR l.owner = EXCLUDED.owner THEN nextval({S})
                       ELSE l.token END,
     locked_at  = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.locked_at
-                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN now()
+                      WHEN {FREE} OR l.owner = EXCLUDED.owner THEN now()
                       ELSE l.locked_at END,
     contended  = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now() THEN l.contended
-                      WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN false
+                      WHEN {FREE} OR l.owner = EXCLUDED.owner THEN false
                       ELSE true END,
-    metadata   = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.metadata ELSE l.metadata END,
-    metadata_owner = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.metadata_owner END,
-    owner      = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.owner END,
-    expires_at = CASE WHEN l.expires_at <= now() OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END`
+    metadata   = CASE WHEN {FREE} OR l.owner = EXCLUDED.owner THEN EXCLUDED.metadata ELSE l.metadata END,
+    metadata_owner = CASE WHEN {FREE} OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.metadata_owner END,
+    owner      = CASE WHEN {FREE} OR l.owner = EXCLUDED.owner THEN EXCLUDED.owner ELSE l.owner END,
+    expires_at = CASE WHEN {FREE} OR l.owner = EXCLUDED.owner THEN EXCLUDED.expires_at ELSE l.expires_at END`
+
+// free is the condition that row R is free for an acquire with lock delay
+// $5: ended, and released or past the delay after its expiry.
+func free(r string) string {
+	return strings.ReplaceAll(`(R.expires_at <= now() AND (R.expires_at = R.locked_at OR R.expires_at + $5::bigint * interval '1 microsecond' <= now()))`, "R.", r+".")
+}
+
+// delayLeft is the rest of row R's lock delay, in microseconds, when R
+// has ended and another owner than $2 holds it (0 otherwise; a released
+// row's delay has ended).
+func delayLeft(r string) string {
+	return `CASE WHEN ` + r + `.owner <> $2 AND ` + r + `.expires_at <= now() AND ` + r + `.expires_at > ` + r + `.locked_at THEN ` +
+		rem(r+".expires_at + $5::bigint * interval '1 microsecond'") + ` ELSE 0 END`
+}
 
 func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
 
 func buildQueries(n names) queries {
-	r := strings.NewReplacer("{T}", n.table, "{S}", n.seqLit)
+	r := strings.NewReplacer("{T}", n.table, "{S}", n.seqLit, "{FREE}", free("l"))
 	q := queries{
 		// acquireFree is acquire's INSERT (a below) alone: no snapshot
 		// read, no CTE, the cheapest statement for a key that is free (or
@@ -58,7 +78,7 @@ func buildQueries(n names) queries {
 		acquireFree: `INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
   VALUES ($1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2)
   ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
-  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true`,
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true, ` + delayLeft("l"),
 
 		// acquire answers every case in one statement. A held key is
 		// answered from the statement's snapshot (cur) without inserting
@@ -73,8 +93,10 @@ func buildQueries(n names) queries {
 		// after the snapshot (a release committed in between, with no
 		// NOTIFY since nobody had marked it); Acquire then asks again
 		// with acquireFree, which decides under the row lock.
+		// A row in its lock delay is answered "held" from the snapshot
+		// too, as marked: no release will come to NOTIFY about.
 		acquire: `WITH cur AS (
-  SELECT owner, token, expires_at, contended FROM {T} WHERE key = $1
+  SELECT owner, token, locked_at, expires_at, contended FROM {T} WHERE key = $1
 ), m AS (
   UPDATE {T} SET contended = true
   WHERE key = $1 AND expires_at > now() AND owner <> $2 AND NOT contended
@@ -83,13 +105,13 @@ func buildQueries(n names) queries {
 ), a AS (
   INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
   SELECT $1, $2, nextval({S}), now(), now() + $3::bigint * interval '1 microsecond', false, $4::bytea, $2
-  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > now() AND cur.owner <> $2)
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.owner <> $2 AND NOT ` + free("cur") + `)
   ON CONFLICT (key) DO UPDATE SET ` + takeOver + `
-  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true
+  RETURNING l.owner = $2, l.token, l.owner, ` + rem("l.expires_at") + `, true, ` + delayLeft("l") + `
 )
 SELECT * FROM a
 UNION ALL
-SELECT false, token, owner, ` + rem("expires_at") + `, contended OR EXISTS (SELECT 1 FROM m) FROM cur
+SELECT false, token, owner, ` + rem("expires_at") + `, contended OR expires_at <= now() OR EXISTS (SELECT 1 FROM m), ` + delayLeft("cur") + ` FROM cur
   WHERE NOT EXISTS (SELECT 1 FROM a)`,
 
 		// With $6 (SetMetadata) the same owner- and token-checked UPDATE

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/internal/testenv"
 
 	fencelockredis "github.com/fencelock/fencelock/backend/redis"
@@ -50,10 +51,6 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// plain hides the optional capabilities, so the suite also covers the
-// backend without notifications and batch renewal.
-type plain struct{ driver.Backend }
-
 func TestConformanceWithoutCapabilities(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -65,7 +62,9 @@ func TestConformanceWithoutCapabilities(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return plain{b}, nil
+			// Its optional capabilities hidden: the suite also covers
+			// the backend without notifications and batch renewal.
+			return fakebackend.New(b, fakebackend.Plain).Backend(), nil
 		},
 		TTL: time.Second,
 		// Without BatchRenewer every lease is renewed on its own round

@@ -81,23 +81,30 @@ func serverWarnings(ctx context.Context, c goredis.UniversalClient) []string {
 	return out
 }
 
-func nodeWarnings(ctx context.Context, c goredis.Cmdable) []string {
-	var ws []string
+// configNames are the settings read with CONFIG GET, for the warnings and
+// the guarantees alike.
+var configNames = []string{"maxmemory-policy", "appendonly", "appendfsync", "save"}
+
+// readConfig reads configNames from one server.
+func readConfig(ctx context.Context, c goredis.Cmdable) (map[string]string, error) {
 	conf := map[string]string{}
-	var confErr error
-	for _, name := range []string{"maxmemory-policy", "appendonly", "appendfsync", "save"} {
+	for _, name := range configNames {
 		m, err := c.ConfigGet(ctx, name).Result()
 		if err != nil {
-			confErr = err
-			break
+			return nil, err
 		}
 		v, ok := m[name]
 		if !ok {
-			confErr = fmt.Errorf("CONFIG GET %s returned nothing", name)
-			break
+			return nil, fmt.Errorf("CONFIG GET %s returned nothing", name)
 		}
 		conf[name] = v
 	}
+	return conf, nil
+}
+
+func nodeWarnings(ctx context.Context, c goredis.Cmdable) []string {
+	var ws []string
+	conf, confErr := readConfig(ctx, c)
 	if confErr != nil {
 		ws = append(ws, fmt.Sprintf("could not read the server's configuration (%v): eviction and persistence settings unknown; fencing tokens survive a restart only with appendonly yes and appendfsync always, and only maxmemory-policy noeviction keeps counters and locks from being evicted", oneLine(confErr)))
 	} else {
@@ -135,14 +142,20 @@ func configWarnings(conf map[string]string) []string {
 	return ws
 }
 
-// replicationWarnings judges INFO replication.
-func replicationWarnings(info string) []string {
+// infoFields parses an INFO section into its fields.
+func infoFields(info string) map[string]string {
 	fields := map[string]string{}
 	for _, line := range strings.Split(info, "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 			fields[k] = v
 		}
 	}
+	return fields
+}
+
+// replicationWarnings judges INFO replication.
+func replicationWarnings(info string) []string {
+	fields := infoFields(info)
 	switch fields["role"] {
 	case "slave", "replica":
 		return []string{"connected to a replica (role:slave): lock writes go to a copy that the primary overwrites; connect to the primary"}

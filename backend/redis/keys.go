@@ -12,6 +12,8 @@ import (
 //	{P:E}:lock      string "<token>\n<owner>\n<meta>" with a PX TTL
 //	{P:E}:token     the key's token counter (INCR), never expires
 //	{P:E}:released  pub/sub channel a release publishes on
+//	{P:E}:ended     the lock-delay marker (see lua/acquire.lua): the
+//	                holder's lock delay, outliving :lock by it
 //
 // where E is K with '%', '{' and '}' percent-escaped. Redis Cluster hashes
 // only the part between the first '{' and the next '}', so all three names
@@ -26,6 +28,7 @@ const (
 	lockSuffix     = ":lock"
 	tokenSuffix    = ":token"
 	releasedSuffix = ":released"
+	endedSuffix    = ":ended"
 )
 
 // keyCodec percent-escapes '%', '{' and '}'.
@@ -51,6 +54,9 @@ func (ks keyspace) names(key string) (lock, counter, channel string) {
 }
 
 func (ks keyspace) lockName(key string) string { return ks.base(key) + lockSuffix }
+
+// marker is the lock-delay marker of key.
+func (ks keyspace) marker(key string) string { return ks.base(key) + endedSuffix }
 
 func (ks keyspace) channel(key string) string { return ks.base(key) + releasedSuffix }
 

@@ -179,7 +179,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(req.Key)
-	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter}, req.Owner, ms, metaArg(req.Metadata)).Result()
+	// Whole milliseconds, rounded up: never a shorter gap than asked.
+	delay := int64((req.LockDelay + time.Millisecond - 1) / time.Millisecond)
+	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter, b.ks.marker(req.Key)}, req.Owner, ms, metaArg(req.Metadata), delay).Result()
 	if err != nil {
 		return driver.Grant{}, scriptError(req.Key, err)
 	}
@@ -191,6 +193,13 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}, nil
 	case []any:
+		if len(v) == 2 && v[0] == "DELAY" {
+			left, ok := v[1].(int64)
+			if !ok || left <= 0 {
+				return driver.Grant{}, fmt.Errorf("redis: acquire script returned a lock delay of %v (%T)", v[1], v[1])
+			}
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}, LockDelay: time.Duration(left) * time.Millisecond}
+		}
 		info, err := parseHolder(req.Key, v)
 		if err != nil {
 			return driver.Grant{}, err
@@ -400,7 +409,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(g.Key)
-	v, err := renewScript.Run(ctx, b.c, []string{lock, counter}, renewArgs(g, ms, req.Rotate, req.SetMetadata, req.Metadata)...).Result()
+	v, err := renewScript.Run(ctx, b.c, []string{lock, counter, b.ks.marker(g.Key)}, renewArgs(g, ms, req.Rotate, req.SetMetadata, req.Metadata)...).Result()
 	return renewResult(g, granted, v, err)
 }
 
@@ -425,7 +434,7 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 			continue
 		}
 		lock, counter, _ := b.ks.names(g.Key)
-		calls = append(calls, scriptCall{keys: []string{lock, counter}, args: renewArgs(g, ms, req.Rotate, false, nil)})
+		calls = append(calls, scriptCall{keys: []string{lock, counter, b.ks.marker(g.Key)}, args: renewArgs(g, ms, req.Rotate, false, nil)})
 		idx = append(idx, i)
 	}
 	cmds, err := runPipelined(ctx, b.c, renewScript, calls)
@@ -450,7 +459,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		return err
 	}
 	lock, _, channel := b.ks.names(g.Key)
-	n, err := releaseScript.Run(ctx, b.c, []string{lock}, recordHead(g), channel).Int64()
+	n, err := releaseScript.Run(ctx, b.c, []string{lock, b.ks.marker(g.Key)}, recordHead(g), channel).Int64()
 	if err != nil {
 		return scriptError(g.Key, err)
 	}
@@ -471,7 +480,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 		return driver.Info{}, err
 	}
 	lock, _, channel := b.ks.names(key)
-	v, err := forceScript.Run(ctx, b.c, []string{lock}, channel).Slice()
+	v, err := forceScript.Run(ctx, b.c, []string{lock, b.ks.marker(key)}, channel).Slice()
 	if err != nil {
 		return driver.Info{}, scriptError(key, err)
 	}

@@ -12,6 +12,30 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// Acquire implements driver.Backend (see acquire); the token offset is
+// the one checked in the acquiring transaction itself.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquire(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokens().HeldError(ctx, err)
+	}
+	return b.tokenGrant(ctx, g)
+}
+
+// tokenGrant maps a new grant's token; if that fails, the grant's znode is
+// deleted (leaving nothing behind, as a failed acquire does).
+func (b *Backend) tokenGrant(ctx context.Context, g driver.Grant) (driver.Grant, error) {
+	t, err := b.token(ctx, int64(g.Token))
+	if err != nil {
+		if h, ok := parseHandle(g.Handle); ok {
+			b.deleteOwn(ctx, h.path)
+		}
+		return driver.Grant{}, err
+	}
+	g.Token = t
+	return g, nil
+}
+
 // acquire is Acquire (floor.go) on native tokens: one attempt. It joins the key's queue
 // and, unless it is first, leaves it again and reports the holder.
 func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -208,5 +232,13 @@ func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	return driver.CheckAcquire(req)
+	if err := driver.CheckAcquire(req); err != nil {
+		return err
+	}
+	if req.LockDelay > 0 {
+		// A lock node is ephemeral: nothing of it outlives its session
+		// to mark when it ended, so a lock delay cannot be kept.
+		return driver.LockDelayUnsupported("zookeeper")
+	}
+	return nil
 }

@@ -20,6 +20,11 @@ const maxPipelined = 128
 
 var _ driver.BatchRenewer = (*Backend)(nil)
 
+// RenewBatch implements driver.BatchRenewer (see renewBatch).
+func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
+	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
+}
+
 // renewBatch is RenewBatch (floor.go) on native tokens. Without Rotate, on a
 // connection Open made, one read renews every grant whose loss watch is
 // armed: the reply proves the session alive, and ZooKeeper delivers a

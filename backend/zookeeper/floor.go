@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"path"
 	"strconv"
 	"strings"
@@ -15,40 +14,40 @@ import (
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/backendkit"
+	"github.com/fencelock/fencelock/internal/tokenfloor"
 )
 
 // Token floors.
 //
 // A token is a native token (a zxid of the holder's znode, see docs/backends/zookeeper.md)
-// plus the offset in force at that zxid:
+// plus the offset in force at that zxid, token(z) = z + off(z), with off
+// the offset history of package tokenfloor (which says why tokens stay
+// strictly increasing in z, and why a holder's token does not change when
+// the floor is raised while it holds). This file keeps what is
+// ZooKeeper's own: where the history is stored, when a read of it is
+// exact, the hand-off of grants decided before a raise, and the raise.
 //
-//	token(z) = z + off(z)
-//
-// off is kept in the floor znode (ROOT/%floor) as a list of segments
-// "start offset": off(z) is the offset of the last segment whose start is
-// below z. RaiseFloor only ever appends a segment, whose start is the
-// zxid W of the write that appends it (written "-" and resolved from the
-// znode's mzxid), with a version-checked Set; that write touches only the
-// floor znode, so no lock znode has zxid W and every zxid is on one side
-// of it. Offsets never decrease, so token is strictly increasing in z: the
-// order of tokens is the order of zxids, and every argument in docs/backends/zookeeper.md
-// about native tokens (per key, strictly increasing across holders) holds
-// for tokens unchanged. token is a function of z alone: a holder's token
-// does not change when the floor is raised while it holds, and Renew,
-// Release, Inspect and NotifyLoss map between the two exactly.
+// The history is kept in the floor znode (ROOT/%floor) as
+// tokenfloor.ParseFloor reads it. RaiseFloor only ever appends a segment,
+// whose start is the zxid W of the write that appends it (written "-" and
+// resolved from the znode's mzxid), with a version-checked Set; that write
+// touches only the floor znode, so no lock znode has zxid W and every zxid
+// is on one side of it. So the order of tokens is the order of zxids, and
+// every argument in docs/backends/zookeeper.md about native tokens (per
+// key, strictly increasing across holders) holds for tokens unchanged.
+// Renew, Release, Inspect and NotifyLoss map between the two exactly.
 //
 // The last segment stores the floor asked for, "- F", and its offset is
-// resolved when the znode is read: max(F - W, the previous offset), at
-// most 2^62. So every zxid z > W has z + off(z) > F, with no slack wasted
-// on a guess of W: a raise to just above the tokens being issued now (a
-// dual backend levelling its lower side, a re-run of a token copy) finds
-// F - W at or below the previous offset and changes no offset, and a
-// higher one gets exactly the offset it needs. Once the history has
-// exactSegments segments, the offset resolved is at least twice the
-// previous one instead (a backend may raise more than asked). A later
-// raise writes that segment out with its start and offset ("W off"),
-// dropping it if its offset is the previous one, so the list stays at
-// most exactSegments + 63 lines.
+// resolved when the znode is read: NextOffset(F - W), at least the
+// previous offset (twice it once the history is long), at most 2^62. So
+// every zxid z > W has z + off(z) > F, with no slack wasted on a guess of
+// W: a raise to just above the tokens being issued now (a dual backend
+// levelling its lower side, a re-run of a token copy) finds F - W at or
+// below the previous offset and changes no offset, and a higher one gets
+// exactly the offset it needs. A later raise writes that segment out with
+// its start and offset ("W off"), dropping it if its offset is the
+// previous one, so the list stays at most tokenfloor.ExactSegments + 63
+// lines.
 //
 // RaiseFloor(F) writes nothing if F <= M + cur, M the floor znode's mzxid
 // and cur the last offset: every zxid above M has a token of at least
@@ -85,13 +84,8 @@ import (
 // znode, and List skips it.
 const floorName = "%floor"
 
-// maxOffset bounds offsets, floors and zxids: token = zxid + offset stays
-// below 2^63.
-const maxOffset = 1 << 62
-
-// exactSegments is how many segments the history may have before a new
-// offset must at least double the previous one (see above).
-const exactSegments = 64
+// maxOffset bounds offsets, floors and zxids (see tokenfloor.MaxOffset).
+const maxOffset = tokenfloor.MaxOffset
 
 // Errors of token floors.
 var (
@@ -105,107 +99,20 @@ var (
 
 func (b *Backend) floorPath() string { return path.Join(b.root, floorName) }
 
-// history is the offset function: segment i covers zxids above starts[i]
-// (up to starts[i+1]), with offset offs[i]. starts[0] = 0 and offs[0] = 0:
-// the zxids before any raise. floor, if not zero, is the floor F of the
-// last segment as stored ("- F").
-type history struct {
-	starts, offs []int64
-	floor        int64
-}
-
-// parseHistory reads the floor znode's data, whose mzxid is mzxid: lines
-// "start offset", the last one possibly "- F".
-func parseHistory(data []byte, mzxid int64) (history, error) {
-	h := history{starts: []int64{0}, offs: []int64{0}}
-	text := strings.TrimSpace(string(data))
-	if text == "" {
-		return h, nil
-	}
-	lines := strings.Split(text, "\n")
-	for i, line := range lines {
-		s, o, ok := strings.Cut(line, " ")
-		if !ok {
-			return history{}, errFloorZnode
-		}
-		v, err := strconv.ParseInt(o, 10, 64)
-		if err != nil || v <= 0 || v > maxOffset {
-			return history{}, errFloorZnode
-		}
-		prevStart, prevOff := h.starts[len(h.starts)-1], h.offs[len(h.offs)-1]
-		var start, off int64
-		if s == "-" && i == len(lines)-1 {
-			start = mzxid
-			least := prevOff
-			if len(h.starts) >= exactSegments {
-				least = 2 * prevOff
-			}
-			off = min(max(v-mzxid, least), maxOffset)
-			h.floor = v
-		} else {
-			if start, err = strconv.ParseInt(s, 10, 64); err != nil {
-				return history{}, errFloorZnode
-			}
-			off = v
-		}
-		if start <= prevStart || off < prevOff || off == prevOff && h.floor == 0 {
-			return history{}, errFloorZnode
-		}
-		h.starts = append(h.starts, start)
-		h.offs = append(h.offs, off)
+// parseHistory reads the floor znode's data (tokenfloor.ParseFloor),
+// whose mzxid is mzxid.
+func parseHistory(data []byte, mzxid int64) (tokenfloor.History, error) {
+	h, _, ok := tokenfloor.ParseFloor(string(data), mzxid)
+	if !ok {
+		return tokenfloor.History{}, errFloorZnode
 	}
 	return h, nil
-}
-
-// encode writes h with every segment's start explicit, leaving out a
-// segment whose offset is the previous one (it changes no token), and
-// then "- floor" if floor is not zero.
-func (h history) encode(floor int64) string {
-	var sb strings.Builder
-	prev := int64(0)
-	for i := 1; i < len(h.starts); i++ {
-		if h.offs[i] == prev {
-			continue
-		}
-		prev = h.offs[i]
-		fmt.Fprintf(&sb, "%d %d\n", h.starts[i], h.offs[i])
-	}
-	if floor > 0 {
-		fmt.Fprintf(&sb, "- %d\n", floor)
-	}
-	return sb.String()
-}
-
-func (h history) last() int64 { return h.offs[len(h.offs)-1] }
-
-// off returns the offset in force at zxid z.
-func (h history) off(z int64) int64 {
-	i := len(h.starts) - 1
-	for i > 0 && h.starts[i] >= z {
-		i--
-	}
-	return h.offs[i]
-}
-
-// native maps a token back to its zxid, or 0 if no zxid maps to it. token
-// is strictly increasing, so at most one segment matches.
-func (h history) native(t driver.Token) int64 {
-	if t == 0 || t > math.MaxInt64 {
-		return 0
-	}
-	for i := len(h.starts) - 1; i >= 0; i-- {
-		z := int64(t) - h.offs[i]
-		if z > h.starts[i] && (i == len(h.starts)-1 || z <= h.starts[i+1]) {
-			return z
-		}
-	}
-	return 0
 }
 
 // floorSnap is the floor znode as read: its history, data version and
 // mzxid.
 type floorSnap struct {
-	h       history
+	h       tokenfloor.History
 	version int32
 	mzxid   int64
 }
@@ -316,7 +223,7 @@ func (b *Backend) token(ctx context.Context, z int64) (driver.Token, error) {
 			return 0, err
 		}
 	}
-	return driver.Token(z + s.h.off(z)), nil
+	return s.h.Token(z), nil
 }
 
 // native maps token t back to its zxid (0 if none maps to it).
@@ -324,7 +231,7 @@ func (b *Backend) native(ctx context.Context, t driver.Token) (int64, error) {
 	if s, at, ok := b.fl.get(); ok {
 		// A token from a segment the cache lacks maps, under the cache,
 		// to a zxid above at, or to none.
-		if z := s.h.native(t); z != 0 && z <= at {
+		if z := s.h.Native(t); z != 0 && z <= at {
 			return z, nil
 		}
 	}
@@ -332,7 +239,7 @@ func (b *Backend) native(ctx context.Context, t driver.Token) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return s.h.native(t), nil
+	return s.h.Native(t), nil
 }
 
 // nativeGrant returns g with its zxid for a token. A grant with a handle
@@ -357,26 +264,6 @@ func (b *Backend) nativeGrant(ctx context.Context, g driver.Grant) (driver.Grant
 	z, err := b.native(ctx, g.Token)
 	g.Token = driver.Token(z)
 	return g, err
-}
-
-// tokenInfo maps info's token.
-func (b *Backend) tokenInfo(ctx context.Context, info driver.Info) (driver.Info, error) {
-	t, err := b.token(ctx, int64(info.Token))
-	info.Token = t
-	return info, err
-}
-
-// tokenErr maps the holder's token in a *driver.HeldError.
-func (b *Backend) tokenErr(ctx context.Context, err error) error {
-	var held *driver.HeldError
-	if errors.As(err, &held) && held.Holder.Token != 0 {
-		info, terr := b.tokenInfo(ctx, held.Holder)
-		if terr != nil {
-			return terr
-		}
-		held.Holder = info
-	}
-	return err
 }
 
 // handOff applies the floor to a grant whose zxid was decided before it
@@ -472,118 +359,12 @@ func (b *Backend) startSync(ctx context.Context) (wait func() error) {
 // context.
 func (b *Backend) floorTimeout() time.Duration { return max(b.SessionTimeout(), 10*time.Second) }
 
-var _ driver.TokenFloorer = (*Backend)(nil)
-
-// Acquire implements driver.Backend (see acquire); the token offset is
-// the one checked in the acquiring transaction itself.
-func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.acquire(ctx, req)
-	if err != nil {
-		return driver.Grant{}, b.tokenErr(ctx, err)
-	}
-	return b.tokenGrant(ctx, g)
-}
-
-// AcquireWait implements driver.Waiter (see acquireWait). The token of a
-// waiter's grant is provisional, as before: the confirming Renew applies
-// the floor (handOff).
-func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.acquireWait(ctx, req)
-	if err != nil {
-		return driver.Grant{}, b.tokenErr(ctx, err)
-	}
-	return b.tokenGrant(ctx, g)
-}
-
-// tokenGrant maps a new grant's token; if that fails, the grant's znode is
-// deleted (leaving nothing behind, as a failed acquire does).
-func (b *Backend) tokenGrant(ctx context.Context, g driver.Grant) (driver.Grant, error) {
-	t, err := b.token(ctx, int64(g.Token))
-	if err != nil {
-		if h, ok := parseHandle(g.Handle); ok {
-			b.deleteOwn(ctx, h.path)
-		}
-		return driver.Grant{}, err
-	}
-	g.Token = t
-	return g, nil
-}
-
-// Renew implements driver.Backend (see renew).
-func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	return b.tokens().Renew(ctx, g, req, b.renew)
-}
-
-// RenewBatch implements driver.BatchRenewer (see renewBatch).
-func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	return b.tokens().RenewBatch(ctx, grants, req, b.renewBatch)
-}
-
 // tokens is the backend's token translation (nativeGrant, token).
 func (b *Backend) tokens() backendkit.TokenMap {
 	return backendkit.TokenMap{Native: b.nativeGrant, Token: b.token}
 }
 
-// Release implements driver.Backend (see release).
-func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
-	n, err := b.nativeGrant(ctx, g)
-	if err != nil {
-		return err
-	}
-	return b.release(ctx, n)
-}
-
-// NotifyLoss implements driver.LossNotifier (see notifyLoss). A grant
-// without a handle whose token no zxid maps to is reported lost at once.
-func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
-	if _, ok := parseHandle(g.Handle); ok {
-		return b.notifyLoss(g, lost) // watches the handle's znode
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
-	n, err := b.nativeGrant(ctx, g)
-	cancel()
-	if err == nil && n.Token == 0 && g.Token != 0 {
-		err = driver.ErrNotHeld
-	}
-	if err != nil {
-		var once sync.Once
-		t := time.AfterFunc(0, func() { once.Do(func() { lost(err) }) })
-		return func() { t.Stop(); once.Do(func() {}) }
-	}
-	return b.notifyLoss(n, lost)
-}
-
-// Inspect implements driver.Backend (see inspectKey).
-func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	info, err := b.inspectKey(ctx, key)
-	if err != nil {
-		return driver.Info{}, err
-	}
-	return b.tokenInfo(ctx, info)
-}
-
-// List implements driver.Backend (see list).
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	infos, err := b.list(ctx, prefix)
-	if err != nil {
-		return nil, err
-	}
-	for i := range infos {
-		if infos[i], err = b.tokenInfo(ctx, infos[i]); err != nil {
-			return nil, err
-		}
-	}
-	return infos, nil
-}
-
-// ForceRelease implements driver.ForceReleaser (see forceRelease).
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	info, err := b.forceRelease(ctx, key)
-	if err != nil {
-		return driver.Info{}, err
-	}
-	return b.tokenInfo(ctx, info)
-}
+var _ driver.TokenFloorer = (*Backend)(nil)
 
 // HighWater implements driver.TokenFloorer. Keys holds, for each key
 // znode under the root whose key starts with prefix, the highest token
@@ -618,9 +399,9 @@ func (b *Backend) HighWater(ctx context.Context, prefix string) (driver.HighWate
 		if z >= maxOffset {
 			return driver.HighWater{}, errZxidRange
 		}
-		hw.Keys[k] = driver.Token(z + s.h.off(z))
+		hw.Keys[k] = s.h.Token(z)
 	}
-	hw.Global = driver.Token(s.mzxid + s.h.off(s.mzxid))
+	hw.Global = s.h.Token(s.mzxid)
 	return hw, nil
 }
 
@@ -753,10 +534,10 @@ func (b *Backend) writeFloor(ctx context.Context, floor int64) (floorSnap, error
 		if err != nil {
 			return floorSnap{}, err
 		}
-		if floor > 0 && floor <= s.mzxid+s.h.last() {
+		if floor > 0 && floor <= s.mzxid+s.h.Last() {
 			return s, nil
 		}
-		data := s.h.encode(floor)
+		data := s.h.EncodeFloor(floor)
 		st, err := b.conn.Set(ctx, b.floorPath(), []byte(data), s.version)
 		switch {
 		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNoNode):

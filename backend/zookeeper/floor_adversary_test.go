@@ -285,8 +285,8 @@ func TestFloorAdversaryRepeatedSmallRaises(t *testing.T) {
 	if g.Token <= prev || g.Token-first > 1<<40 {
 		t.Fatalf("after %d raises of one above the holder's token, tokens went from %d to %d (last %d)", rounds, first, g.Token, prev)
 	}
-	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() || len(s.h.offs) > len(s0.h.offs)+1 {
-		t.Fatalf("history after the raises: offsets %v, %v; want those from before them, %v", s.h.offs, err, s0.h.offs)
+	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.Last() != s0.h.Last() || s.h.Len() > s0.h.Len()+1 {
+		t.Fatalf("history after the raises: last offset %d of %d segments, %v; want the offset from before them, %d of %d", s.h.Last(), s.h.Len(), err, s0.h.Last(), s0.h.Len())
 	}
 }
 
@@ -323,8 +323,8 @@ func TestFloorAdversaryWaiterAndRaiseBelowCurrentTokens(t *testing.T) {
 	if err := rb.RaiseFloor(ctx, key, floor); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.last() != s0.h.last() {
-		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", s.h.last(), err, s0.h.last())
+	if s, err := rb.readFloor(ctx, 0); err != nil || s.h.Last() != s0.h.Last() {
+		t.Fatalf("offset after a raise below the current tokens = %d, %v; want %d unchanged", s.h.Last(), err, s0.h.Last())
 	}
 	wg := releaseToWaiter(ctx, t, hb, g1, waited, floor)
 	if info, err := hb.Inspect(ctx, key); err != nil || info.Token != wg.Token {

@@ -10,6 +10,15 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// Inspect implements driver.Backend (see inspectKey).
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.inspectKey(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokens().Info(ctx, info)
+}
+
 // inspectKey is Inspect (floor.go) on native tokens. Remaining is always zero: the lock
 // lives as long as its holder's session.
 func (b *Backend) inspectKey(ctx context.Context, key string) (driver.Info, error) {
@@ -35,6 +44,15 @@ func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) 
 	}
 	owner, md := parseData(data)
 	return driver.Info{Key: key, Owner: owner, Token: driver.Token(st.Mzxid), Metadata: md}, nil
+}
+
+// List implements driver.Backend (see list).
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	infos, err := b.list(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return b.tokens().Infos(ctx, infos)
 }
 
 // list is List (floor.go) on native tokens. It reads the key znodes under the root

@@ -46,6 +46,26 @@ type lossWatch struct {
 	stopOnce sync.Once
 }
 
+// NotifyLoss implements driver.LossNotifier (see notifyLoss). A grant
+// without a handle whose token no zxid maps to is reported lost at once.
+func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
+	if _, ok := parseHandle(g.Handle); ok {
+		return b.notifyLoss(g, lost) // watches the handle's znode
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
+	n, err := b.nativeGrant(ctx, g)
+	cancel()
+	if err == nil && n.Token == 0 && g.Token != 0 {
+		err = driver.ErrNotHeld
+	}
+	if err != nil {
+		var once sync.Once
+		t := time.AfterFunc(0, func() { once.Do(func() { lost(err) }) })
+		return func() { t.Stop(); once.Do(func() {}) }
+	}
+	return b.notifyLoss(n, lost)
+}
+
 // notifyLoss is NotifyLoss (floor.go) on native tokens. A goroutine watches the
 // grant's znode (a data watch, armed lossWatchDelay after the grant): its
 // deletion (force-release, or the session's end) or the session's expiry

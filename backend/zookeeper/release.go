@@ -8,6 +8,15 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// Release implements driver.Backend (see release).
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
+	n, err := b.nativeGrant(ctx, g)
+	if err != nil {
+		return err
+	}
+	return b.release(ctx, n)
+}
+
 // release is Release (floor.go) on native tokens: it deletes the grant's own znode,
 // version-checked, and nothing else. If it fails, the znode is left to
 // the sweep.
@@ -54,6 +63,15 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	// again (see reconnected).
 	b.addOrphan(orphan{path: h.path})
 	return cmpOr(serr, err)
+}
+
+// ForceRelease implements driver.ForceReleaser (see forceRelease).
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	info, err := b.forceRelease(ctx, key)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return b.tokens().Info(ctx, info)
 }
 
 // forceRelease is ForceRelease (floor.go) on native tokens: it deletes the key's

@@ -9,6 +9,11 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// Renew implements driver.Backend (see renew).
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
+	return b.tokens().Renew(ctx, g, req, b.renew)
+}
+
 // renew is Renew (floor.go) on native tokens. The lock lives as long as the session,
 // so a renewal proves two things in one round trip: the session is alive
 // (the server answered on it) and the znode is still ours (same version and

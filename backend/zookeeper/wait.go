@@ -12,6 +12,17 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// AcquireWait implements driver.Waiter (see acquireWait). The token of a
+// waiter's grant is provisional, as before: the confirming Renew applies
+// the floor (handOff).
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquireWait(ctx, req)
+	if err != nil {
+		return driver.Grant{}, b.tokens().HeldError(ctx, err)
+	}
+	return b.tokenGrant(ctx, g)
+}
+
 // acquireWait is AcquireWait (floor.go) on native tokens: it joins the key's queue and
 // waits, FIFO, watching only its immediate predecessor (no herd effect:
 // a release wakes exactly one waiter). When its predecessor was the lowest

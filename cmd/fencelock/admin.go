@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -278,13 +280,18 @@ or fencing (Redis without appendfsync always, PostgreSQL with fsync off, a
 standalone MongoDB, ...). The URL is shown redacted. Other commands show
 these warnings only with --verbose.
 
-Exit status: 0 no warnings, 1 warnings, 64 usage error, 69 the backend
-cannot be reached.
+With --require (or the URL's require=), doctor also measures each named
+guarantee on the live server and prints the verdict: met or not, what it
+observed, and the setting that would meet it (docs/deploying.md).
+
+Exit status: 0 no warnings, 1 warnings, 78 a required guarantee is not
+met, 64 usage error, 69 the backend cannot be reached.
 `
 
 const doctorExamples = `Examples:
   fencelock doctor --url redis://localhost:6379
-  fencelock doctor --json --url postgres://db/app | jq -r '.warnings[]'`
+  fencelock doctor --json --url postgres://db/app | jq -r '.warnings[]'
+  fencelock doctor --require durable-tokens,failover --json --url redis://localhost:6379`
 
 // doctorJSON is the --json output of doctor.
 type doctorJSON struct {
@@ -298,6 +305,11 @@ type doctorJSON struct {
 	Failover      string   `json:"failover"`
 	LossDetection string   `json:"loss_detection"`
 	Warnings      []string `json:"warnings"`
+	// Require is the verdict on each guarantee of --require and the
+	// URL's require=, in order; RequireMet is true when all are met.
+	// Both are absent when nothing is required.
+	Require    []fencelock.GuaranteeResult `json:"require,omitempty"`
+	RequireMet *bool                       `json:"require_met,omitempty"`
 }
 
 func cmdDoctor(e *env, args []string) int {
@@ -312,7 +324,28 @@ func cmdDoctor(e *env, args []string) int {
 	if len(pos) != 0 || len(rest) != 0 {
 		return e.usageError("doctor", "takes no arguments")
 	}
+	require, err := driver.ParseGuarantees("--require", cf.require)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "fencelock doctor: %s\n", err)
+		return exitUsage
+	}
+	cf.require = "" // judged below, not refused by Open
 	raw, _ := e.rawURL(&cf)
+	if u, err := url.Parse(raw); err == nil && u.Query().Has("require") {
+		// The URL's require= too: doctor reports it rather than fail
+		// to open.
+		q := u.Query()
+		inURL, err := driver.ParseGuarantees("URL parameter \"require\"", strings.Join(q["require"], ","))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "fencelock doctor: %s\n", driver.RedactText(err.Error(), raw))
+			return exitUsage
+		}
+		require = slices.Concat(inURL, require)
+		q.Del("require")
+		u.RawQuery = q.Encode()
+		cf.url = u.String()
+		raw = cf.url
+	}
 	if cf.verbose {
 		// Client libraries' messages only: doctor prints the warnings
 		// itself, once.
@@ -334,6 +367,21 @@ func cmdDoctor(e *env, args []string) int {
 	}
 	for _, w := range d.Warnings {
 		out.Warnings = append(out.Warnings, red(w))
+	}
+	if len(require) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cf.connectTimeout)
+		rs, err := fencelock.CheckGuarantees(ctx, c.Backend(), dedupeGuarantees(require))
+		cancel()
+		if err != nil {
+			return e.fail("doctor", fmt.Errorf("measuring the required guarantees: %w", err), e.parsedURL(&cf))
+		}
+		met := true
+		for _, r := range rs {
+			r.Observed, r.Fix = red(r.Observed), red(r.Fix)
+			out.Require = append(out.Require, r)
+			met = met && r.Met
+		}
+		out.RequireMet = &met
 	}
 	if *asJSON {
 		writeJSON(e.stdout, out)
@@ -359,9 +407,38 @@ func cmdDoctor(e *env, args []string) int {
 				fmt.Fprintf(e.stdout, "  - %s\n", w)
 			}
 		}
+		if len(out.Require) > 0 {
+			printVerdict(e.stdout, out.Require)
+		}
+	}
+	if out.RequireMet != nil && !*out.RequireMet {
+		return exitUnmet
 	}
 	if len(out.Warnings) > 0 {
 		return exitWarnings
 	}
 	return exitOK
+}
+
+// printVerdict prints the verdict on the required guarantees as text.
+func printVerdict(w io.Writer, rs []fencelock.GuaranteeResult) {
+	fmt.Fprintln(w, "required guarantees:")
+	for _, r := range rs {
+		if r.Met {
+			fmt.Fprintf(w, "  - %s: met (%s)\n", r.Guarantee, r.Observed)
+			continue
+		}
+		fmt.Fprintf(w, "  - %s: NOT MET: %s; to meet it: %s\n", r.Guarantee, r.Observed, r.Fix)
+	}
+}
+
+// dedupeGuarantees keeps the first of each guarantee, in order.
+func dedupeGuarantees(gs []fencelock.Guarantee) []fencelock.Guarantee {
+	var out []fencelock.Guarantee
+	for _, g := range gs {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ package main
 import (
 	_ "github.com/fencelock/fencelock/backend/etcd"
 	_ "github.com/fencelock/fencelock/backend/file"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 	_ "github.com/fencelock/fencelock/backend/mongo"
 	_ "github.com/fencelock/fencelock/backend/postgres"
 	_ "github.com/fencelock/fencelock/backend/redis"

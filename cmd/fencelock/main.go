@@ -41,6 +41,7 @@ const (
 	exitUnavailable = 69 // EX_UNAVAILABLE: backend cannot be opened or reached, or failed
 	exitSoftware    = 70 // EX_SOFTWARE: internal error
 	exitNotAcquired = 75 // EX_TEMPFAIL: the lock was not acquired (--no-wait, --timeout)
+	exitUnmet       = 78 // EX_CONFIG: the backend does not meet a guarantee of --require
 	exitLeaseLost   = 79 // the lease was lost while the command ran
 	exitCannotExec  = 126
 	exitNotFound    = 127

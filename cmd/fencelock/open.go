@@ -29,24 +29,30 @@ type connFlags struct {
 	url            string
 	connectTimeout time.Duration
 	verbose        bool
-	readOnly       bool // the command only reads: it must create nothing
+	readOnly       bool   // the command only reads: it must create nothing
+	require        string // --require: comma-separated guarantees (driver.AllGuarantees)
 }
 
 func addConnFlags(fs *flag.FlagSet, cf *connFlags) {
 	fs.StringVar(&cf.url, "url", "", "backend `URL`, e.g. postgres://host/db, redis://host:6379, etcd://host:2379,\nzk://host:2181, mongodb://host/db, file:///dir (default $FENCELOCK_URL, else "+defaultURL+")")
 	fs.DurationVar(&cf.connectTimeout, "connect-timeout", 10*time.Second, "give up if the backend cannot be reached within `D`")
+	fs.StringVar(&cf.require, "require", "", "refuse a backend that does not meet these `GUARANTEES` (comma-separated: "+guaranteeNames()+"),\nmeasured on the live server; same as the URL's require= (see docs/deploying.md)")
 	fs.BoolVar(&cf.verbose, "verbose", false, "log the lock engine's events, the client libraries' messages and the backend's\nconfiguration warnings to stderr")
 }
 
 // backendError is a failure to open or reach a backend.
 type backendError struct {
-	msg string
-	bad bool // a bad URL or option (usage) rather than an unreachable store
+	msg   string
+	bad   bool // a bad URL or option (usage) rather than an unreachable store
+	unmet bool // the store does not meet a required guarantee
 }
 
 func (e *backendError) Error() string { return e.msg }
 
 func (e *backendError) status() int {
+	if e.unmet {
+		return exitUnmet
+	}
 	if e.bad {
 		return exitUsage
 	}
@@ -84,6 +90,13 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 	}
 	if cf.connectTimeout <= 0 {
 		return nil, &backendError{msg: "--connect-timeout must be positive", bad: true}
+	}
+	if cf.require != "" {
+		gs, err := driver.ParseGuarantees("--require", cf.require)
+		if err != nil {
+			return nil, &backendError{msg: err.Error(), bad: true}
+		}
+		opts.Require = append(opts.Require, gs...)
 	}
 	if cf.readOnly && perr == nil && strings.EqualFold(u.Scheme, "file") && (u.Host == "" || u.Host == "localhost") {
 		// The file backend creates its directory on open; a command that
@@ -143,6 +156,8 @@ func (e *env) open(ctx context.Context, cf *connFlags, opts *fencelock.Options, 
 		return nil, &backendError{msg: fmt.Sprintf("backend URL from %s: %s", from, msg), bad: true}
 	case errors.Is(err, fencelock.ErrInvalidOption), errors.Is(err, fencelock.ErrInvalidKey):
 		return nil, &backendError{msg: msg, bad: true}
+	case errors.Is(err, fencelock.ErrGuaranteeUnmet):
+		return nil, &backendError{msg: msg, unmet: true}
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	}
@@ -219,4 +234,13 @@ func (e *env) parsedURL(cf *connFlags) *url.URL {
 	raw, _ := e.rawURL(cf)
 	u, _ := url.Parse(raw)
 	return u
+}
+
+// guaranteeNames lists the guarantees --require takes, for help texts.
+func guaranteeNames() string {
+	names := make([]string, len(driver.AllGuarantees))
+	for i, g := range driver.AllGuarantees {
+		names[i] = string(g)
+	}
+	return strings.Join(names, ", ")
 }

@@ -67,6 +67,13 @@ not exclude each other. FENCELOCK_KEY is KEY and FENCELOCK_TOKEN the
 gate token the grant entered under: a fenced resource accepts a read whose
 token is at least the highest writer's token it has seen.
 
+With --lock-delay D, a KEY whose last holder ended without releasing it (its
+fencelock crashed or lost the lease) is taken only D after that end, by the
+store's clock; a released KEY is taken at once. Use it when COMMAND writes to
+something that cannot check FENCELOCK_TOKEN: a paused holder's late writes
+then land before the next holder starts, if its pause is shorter than D.
+etcd and ZooKeeper refuse it (exit 69).
+
 With --min-hold D, a COMMAND that finishes before D has passed since KEY was
 granted leaves KEY held until then (ShedLock's lockAtLeastFor), so a
 scheduled job started on several hosts runs on one of them only. On stores
@@ -110,18 +117,19 @@ const runExamples = `Examples:
 
 // runFlags are the parsed and checked arguments of `fencelock run`.
 type runFlags struct {
-	cf       connFlags
-	key      string
-	argv     []string
-	ttl      time.Duration
-	noWait   bool
-	timeout  time.Duration
-	grace    time.Duration
-	graceSet bool // --grace was given; otherwise it is the most the danger zone allows
-	summary  bool
-	minHold  time.Duration
-	permits  int  // 0: a plain lock; else a semaphore of this many permits
-	shared   bool // a read grant of the read-write lock KEY
+	cf        connFlags
+	key       string
+	argv      []string
+	ttl       time.Duration
+	noWait    bool
+	timeout   time.Duration
+	grace     time.Duration
+	graceSet  bool // --grace was given; otherwise it is the most the danger zone allows
+	summary   bool
+	minHold   time.Duration
+	lockDelay time.Duration
+	permits   int  // 0: a plain lock; else a semaphore of this many permits
+	shared    bool // a read grant of the read-write lock KEY
 
 	grant *recipe.RWGrant // with shared: the read grant, once acquired
 }
@@ -148,6 +156,10 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 	fset.DurationVar(&rf.timeout, "timeout", 0, "stop waiting after `D` and exit 75 (default: wait as long as it takes)")
 	fset.DurationVar(&rf.grace, "grace", 0, "time `D` between SIGTERM and SIGKILL when the lease enters its danger zone;\nat most 4/5 of the renewal interval (default: that most, 4s with the default TTL)")
 	fset.DurationVar(&rf.minHold, "min-hold", 0, "keep KEY held for at least `D` from the grant, even if COMMAND exits sooner\n(ShedLock's lockAtLeastFor: a fast cron job still keeps the other hosts out)")
+	fset.Func("lock-delay", "after a holder of KEY ends without releasing it (a crash, a lost lease), wait\n`D` more before taking it: a quiet gap for a paused holder's late writes to a resource\nthat cannot check FENCELOCK_TOKEN (default 0, or the URL's lock_delay parameter)", func(v string) (err error) {
+		rf.lockDelay, err = driver.ParseLockDelay("--lock-delay", v)
+		return err
+	})
 	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(recipe.MaxPermits)+")")
 	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(recipe.MaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
@@ -336,7 +348,7 @@ func waitForHold(l *fencelock.Lease, u *url.URL, sigs <-chan os.Signal) {
 // (nil without --summary).
 func runOptions(rf *runFlags, u *url.URL) (*fencelock.Options, <-chan struct{}, *runSummary) {
 	danger := make(chan struct{}, 1)
-	opts := &fencelock.Options{TTL: rf.ttl, MinHold: rf.minHold, OnDanger: func(*fencelock.Lease, time.Duration) {
+	opts := &fencelock.Options{TTL: rf.ttl, MinHold: rf.minHold, LockDelay: rf.lockDelay, OnDanger: func(*fencelock.Lease, time.Duration) {
 		select {
 		case danger <- struct{}{}:
 		default:

@@ -9,102 +9,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/testenv"
 	"github.com/fencelock/fencelock/recipe"
 )
-
-// blackholeProxy forwards TCP connections to a store until it goes dark;
-// then it forwards nothing in either direction and closes nothing, as a
-// network partition would, while the store itself stays up for everyone
-// else.
-type blackholeProxy struct {
-	ln     net.Listener
-	target string
-	dark   atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *blackholeProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &blackholeProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *blackholeProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *blackholeProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *blackholeProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.dark.Load() {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			if !p.dark.Load() {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *blackholeProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
 
 // childWatch follows a command run in a fifo-* child mode through its FIFO:
 // ready is closed once it runs under the lock, and dead then receives the
@@ -180,9 +100,16 @@ func runPartitioned(t *testing.T, rawURL, mode string, ttl time.Duration) partit
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, u.Host)
+	// The proxy's blackhole forwards nothing in either direction and closes
+	// nothing, as a network partition would, while the store itself stays
+	// up for everyone else.
+	p, err := faultproxy.Listen(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
 	via := *u
-	via.Host = p.addr()
+	via.Host = p.Addr()
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	key := "fencelock-cli-test-" + hex.EncodeToString(rnd[:]) + "/partition"
@@ -234,7 +161,7 @@ func runPartitioned(t *testing.T, rawURL, mode string, ttl time.Duration) partit
 
 	var r partitionRun
 	r.cutOff = time.Now()
-	p.dark.Store(true)
+	p.SetMode(faultproxy.Blackhole)
 	deadline := time.After(20 * ttl)
 	for r.death.IsZero() || r.granted.IsZero() || r.exited.IsZero() {
 		select {

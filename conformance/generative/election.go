@@ -289,7 +289,7 @@ func runElection(ctx context.Context, h conformance.Harness, o *Options, p elect
 		}
 		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), rec, i)
 		wrappers = append(wrappers, w)
-		c, err := fencelock.New(wrap(w), cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-elect-%d", i), nil))
+		c, err := fencelock.New(w.backend(), cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-elect-%d", i), nil))
 		if err != nil {
 			inner.Close()
 			return nil, nil, 0, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"pgregory.net/rapid"
 )
 
@@ -65,6 +66,8 @@ func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Durati
 	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
 	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
 	w.lateDone = sync.NewCond(&w.lateMu)
+	w.fake = fakebackend.New(inner, shown(inner))
+	w.install()
 	return w
 }
 
@@ -85,11 +88,13 @@ const (
 	lateRequest
 )
 
-// faulty wraps a backend and injects faults into one client's calls. It
-// exposes exactly the optional capabilities of the backend it wraps (see
-// wrap), so the engine takes the same paths as without it.
+// faulty injects faults into one client's calls, as hooks of a
+// fakebackend.Fake over the backend (which shows exactly the optional
+// capabilities the engine uses that the backend has; see shown). The
+// fates, late requests, crashes and outages are the generative mode's.
 type faulty struct {
 	b      driver.Backend
+	fake   *fakebackend.Fake
 	f      faults
 	rec    *recorder
 	client int
@@ -237,121 +242,109 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 	return v, err
 }
 
-func (w *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return call(w, ctx, "acquire", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
-		w.rec.attempt(req.Owner)
-		g, err := w.b.Acquire(ctx, req)
-		if debug {
-			w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
-		}
-		return g, err
-	})
-}
-
-func (w *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	// A metadata update may issue a new token as a rotation does (etcd and
-	// ZooKeeper re-put the record, whose version is the token): a fault
-	// that hides its outcome is treated like one hiding a rotation's.
-	return call(w, ctx, "renew", req.Rotate || req.SetMetadata, []string{g.Owner}, func(ctx context.Context) (driver.Grant, error) {
-		ng, err := w.b.Renew(ctx, g, req)
-		if debug {
-			w.rec.note("renew rotate %v %v -> %v %v", req.Rotate, g, ng, err)
-		}
-		if err == nil && ng.Token != g.Token {
-			w.rec.rotated(g.Owner, ng.Token)
-		}
-		return ng, err
-	})
-}
-
-func (w *faulty) Release(ctx context.Context, g driver.Grant) error {
-	_, err := call(w, ctx, "release", false, []string{g.Owner}, func(ctx context.Context) (struct{}, error) {
-		err := w.b.Release(ctx, g)
-		if debug {
-			w.rec.note("release %v -> %v", g, err)
-		}
-		return struct{}{}, err
-	})
-	return err
-}
-
 // debug, from FENCELOCK_GEN_DEBUG, adds every engine event and every
 // acquire, renewal and release the store answered to a failing program's history.
 var debug = os.Getenv("FENCELOCK_GEN_DEBUG") != ""
 
-func (w *faulty) Inspect(ctx context.Context, key string) (info driver.Info, err error) {
-	if w.dead.Load() {
-		return info, errCrashed
+// shown is what the wrapper shows the engine of inner's capabilities: the
+// four the engine uses, exactly as inner has them (so the engine takes
+// the same paths as without the wrapper), and a description.
+func shown(inner driver.Backend) fakebackend.Caps {
+	caps := fakebackend.CapsOf(inner) & (fakebackend.Waiter | fakebackend.BatchRenewer | fakebackend.LossNotifier)
+	if _, ok := driver.Watches(inner); ok {
+		caps |= fakebackend.Watcher
 	}
-	if _, err := w.outage(ctx); err != nil {
-		return info, err
-	}
-	return w.b.Inspect(ctx, key)
+	return caps | fakebackend.Describer
 }
 
-func (w *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if w.dead.Load() {
-		return nil, errCrashed
-	}
-	if _, err := w.outage(ctx); err != nil {
-		return nil, err
-	}
-	return w.b.List(ctx, prefix)
-}
-
-// Close closes the wrapped backend once every late request in flight has
-// reached the store: a server applies what its connection delivered.
-func (w *faulty) Close() error {
-	w.settle()
-	return w.b.Close()
-}
-
-func (w *faulty) Describe() driver.Description {
-	if d, ok := w.b.(driver.Describer); ok {
-		return d.Describe()
-	}
-	return driver.Description{Name: "backend"}
-}
-
-func (w *faulty) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return call(w, ctx, "acquire-wait", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
-		w.rec.attempt(req.Owner)
-		return w.b.(driver.Waiter).AcquireWait(ctx, req)
-	})
-}
-
-func (w *faulty) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	if w.dead.Load() {
-		return nil, errCrashed
-	}
-	if _, err := w.outage(ctx); err != nil {
-		return nil, err
-	}
-	return w.b.(driver.Watcher).Watch(ctx, key)
-}
-
-func (w *faulty) RenewBatch(ctx context.Context, grants []driver.Grant, req driver.RenewRequest) ([]driver.RenewResult, error) {
-	owners := make([]string, len(grants))
-	for i, g := range grants {
-		owners[i] = g.Owner
-	}
-	return call(w, ctx, "renew-batch", req.Rotate, owners, func(ctx context.Context) ([]driver.RenewResult, error) {
-		res, err := w.b.(driver.BatchRenewer).RenewBatch(ctx, grants, req)
-		for i, r := range res {
-			if r.Err == nil && i < len(grants) && r.Grant.Token != grants[i].Token {
-				w.rec.rotated(grants[i].Owner, r.Grant.Token)
+// install puts the client's faults on its fake backend: every request
+// that changes the store runs under call's fate; reads and watches fail
+// only while the client is dead or the store out; Close waits for the
+// late requests still on their way.
+func (w *faulty) install() {
+	f := w.fake
+	f.OnAcquire(func(ctx context.Context, req driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		return call(w, ctx, "acquire", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
+			w.rec.attempt(req.Owner)
+			g, err := next(ctx, req)
+			if debug {
+				w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
 			}
+			return g, err
+		})
+	})
+	// The store's own wait (the engine sees a Waiter only if the store is
+	// one), not the fake's emulation on its Acquire.
+	f.OnAcquireWait(func(ctx context.Context, req driver.AcquireRequest, _ fakebackend.AcquireFunc) (driver.Grant, error) {
+		return call(w, ctx, "acquire-wait", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
+			w.rec.attempt(req.Owner)
+			return w.b.(driver.Waiter).AcquireWait(ctx, req)
+		})
+	})
+	f.OnRenew(func(ctx context.Context, g driver.Grant, req driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		// A metadata update may issue a new token as a rotation does
+		// (etcd and ZooKeeper re-put the record, whose version is the
+		// token): a fault that hides its outcome is treated like one
+		// hiding a rotation's.
+		return call(w, ctx, "renew", req.Rotate || req.SetMetadata, []string{g.Owner}, func(ctx context.Context) (driver.Grant, error) {
+			ng, err := next(ctx, g, req)
+			if debug {
+				w.rec.note("renew rotate %v %v -> %v %v", req.Rotate, g, ng, err)
+			}
+			if err == nil && ng.Token != g.Token {
+				w.rec.rotated(g.Owner, ng.Token)
+			}
+			return ng, err
+		})
+	})
+	f.OnRenewBatch(func(ctx context.Context, grants []driver.Grant, req driver.RenewRequest, next fakebackend.RenewBatchFunc) ([]driver.RenewResult, error) {
+		owners := make([]string, len(grants))
+		for i, g := range grants {
+			owners[i] = g.Owner
 		}
-		if debug {
-			w.rec.note("renew-batch rotate %v grants %v -> %v %v", req.Rotate, grants, res, err)
+		return call(w, ctx, "renew-batch", req.Rotate, owners, func(ctx context.Context) ([]driver.RenewResult, error) {
+			res, err := next(ctx, grants, req)
+			for i, r := range res {
+				if r.Err == nil && i < len(grants) && r.Grant.Token != grants[i].Token {
+					w.rec.rotated(grants[i].Owner, r.Grant.Token)
+				}
+			}
+			if debug {
+				w.rec.note("renew-batch rotate %v grants %v -> %v %v", req.Rotate, grants, res, err)
+			}
+			return res, err
+		})
+	})
+	f.OnRelease(func(ctx context.Context, g driver.Grant, next fakebackend.ReleaseFunc) error {
+		_, err := call(w, ctx, "release", false, []string{g.Owner}, func(ctx context.Context) (struct{}, error) {
+			err := next(ctx, g)
+			if debug {
+				w.rec.note("release %v -> %v", g, err)
+			}
+			return struct{}{}, err
+		})
+		return err
+	})
+	reach := func(ctx context.Context) error {
+		if w.dead.Load() {
+			return errCrashed
 		}
-		return res, err
+		_, err := w.outage(ctx)
+		return err
+	}
+	f.Set(fakebackend.Inspect, reach)
+	f.Set(fakebackend.List, reach)
+	f.Set(fakebackend.Watch, reach)
+	// A server applies what its connection delivered: close once every
+	// late request in flight has reached the store.
+	f.OnClose(func(next func() error) error {
+		w.settle()
+		return next()
 	})
 }
 
-func (w *faulty) NotifyLoss(g driver.Grant, lost func(error)) func() {
-	return w.b.(driver.LossNotifier).NotifyLoss(g, lost)
-}
+// backend returns the wrapper as the engine's backend.
+func (w *faulty) backend() driver.Backend { return w.fake.Backend() }
 
 // crash makes the client behave like a dead process: its calls fail
 // before reaching the store.
@@ -369,130 +362,6 @@ func (w *faulty) die(hard func(driver.Backend)) {
 	w.settle()
 	if hard != nil {
 		hard(w.b)
-	}
-}
-
-// The engine discovers capabilities by type assertion, so the wrapper
-// must have exactly the wrapped backend's. These types cover every
-// combination of the four the engine uses.
-type (
-	base interface {
-		driver.Backend
-		driver.Describer
-	}
-	wa = driver.Waiter
-	wt = driver.Watcher
-	bt = driver.BatchRenewer
-	ln = driver.LossNotifier
-)
-
-// wrap returns w with exactly the optional capabilities of w.b.
-func wrap(w *faulty) driver.Backend {
-	_, a := w.b.(driver.Waiter)
-	_, t := driver.Watches(w.b)
-	_, r := w.b.(driver.BatchRenewer)
-	_, l := w.b.(driver.LossNotifier)
-	mask := 0
-	for i, has := range []bool{a, t, r, l} {
-		if has {
-			mask |= 1 << i
-		}
-	}
-	switch mask {
-	case 0b0000:
-		return struct{ base }{w}
-	case 0b0001:
-		return struct {
-			base
-			wa
-		}{w, w}
-	case 0b0010:
-		return struct {
-			base
-			wt
-		}{w, w}
-	case 0b0011:
-		return struct {
-			base
-			wa
-			wt
-		}{w, w, w}
-	case 0b0100:
-		return struct {
-			base
-			bt
-		}{w, w}
-	case 0b0101:
-		return struct {
-			base
-			wa
-			bt
-		}{w, w, w}
-	case 0b0110:
-		return struct {
-			base
-			wt
-			bt
-		}{w, w, w}
-	case 0b0111:
-		return struct {
-			base
-			wa
-			wt
-			bt
-		}{w, w, w, w}
-	case 0b1000:
-		return struct {
-			base
-			ln
-		}{w, w}
-	case 0b1001:
-		return struct {
-			base
-			wa
-			ln
-		}{w, w, w}
-	case 0b1010:
-		return struct {
-			base
-			wt
-			ln
-		}{w, w, w}
-	case 0b1011:
-		return struct {
-			base
-			wa
-			wt
-			ln
-		}{w, w, w, w}
-	case 0b1100:
-		return struct {
-			base
-			bt
-			ln
-		}{w, w, w}
-	case 0b1101:
-		return struct {
-			base
-			wa
-			bt
-			ln
-		}{w, w, w, w}
-	case 0b1110:
-		return struct {
-			base
-			wt
-			bt
-			ln
-		}{w, w, w, w}
-	default:
-		return struct {
-			base
-			wa
-			wt
-			bt
-			ln
-		}{w, w, w, w, w}
 	}
 }
 

@@ -752,7 +752,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		}
 		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-client-%d", i), r.rec.observer())
 		w := newFaulty(inner, cp.faults, r.tenth, co.ReleaseTimeout, r.rec, i)
-		c, err := fencelock.New(wrap(w), co)
+		c, err := fencelock.New(w.backend(), co)
 		if err != nil {
 			inner.Close()
 			return nil, fmt.Errorf("fencelock.New: %w", err)

@@ -619,8 +619,11 @@ func (r *recorder) check() []violation {
 			}
 		}
 	}
-	// No stale write accepted: once a later holder's write was accepted,
-	// an earlier holder's write must be refused.
+	// No stale write accepted: once a later holder's write has reached
+	// the resource, accepted or not, an earlier holder's write must be
+	// refused (the safety suite's P1). A refused write of a later holder
+	// carried a token no higher than the resource had seen, so with
+	// tokens in grant order the earlier holder's is refused too.
 	leaseByID := make(map[int]*leaseRec, len(r.leases))
 	for _, l := range r.leases {
 		leaseByID[l.id] = l
@@ -638,7 +641,7 @@ func (r *recorder) check() []violation {
 		}
 		a := leaseByID[wa.lease]
 		for _, wb := range r.writes {
-			if !wb.accepted || wb.key != wa.key || wb.lease == wa.lease || wb.returned >= wa.invoked {
+			if wb.key != wa.key || wb.lease == wa.lease || wb.returned >= wa.invoked {
 				continue
 			}
 			b := leaseByID[wb.lease]

@@ -9,6 +9,7 @@ import (
 	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/conformance/generative"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // TestMemory runs the generative mode on the memory backend, every
@@ -22,16 +23,14 @@ func TestMemory(t *testing.T) {
 	}, &generative.Options{SyncTest: true, Fresh: func() { store = memory.NewStore() }})
 }
 
-// plain hides the memory backend's optional capabilities: polling
-// instead of notifications, one renewal per lease, loss found by renewal.
-type plain struct{ driver.Backend }
-
 // TestMemoryWithoutCapabilities runs the generative mode on the memory
 // backend with its capabilities hidden.
 func TestMemoryWithoutCapabilities(t *testing.T) {
 	var store *memory.Store
 	generative.Run(t, conformance.Harness{
-		Open: func(context.Context) (driver.Backend, error) { return plain{store.Backend()}, nil },
-		TTL:  3 * time.Second,
+		Open: func(context.Context) (driver.Backend, error) {
+			return fakebackend.New(store.Backend(), fakebackend.Plain).Backend(), nil
+		},
+		TTL: 3 * time.Second,
 	}, &generative.Options{SyncTest: true, Fresh: func() { store = memory.NewStore() }})
 }

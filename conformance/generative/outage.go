@@ -327,7 +327,7 @@ func runOutage(ctx context.Context, h conformance.Harness, p outageProg) (*recor
 			return nil, nil, fmt.Errorf("Harness.Open: %w", err)
 		}
 		w := newFaulty(inner, faults{}, tenth, rt, rec, i)
-		c, err := fencelock.New(wrap(w), &fencelock.Options{
+		c, err := fencelock.New(w.backend(), &fencelock.Options{
 			TTL:            h.TTL,
 			MinBackoff:     2 * time.Millisecond,
 			MaxBackoff:     max(h.TTL/8, 10*time.Millisecond),

@@ -276,7 +276,7 @@ func runRW(ctx context.Context, h conformance.Harness, o *Options, p rwProg) (*r
 		crashed = crashed || cp.end == endCrash
 		w := newFaulty(inner, cp.faults, tenth, releaseTimeout(h.TTL), run.rec, i)
 		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-rw-%d", i), run.observer())
-		c, err := fencelock.New(wrap(w), co)
+		c, err := fencelock.New(w.backend(), co)
 		if err != nil {
 			inner.Close()
 			return nil, fmt.Errorf("fencelock.New: %w", err)

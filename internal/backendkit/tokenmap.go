@@ -2,6 +2,7 @@ package backendkit
 
 import (
 	"context"
+	"errors"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -65,4 +66,37 @@ func (m TokenMap) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		}
 	}
 	return out, nil
+}
+
+// Info returns info with its native token mapped.
+func (m TokenMap) Info(ctx context.Context, info driver.Info) (driver.Info, error) {
+	t, err := m.Token(ctx, int64(info.Token))
+	info.Token = t
+	return info, err
+}
+
+// Infos maps the native token of each of infos, in place.
+func (m TokenMap) Infos(ctx context.Context, infos []driver.Info) ([]driver.Info, error) {
+	for i := range infos {
+		var err error
+		if infos[i], err = m.Info(ctx, infos[i]); err != nil {
+			return nil, err
+		}
+	}
+	return infos, nil
+}
+
+// HeldError maps the holder's native token in a *driver.HeldError in err's
+// chain and returns err; if the token cannot be mapped, that error
+// instead. Any other err is returned as it is.
+func (m TokenMap) HeldError(ctx context.Context, err error) error {
+	var held *driver.HeldError
+	if errors.As(err, &held) && held.Holder.Token != 0 {
+		info, terr := m.Info(ctx, held.Holder)
+		if terr != nil {
+			return terr
+		}
+		held.Holder = info
+	}
+	return err
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // Errors of the package; test for them with errors.Is.
@@ -267,10 +269,10 @@ func (e *Env) stopUnits(mode stopMode, targets map[*unit][]string) {
 				all = append(all, tree...)
 				vs = append(vs, victim{u, m})
 				e.logf("%s: kill -9 pid %d (%d processes)", u.unitName(m), pid, len(tree))
-				signalAll(tree, syscall.SIGKILL)
+				pause.Signal(tree, syscall.SIGKILL)
 				continue
 			}
-			tree := procTree(pid)
+			tree := pause.Tree(pid)
 			all = append(all, tree...)
 			vs = append(vs, victim{u, m})
 			sig := u.srv.stopSig
@@ -279,7 +281,7 @@ func (e *Env) stopUnits(mode stopMode, targets map[*unit][]string) {
 			}
 			e.logf("%s: stopping pid %d (%v)", u.unitName(m), pid, sig)
 			_ = syscall.Kill(pid, sig)
-			signalAll(tree, syscall.SIGCONT) // a paused server must run to exit
+			pause.Signal(tree, syscall.SIGCONT) // a paused server must run to exit
 		}
 	}
 	if len(all) == 0 {
@@ -289,10 +291,10 @@ func (e *Env) stopUnits(mode stopMode, targets map[*unit][]string) {
 		e.logf("WARNING: still running after %v, sending SIGKILL", e.StopTimeout)
 		for _, v := range vs {
 			if pid, ok := v.u.pid(v.member); ok {
-				all = append(all, procTree(pid)...) // children forked meanwhile
+				all = append(all, pause.Tree(pid)...) // children forked meanwhile
 			}
 		}
-		signalAll(all, syscall.SIGKILL)
+		pause.Signal(all, syscall.SIGKILL)
 	}
 	if !waitGone(15*time.Second, all) {
 		e.logf("WARNING: processes did not exit: %v", all)
@@ -430,7 +432,7 @@ func (e *Env) pause(ctx context.Context, name, member string, stop bool) error {
 	}
 	for _, m := range members {
 		if pid, ok := u.pid(m); ok {
-			signalAll(procTree(pid), sig)
+			pause.Signal(pause.Tree(pid), sig)
 		}
 	}
 	var errs []error
@@ -507,7 +509,7 @@ func (u *unit) state(member string) (State, int) {
 	if !ok {
 		return Stopped, 0
 	}
-	if p, ok := procStat(pid); ok && p.stopped() {
+	if p, err := pause.Read(pid); err == nil && p.Stopped() {
 		return Paused, pid
 	}
 	return Running, pid

@@ -10,52 +10,20 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
-
-// procInfo is what /proc/PID/stat says about a process.
-type procInfo struct {
-	state byte   // R, S, D, T, t, Z, X, ...
-	ppid  int    // parent
-	pgrp  int    // process group
-	start uint64 // start time in clock ticks after boot
-}
-
-// procStat reads /proc/PID/stat.
-func procStat(pid int) (procInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procInfo{}, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procInfo{}, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procInfo{}, false
-	}
-	var p procInfo
-	p.state = f[0][0]
-	p.ppid, _ = strconv.Atoi(f[1])
-	p.pgrp, _ = strconv.Atoi(f[2])
-	p.start, _ = strconv.ParseUint(f[19], 10, 64)
-	return p, true
-}
-
-func (p procInfo) gone() bool    { return p.state == 'Z' || p.state == 'X' }
-func (p procInfo) stopped() bool { return p.state == 'T' || p.state == 't' }
 
 // running reports whether pid runs. A zombie whose threads have all
 // ended holds no ports or files, so it counts as gone; but a killed Go
 // server's main thread can be a zombie while its other threads still exit,
 // and they hold the files (a listening port) until the last one ends.
 func running(pid int) bool {
-	p, ok := procStat(pid)
-	if !ok {
+	p, err := pause.Read(pid)
+	if err != nil {
 		return false
 	}
-	if !p.gone() {
+	if !p.Gone() {
 		return true
 	}
 	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
@@ -75,49 +43,11 @@ func readPID(file string) (int, bool) {
 	if err1 != nil || err2 != nil || pid <= 0 {
 		return 0, false
 	}
-	p, ok := procStat(pid)
-	if !ok || p.gone() || p.start != start {
+	p, err := pause.Read(pid)
+	if err != nil || p.Gone() || p.Start != start {
 		return 0, false
 	}
 	return pid, true
-}
-
-// procTree returns root, its descendants and the members of its process
-// group (PostgreSQL's children call setsid themselves, so both are needed).
-func procTree(root int) []int {
-	kids := map[int][]int{}
-	seen := map[int]bool{root: true}
-	tree := []int{root}
-	queue := []int{root}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		p, ok := procStat(pid)
-		if !ok {
-			continue
-		}
-		kids[p.ppid] = append(kids[p.ppid], pid)
-		if p.pgrp == root && !seen[pid] {
-			seen[pid] = true
-			tree = append(tree, pid)
-			queue = append(queue, pid)
-		}
-	}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, k := range kids[p] {
-			if !seen[k] {
-				seen[k] = true
-				tree = append(tree, k)
-				queue = append(queue, k)
-			}
-		}
-	}
-	return tree
 }
 
 // freezeTree stops (SIGSTOP) root and every process of its tree, and
@@ -129,13 +59,13 @@ func procTree(root int) []int {
 func freezeTree(root int) []int {
 	_ = syscall.Kill(root, syscall.SIGSTOP)
 	waitStopped(root)
-	tree := procTree(root)
+	tree := pause.Tree(root)
 	for {
-		signalAll(tree, syscall.SIGSTOP)
+		pause.Signal(tree, syscall.SIGSTOP)
 		for _, p := range tree {
 			waitStopped(p)
 		}
-		again := procTree(root)
+		again := pause.Tree(root)
 		if len(again) == len(tree) {
 			return again
 		}
@@ -143,22 +73,11 @@ func freezeTree(root int) []int {
 	}
 }
 
-// waitStopped waits, briefly, until pid is stopped or gone.
+// waitStopped waits, briefly (1s), until pid is stopped or gone.
 func waitStopped(pid int) {
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		p, ok := procStat(pid)
-		if !ok || p.state == 'T' || p.state == 't' || p.gone() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func signalAll(pids []int, sig syscall.Signal) {
-	for _, p := range pids {
-		_ = syscall.Kill(p, sig)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = pause.WaitStopped(ctx, pid)
 }
 
 // pollInterval is how often a wait for a process or a server polls: there
@@ -231,8 +150,8 @@ func spawn(s spawnSpec) (int, error) {
 		return 0, fmt.Errorf("starting %s: no PID (%q)", filepath.Base(s.argv[0]), out)
 	}
 	var start uint64
-	if p, ok := procStat(pid); ok {
-		start = p.start
+	if p, err := pause.Read(pid); err == nil {
+		start = p.Start
 	}
 	if err := os.WriteFile(s.pidFile, fmt.Appendf(nil, "%d %d\n", pid, start), 0o644); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -257,9 +176,9 @@ func pauseTree(ctx context.Context, pidFile string, stop bool) error {
 			return ErrNotRunning
 		}
 		pending = pending[:0]
-		for _, p := range procTree(pid) {
-			pi, ok := procStat(p)
-			if !ok || pi.gone() || pi.stopped() == stop {
+		for _, p := range pause.Tree(pid) {
+			pi, err := pause.Read(p)
+			if err != nil || pi.Gone() || pi.Stopped() == stop {
 				continue
 			}
 			pending = append(pending, p)
@@ -267,7 +186,7 @@ func pauseTree(ctx context.Context, pidFile string, stop bool) error {
 		if len(pending) == 0 {
 			return nil
 		}
-		signalAll(pending, sig)
+		pause.Signal(pending, sig)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // newState makes a state dir for a test, removed (with a check that no
@@ -111,7 +113,7 @@ func waitTree(t *testing.T, pid, n int) []int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		tree := procTree(pid)
+		tree := pause.Tree(pid)
 		if len(tree) >= n {
 			return tree
 		}
@@ -133,9 +135,9 @@ func TestSpawnStopLeavesNoProcess(t *testing.T) {
 	if got, ok := u.pid(""); !ok || got != pid {
 		t.Fatalf("pid file names %d, %v; want %d", got, ok, pid)
 	}
-	p, _ := procStat(pid)
-	if p.pgrp != pid {
-		t.Errorf("process group %d, want its own (%d)", p.pgrp, pid)
+	p, _ := pause.Read(pid)
+	if p.PGRP != pid {
+		t.Errorf("process group %d, want its own (%d)", p.PGRP, pid)
 	}
 	e.stopAll(graceful, u)
 	for _, q := range tree {
@@ -174,8 +176,8 @@ func TestStalePIDFileIsNotTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(-pid, syscall.SIGKILL)
-	p, _ := procStat(pid)
-	if err := os.WriteFile(u.pidFile(""), []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(p.start+1, 10)+"\n"), 0o644); err != nil {
+	p, _ := pause.Read(pid)
+	if err := os.WriteFile(u.pidFile(""), []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(p.Start+1, 10)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := u.pid(""); ok {
@@ -202,8 +204,8 @@ func TestPauseResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, q := range tree {
-			if p, _ := procStat(q); !p.stopped() {
-				t.Errorf("process %d in state %c after pause", q, p.state)
+			if p, _ := pause.Read(q); !p.Stopped() {
+				t.Errorf("process %d in state %c after pause", q, p.State)
 			}
 		}
 		if st, _ := u.state(""); st != Paused {
@@ -215,7 +217,7 @@ func TestPauseResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, q := range tree {
-			if p, _ := procStat(q); p.stopped() {
+			if p, _ := pause.Read(q); p.Stopped() {
 				t.Errorf("process %d still stopped after resume", q)
 			}
 		}
@@ -383,7 +385,7 @@ func TestUpRestartDownRedis(t *testing.T) {
 		down()
 		t.Fatal(err)
 	}
-	tree := procTree(pid)
+	tree := pause.Tree(pid)
 	if _, err := redisDo(ctx, addr, "SET", "testenv-key", "v1"); err != nil {
 		t.Error(err)
 	}

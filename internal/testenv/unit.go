@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/pause"
 )
 
 // server describes how to install, start and probe one kind of server.
@@ -167,8 +169,8 @@ func (u *unit) active(member string) bool {
 	if !ok {
 		return false
 	}
-	p, ok := procStat(pid)
-	return ok && !p.stopped()
+	p, err := pause.Read(pid)
+	return err == nil && !p.Stopped()
 }
 
 func (u *unit) initialized() bool { return fileExists(filepath.Join(u.dir, "initialized")) }

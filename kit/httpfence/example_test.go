@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/fencelock/fencelock"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 	"github.com/fencelock/fencelock/kit/httpfence"
 )
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 	"github.com/fencelock/fencelock/conformance/resource"
 	"github.com/fencelock/fencelock/kit/httpfence"
 )

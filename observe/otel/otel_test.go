@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	flotel "github.com/fencelock/fencelock/observe/otel"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,13 +24,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 )
-
-// plain hides the memory backend's optional capabilities (loss
-// notification, batch renewal), so a loss is found by the renewal loop as on
-// a store without them. It keeps the backend's name.
-type plain struct{ driver.Backend }
-
-func (p plain) Describe() driver.Description { return p.Backend.(driver.Describer).Describe() }
 
 // rig is an Observer on SDK providers whose output the test reads.
 type rig struct {
@@ -276,7 +270,9 @@ func TestLossByExpiryTheftAndForceRelease(t *testing.T) {
 		r := newRig(t, nil)
 		store := memory.NewStore()
 		b := store.Backend()
-		c := newClient(t, plain{b}, &fencelock.Options{TTL: 3 * time.Second, Observer: r.obs})
+		// The memory backend without loss notification or batch renewal (a
+		// loss is found by the renewal loop), keeping its name.
+		c := newClient(t, fakebackend.New(b, fakebackend.Describer).Backend(), &fencelock.Options{TTL: 3 * time.Second, Observer: r.obs})
 
 		// Expiry at TTL − Margin = 2.7s; the best-effort release fails.
 		l, _ := c.Acquire(t.Context(), "expiry")

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	flprom "github.com/fencelock/fencelock/observe/prometheus"
 	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,13 +25,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-// plain hides the memory backend's optional capabilities (loss
-// notification, batch renewal), so a loss is found by the renewal loop as on
-// a store without them. It keeps the backend's name.
-type plain struct{ driver.Backend }
-
-func (p plain) Describe() driver.Description { return p.Backend.(driver.Describer).Describe() }
 
 func newObserver(t *testing.T, o *flprom.Options) (*flprom.Observer, *prom.Registry) {
 	t.Helper()
@@ -203,7 +197,9 @@ func TestLossByExpiryTheftAndForceRelease(t *testing.T) {
 		obs, reg := newObserver(t, nil)
 		store := memory.NewStore()
 		b := store.Backend()
-		c := newClient(t, plain{b}, &fencelock.Options{TTL: 3 * time.Second, Observer: obs})
+		// The memory backend without loss notification or batch renewal (a
+		// loss is found by the renewal loop), keeping its name.
+		c := newClient(t, fakebackend.New(b, fakebackend.Describer).Backend(), &fencelock.Options{TTL: 3 * time.Second, Observer: obs})
 
 		// Expiry: the store is unreachable, local validity runs out at
 		// TTL − Margin = 2.7s; the best-effort release of the lost lease fails.

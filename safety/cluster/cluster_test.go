@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/pause"
 	"github.com/fencelock/fencelock/safety/cluster"
 
 	_ "github.com/fencelock/fencelock/safety/backends" // etcd://, zk://, redis+sentinel://
@@ -201,16 +201,11 @@ func TestPauseMember(t *testing.T) {
 // procState returns the state letter of process pid from /proc.
 func procState(t *testing.T, pid int) byte {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := pause.Read(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return s[i+2]
+	return st.State
 }
 
 func memberState(ctx context.Context, t *testing.T, te *cluster.Testenv, name, id string) cluster.State {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
-	"github.com/fencelock/fencelock/safety/faultproxy"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/safety/history"
 )
 

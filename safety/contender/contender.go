@@ -65,8 +65,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/recipe"
-	"github.com/fencelock/fencelock/safety/faultproxy"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/mono"
@@ -137,6 +137,10 @@ type Config struct {
 	// MinHold is the engine's Options.MinHold: a lease released sooner
 	// keeps its key until MinHold after it was acquired. Default 0.
 	MinHold time.Duration `json:"min_hold,omitempty"`
+	// LockDelay is the engine's Options.LockDelay: a key whose holder's
+	// lease ended without a release is not granted again until LockDelay
+	// after that end. Default 0.
+	LockDelay time.Duration `json:"lock_delay,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -347,6 +351,7 @@ func (k *contender) open() error {
 	opts.TTL = cfg.TTL
 	opts.RotateEvery = cfg.RotateEvery
 	opts.MinHold = cfg.MinHold
+	opts.LockDelay = cfg.LockDelay
 	opts.Owner = cfg.Proc
 	opts.MaxBackoff = max(cfg.TTL/8, 5*time.Millisecond)
 	opts.ReleaseTimeout = 2 * cfg.TTL

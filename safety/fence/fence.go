@@ -9,7 +9,7 @@
 // logged as a history.Event of kind history.Write, with Proc, Lease, Token,
 // Accepted, Reason and Fencing filled in.
 //
-// The rule (docs/fencing.md's, as fencelock.Fence applies it), with
+// The rule is docs/fencing.md's, decided by fencelock.Fence itself. With
 // fencing on: accept iff token > highest accepted token of the key, or
 // token == highest and the write comes from the same lease that wrote it
 // (a holder may write many times with one token). With
@@ -53,6 +53,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/mono"
 )
@@ -152,6 +153,10 @@ type Server struct {
 	log     history.History
 	conns   map[net.Conn]struct{}
 	closed  bool
+	// store, if set, decides lock writes (see Store); storeFaults
+	// records where it disagreed with the rule or failed.
+	store       Store
+	storeFaults []string
 }
 
 // Listen starts a server on a new unix socket in dir (which must exist,
@@ -286,21 +291,11 @@ func (s *Server) decide(req request) Decision {
 		return s.decideRW(t, req)
 	}
 	st := s.keys[req.Key]
-	var reason string
-	ok := false
-	switch {
-	case req.Token == 0:
-		reason = ReasonZeroToken
-	case req.Token > st.token:
-		reason, ok = ReasonNewer, true
-	case req.Token == st.token && req.Lease == st.lease:
-		reason, ok = ReasonSameLease, true
-	case req.Token == st.token:
-		reason = ReasonEqualOtherLease
-	default:
-		reason = ReasonStale
-	}
+	ok, reason := judge(st, req)
 	accepted := ok || !s.fencing
+	if s.store != nil && s.fencing {
+		accepted = s.askStore(req, ok, reason)
+	}
 	if accepted && req.Token > st.token {
 		s.keys[req.Key] = keyState{token: req.Token, lease: req.Lease}
 	}
@@ -316,6 +311,35 @@ func (s *Server) decide(req request) Decision {
 		Fencing:  s.fencing,
 	})
 	return Decision{T: t, Accepted: accepted, Reason: reason}
+}
+
+// judge returns fencelock.Fence's verdict on req, given the key's mark
+// st, and the Reason for it. It asks a Fence that holds only st, so the
+// server's own mark changes with what it accepted (every write with
+// fencing off; the store's answers with a Store), not with the rule's
+// verdict.
+func judge(st keyState, req request) (ok bool, reason string) {
+	var rule fencelock.Fence
+	if st.token > 0 {
+		// A token above 0 on an empty Fence: always accepted.
+		_ = rule.Check(req.Key, fencelock.Token(st.token), st.lease)
+	}
+	err := rule.Check(req.Key, fencelock.Token(req.Token), req.Lease)
+	var stale *fencelock.StaleTokenError
+	switch {
+	case err == nil && req.Token > st.token:
+		return true, ReasonNewer
+	case err == nil:
+		return true, ReasonSameLease
+	case !errors.As(err, &stale):
+		panic(fmt.Sprintf("fence: fencelock.Fence.Check returned %v, not a *StaleTokenError", err))
+	case req.Token == 0:
+		return false, ReasonZeroToken
+	case fencelock.Token(req.Token) < stale.Highest:
+		return false, ReasonStale
+	default:
+		return false, ReasonEqualOtherLease
+	}
 }
 
 // decideRW judges and logs an access to a read-write lock's resource

@@ -20,12 +20,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
+	"github.com/fencelock/fencelock/internal/pause"
 	"github.com/fencelock/fencelock/safety/history"
 	"github.com/fencelock/fencelock/safety/mono"
 )
@@ -201,25 +200,32 @@ func (p *Proc) Pause(ctx context.Context) error {
 // WaitStopped waits until the process is in the stopped state (after a
 // SIGSTOP from the harness or from itself).
 func (p *Proc) WaitStopped(ctx context.Context) error {
-	for {
-		st, err := p.State()
-		if err != nil {
-			return err
-		}
-		if st == 'T' || st == 't' {
-			return nil
-		}
-		t := time.NewTimer(time.Millisecond) // polling /proc: no event to await
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-p.exited:
-			t.Stop()
-			return ErrExited
-		case <-t.C:
-		}
+	select {
+	case <-p.exited:
+		return ErrExited
+	default:
 	}
+	// The PID cannot be reused before exited is closed (see signal); stop
+	// waiting then.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := pause.WaitStopped(ctx, p.PID())
+	select {
+	case <-p.exited:
+		return ErrExited
+	default:
+	}
+	if errors.Is(err, pause.ErrGone) {
+		return ErrExited
+	}
+	return err
 }
 
 // State returns the process's state letter from /proc/PID/stat ('R',
@@ -230,15 +236,11 @@ func (p *Proc) State() (byte, error) {
 		return 0, ErrExited
 	default:
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID()) + "/stat")
+	st, err := pause.Read(p.PID())
 	if err != nil {
 		return 0, err
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, fmt.Errorf("proc: cannot parse /proc/%d/stat", p.PID())
-	}
-	return b[i+2], nil
+	return st.State, nil
 }
 
 // Resume continues a stopped process with SIGCONT, emitting a Resume

@@ -13,8 +13,8 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/safety/check"
-	"github.com/fencelock/fencelock/safety/faultproxy"
 	"github.com/fencelock/fencelock/safety/report"
 )
 

@@ -275,6 +275,9 @@ type cellSpec struct {
 	// checker's TTL instead of the backend's (the longest of the cell's).
 	tailor   func(n int, cfg *contender.Config)
 	checkTTL time.Duration
+	// kit, if set, puts a real resource behind the fenced server: the
+	// backend's own server, written through its fencing kit (see kitFor).
+	kit bool
 	// direct, if set, is a cell without contenders or fenced resource:
 	// the harness measures calls of its own (the call-bound cell) and
 	// judges them with judgeBounds.
@@ -390,6 +393,21 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 			c.fence.Close()
 		}
 	}()
+	var kit *kitStore
+	if spec.kit {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		k, why, err := kitFor(kctx, be)
+		cancel()
+		if err == nil && k == nil {
+			err = errors.New(why)
+		}
+		if err != nil {
+			return report.Cell{}, nil, fmt.Errorf("the cell's fencing kit: %w", err)
+		}
+		defer k.close()
+		kit = k
+		c.fence.SetStore(k)
+	}
 
 	runErr := c.scenario(ctx)
 	stopErr := c.stopAll()
@@ -405,6 +423,11 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 	var afterErr error
 	if spec.after != nil {
 		afterErr = spec.after(c, res) // may refine c.spec.setup
+	}
+	if kit != nil {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		afterErr = errors.Join(afterErr, checkKitStore(kctx, c, kit))
+		cancel()
 	}
 	rc := report.NewCell(be.name, spec.fault, res, be.rules.Lookup(be.name, spec.fault))
 	rc.Setup = c.spec.setup

@@ -118,6 +118,47 @@ var expectations = report.Table{
 // concern it warns about is measured, not excused.
 func claimedRules(string, driver.Description) report.Table { return nil }
 
+// holderPauses is the holder-pause scenario: rounds that pause a holder
+// between its lease check and its write, alternating with rounds that
+// stop one at random.
+func holderPauses(prof profile) func(ctx context.Context, c *cell) (int, error) {
+	return func(ctx context.Context, c *cell) (int, error) {
+		for i := range 2 * prof.rounds {
+			var err error
+			if i%2 == 0 {
+				_, err = c.pauseHolder(ctx, "holder paused between lease check and write")
+			} else {
+				err = c.stopHolder(ctx)
+			}
+			if err != nil {
+				return i, err
+			}
+		}
+		return 2 * prof.rounds, nil
+	}
+}
+
+// kitCell is the holder-pause scenario with writes that land in the
+// backend's own server through its fencing kit (see kitFor), or why the
+// backend has none.
+func kitCell(be *backendEnv, prof profile) (cellSpec, string) {
+	var what string
+	switch be.scheme {
+	case "postgres", "postgresql":
+		what = "a PostgreSQL table through kit/postgres (pgfence.Tx)"
+	case "redis":
+		what = "a Redis list through kit/redis (redisfence.Do)"
+	case "etcd":
+		what = "etcd keys through kit/etcd (etcdfence.Txn)"
+	case "mongodb":
+		return cellSpec{}, "kit/mongo's conditional update is atomic on MongoDB, not on FerretDB, the server this suite runs"
+	default:
+		return cellSpec{}, "no fencing kit for " + be.scheme + "://"
+	}
+	return cellSpec{fault: fHolderPauseKit, fencing: true, kit: true, run: holderPauses(prof),
+		setup: "holder paused between lease check and write; every write goes to " + what + ", whose answer decides"}, ""
+}
+
 // notRun is a fault left out of a backend's cells, and why.
 type notRun struct{ fault, why string }
 
@@ -129,20 +170,7 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		{fault: fBaseline, run: func(ctx context.Context, c *cell) (int, error) {
 			return 0, pace(ctx, prof.baseline)
 		}},
-		{fault: fHolderPause, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
-			for i := range 2 * prof.rounds {
-				var err error
-				if i%2 == 0 {
-					_, err = c.pauseHolder(ctx, "holder paused between lease check and write")
-				} else {
-					err = c.stopHolder(ctx)
-				}
-				if err != nil {
-					return i, err
-				}
-			}
-			return 2 * prof.rounds, nil
-		}},
+		{fault: fHolderPause, fencing: true, run: holderPauses(prof)},
 		{fault: fHolderKill, fencing: true, run: func(ctx context.Context, c *cell) (int, error) {
 			for i := range prof.rounds {
 				h, err := c.awaitHolder(ctx, 10*ttl)
@@ -323,6 +351,12 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		)
 		specs = append(specs, evictionCells(be, prof)...)
 	}
+	switch kc, why := kitCell(be, prof); {
+	case why == "":
+		specs = append(specs, kc)
+	case be.scheme == "mongodb":
+		left = append(left, notRun{fHolderPauseKit, why})
+	}
 	specs = append(specs, cellSpec{fault: fFencingOff, fencing: false, setup: "fenced resource with fencing off",
 		run: func(ctx context.Context, c *cell) (int, error) {
 			for i := range prof.controls {
@@ -334,6 +368,11 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		},
 		after: fencingOffRounds,
 	})
+	if ld, why := lockDelayCell(be, prof); why == "" {
+		specs = append(specs, ld)
+	} else {
+		left = append(left, notRun{fLockDelay, why})
+	}
 	specs = append(specs, mutantCells(be)...)
 	return specs, left
 }

@@ -101,7 +101,7 @@ var DefaultFaults = []string{
 	FaultFailover, FaultRedisExpiry, ControlFencingOff,
 	FaultSemBaseline, FaultSemHolderPause, FaultSemHolderKill,
 	FaultRWBaseline, FaultRWHolderPause, FaultRWHolderKill,
-	FaultCallBounds, FaultMixedConfig, FaultClockStall,
+	FaultCallBounds, FaultMixedConfig, FaultClockStall, FaultHolderPauseKit,
 }
 
 // mutantFaults are the names of the mutant controls.
@@ -116,7 +116,7 @@ func AllFaults() []string {
 	all := append(slices.Clone(DefaultFaults), FaultRedisFlushall)
 	all = append(all, EvictionFaults...)
 	all = append(all, MemberFaults...)
-	all = append(all, FaultClockJump)
+	all = append(all, FaultClockJump, FaultLockDelay)
 	return append(all, mutantFaults...)
 }
 

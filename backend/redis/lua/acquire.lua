@@ -1,10 +1,17 @@
 -- acquire: one attempt to take a lock.
 -- KEYS[1] lock record, a string "<token>\n<owner>\n<meta>", with a TTL
 -- KEYS[2] token counter (never expires)
+-- KEYS[3] lock-delay marker: the holder's lock delay in milliseconds, a
+-- string, with a PX of the record's TTL plus that delay (set by a grant
+-- with a lock delay, refreshed by renew.lua, deleted by a release), so it
+-- outlives a record that expired by the holder's delay: while it does, the
+-- record ended (pttl of the marker − the delay) ms ago, unreleased
 -- ARGV[1] owner, ARGV[2] TTL in milliseconds, ARGV[3] metadata (any bytes;
--- empty: none)
+-- empty: none), ARGV[4] the acquirer's lock delay in milliseconds ('0':
+-- none)
 -- Returns the token (a decimal string) on success, or {owner, token, pttl}
--- of the current holder; an error reply FENCELOCK_TOKEN_OVERFLOW, with
+-- of the current holder, or {'DELAY', ms} while the key is in its lock
+-- delay (ms left, by Redis's clock); an error reply FENCELOCK_TOKEN_OVERFLOW, with
 -- nothing changed, if the counter is at 2^63-1. Expiry is judged by Redis
 -- itself: an expired record reads as missing.
 --
@@ -30,9 +37,24 @@ if cur then
     -- A retry by the holder (an ambiguous earlier reply): same grant, and
     -- the retry's metadata.
     redis.call('SET', KEYS[1], tok .. '\n' .. owner .. '\n' .. ARGV[3], 'PX', ARGV[2])
+    if ARGV[4] ~= '0' then
+      redis.call('SET', KEYS[3], ARGV[4], 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
+    end
     return tok
   end
   return {owner, tok, redis.call('PTTL', KEYS[1])}
+end
+if ARGV[4] ~= '0' then
+  -- No record: free, unless the last one expired (a release deletes the
+  -- marker) less than this acquirer's delay ago.
+  local held = tonumber(redis.call('GET', KEYS[3]) or '')
+  local pttl = redis.call('PTTL', KEYS[3])
+  if held and pttl > 0 then
+    local left = pttl - held + tonumber(ARGV[4])
+    if left > 0 then
+      return {'DELAY', left}
+    end
+  end
 end
 local r = redis.pcall('INCR', KEYS[2])
 if type(r) == 'table' and r.err then
@@ -53,4 +75,9 @@ else
   tok = redis.call('GET', KEYS[2])
 end
 redis.call('SET', KEYS[1], tok .. '\n' .. ARGV[1] .. '\n' .. ARGV[3], 'PX', ARGV[2])
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
+else
+  redis.call('DEL', KEYS[3])
+end
 return tok

@@ -1,5 +1,7 @@
 -- renew: extend a grant that is still current; never creates a record.
--- KEYS[1] lock record "<token>\n<owner>\n<meta>", KEYS[2] token counter
+-- KEYS[1] lock record "<token>\n<owner>\n<meta>", KEYS[2] token counter,
+-- KEYS[3] lock-delay marker (see acquire.lua), which a renewal keeps its
+-- lock delay past the record's new end
 -- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds,
 -- ARGV[4] '1' to rotate the token, ARGV[5] '1' to set the metadata to
 -- ARGV[6] (empty: remove it); otherwise the metadata is kept
@@ -39,6 +41,12 @@ if ARGV[4] == '1' then
   else
     tok = redis.call('GET', KEYS[2])
   end
+end
+-- Only the current holder's grant leaves a marker (a grant without a lock
+-- delay deletes any).
+local delay = tonumber(redis.call('GET', KEYS[3]) or '')
+if delay then
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) + delay)
 end
 if tok == ARGV[2] and not meta then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])

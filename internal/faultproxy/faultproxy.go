@@ -4,15 +4,17 @@
 // forwarded (which makes the client's operation ambiguous: it fails, but
 // the store acted on it).
 //
-// A Proxy listens on 127.0.0.1 on a free port and forwards every accepted
-// connection to one target address. Its mode applies to every connection,
+// A Proxy listens on 127.0.0.1 on a free port (or, with ListenAt, on a
+// given address: a store that comes back on its port) and forwards every
+// accepted connection to one target address. Its mode applies to every connection,
 // existing and new, from the moment it is set:
 //
 //   - Pass forwards bytes both ways, after the configured latency (if any).
 //   - Blackhole forwards nothing in either direction: bytes stay where they
 //     are (in the sockets' buffers, as in a network partition TCP has not
 //     given up on yet) and flow again, late, when the mode returns to Pass.
-//     New connections are accepted and held the same way.
+//     New connections are accepted and held the same way. Held tells
+//     when a blackhole holds something.
 //   - Reset aborts every connection with a TCP RST (to the client and to
 //     the target) and resets new ones as soon as they are accepted.
 //
@@ -88,6 +90,8 @@ type Proxy struct {
 	mode    Mode
 	latency time.Duration
 	changed chan struct{} // closed and replaced whenever mode or latency change
+	held    chan struct{} // closed once the blackhole in force (or next) holds something
+	hasHeld bool          // held is closed
 	conns   map[*conn]struct{}
 	drop    *Drop // armed, not yet claimed
 	closed  bool
@@ -112,14 +116,23 @@ type Stats struct {
 // Listen starts a proxy on 127.0.0.1 (a free port) that forwards to target
 // (host:port), in mode Pass with no latency.
 func Listen(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return ListenAt("127.0.0.1:0", target)
+}
+
+// ListenAt is Listen on the address addr (host:port), for instance the
+// address of a proxy closed earlier: a store that went away and comes
+// back on the same port. It fails if addr is in use; close the proxy
+// that listened there first.
+func ListenAt(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("faultproxy: listen: %w", err)
+		return nil, fmt.Errorf("faultproxy: listen on %s: %w", addr, err)
 	}
 	p := &Proxy{
 		target:  target,
 		ln:      ln,
 		changed: make(chan struct{}),
+		held:    make(chan struct{}),
 		conns:   make(map[*conn]struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -152,6 +165,10 @@ func (p *Proxy) Stats() Stats {
 // Reset aborts the open connections before SetMode returns.
 func (p *Proxy) SetMode(m Mode) {
 	p.mu.Lock()
+	if m == Blackhole && p.mode != Blackhole && p.hasHeld {
+		// A new blackhole: Held waits for this one to hold something.
+		p.held, p.hasHeld = make(chan struct{}), false
+	}
 	p.mode = m
 	p.notifyLocked()
 	var victims []*conn
@@ -173,6 +190,26 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency = max(d, 0)
 	p.notifyLocked()
 	p.mu.Unlock()
+}
+
+// Held returns a channel closed once the blackhole in force (or, in
+// another mode, the next one) holds something a peer sent: a chunk of
+// bytes read from either side, or a new connection. Select on it to know
+// that a request is stuck in the proxy.
+func (p *Proxy) Held() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// holding records that the blackhole holds something.
+func (p *Proxy) holding() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mode == Blackhole && !p.hasHeld {
+		p.hasHeld = true
+		close(p.held)
+	}
 }
 
 func (p *Proxy) notifyLocked() {
@@ -307,7 +344,7 @@ func (c *conn) run() {
 	defer c.close()
 	// Reset mode: abort at once; Blackhole: hold the connection before
 	// anything reaches the target.
-	if !c.gate() {
+	if !c.gate(true) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, dialTimeout)
@@ -333,9 +370,11 @@ func (c *conn) run() {
 	wg.Wait()
 }
 
-// gate waits while the proxy is in Blackhole mode. It returns false if
-// the connection ended (or was reset because the mode is Reset).
-func (c *conn) gate() bool {
+// gate waits while the proxy is in Blackhole mode; holds says that it
+// holds something (a chunk read, or a new connection), not an idle
+// connection. It returns false if the connection ended (or was reset
+// because the mode is Reset).
+func (c *conn) gate(holds bool) bool {
 	for {
 		c.p.mu.Lock()
 		mode, changed := c.p.mode, c.p.changed
@@ -351,6 +390,9 @@ func (c *conn) gate() bool {
 			default:
 				return true
 			}
+		}
+		if holds {
+			c.p.holding()
 		}
 		select {
 		case <-c.ctx.Done():
@@ -388,14 +430,14 @@ func (c *conn) delay(read time.Time) bool {
 func (c *conn) pipe(src, dst net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
-		if !c.gate() {
+		if !c.gate(false) {
 			return
 		}
 		n, err := src.Read(buf)
 		if n > 0 {
 			read := time.Now()
 			// A chunk read just before a blackhole began is held too.
-			if !c.gate() || !c.delay(read) || !c.gate() {
+			if !c.gate(true) || !c.delay(read) || !c.gate(true) {
 				return
 			}
 			if up {

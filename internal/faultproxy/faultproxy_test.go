@@ -373,3 +373,84 @@ func TestParseMode(t *testing.T) {
 		t.Fatal("ParseMode accepted an unknown name")
 	}
 }
+
+// TestHeldSignalsAHeldChunk: Held stays open while a blackhole holds
+// nothing (an idle connection), is closed once a chunk sent during the
+// blackhole is held, and a later blackhole gets a fresh channel.
+func TestHeldSignalsAHeldChunk(t *testing.T) {
+	e := newEcho(t)
+	p := newProxy(t, e.ln.Addr().String())
+	c := dial(t, p)
+	if _, err := roundTrip(c, "before\n", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-e.got
+	for round := range 2 {
+		p.SetMode(Blackhole)
+		held := p.Held()
+		select {
+		case <-held:
+			t.Fatalf("round %d: Held closed before anything was sent", round)
+		case <-time.After(quiet):
+		}
+		if _, err := c.Write([]byte("held\n")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Held not closed 10s after a chunk was sent into the blackhole", round)
+		}
+		p.SetMode(Pass)
+		if got, err := readLine(t, c, 5*time.Second); err != nil || got != "held\n" {
+			t.Fatalf("round %d: after healing: %q, %v", round, got, err)
+		}
+		<-e.got
+	}
+}
+
+// TestHeldSignalsAHeldConnection: a connection opened during a blackhole
+// is held, and Held says so.
+func TestHeldSignalsAHeldConnection(t *testing.T) {
+	e := newEcho(t)
+	p := newProxy(t, e.ln.Addr().String())
+	p.SetMode(Blackhole)
+	dial(t, p)
+	select {
+	case <-p.Held():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Held not closed 10s after a connection was opened into the blackhole")
+	}
+}
+
+// TestListenAtReusesAClosedProxysAddress: a proxy on the address of one
+// that was closed (a store back on its port) accepts and forwards.
+func TestListenAtReusesAClosedProxysAddress(t *testing.T) {
+	e := newEcho(t)
+	p, err := Listen(e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := p.Addr()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Fatal("a closed proxy's address accepts connections")
+	}
+	q, err := ListenAt(addr, e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	if q.Addr() != addr {
+		t.Fatalf("ListenAt(%s) listens on %s", addr, q.Addr())
+	}
+	c := dial(t, q)
+	if got, err := roundTrip(c, "back\n", 5*time.Second); err != nil || got != "back\n" {
+		t.Fatalf("through the reopened proxy: %q, %v", got, err)
+	}
+	if _, err := ListenAt(addr, e.ln.Addr().String()); err == nil {
+		t.Fatal("ListenAt on an address in use succeeded")
+	}
+}

@@ -1,0 +1,116 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/fencelock/fencelock/driver"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var _ driver.Guarantor = (*Backend)(nil)
+
+// Guarantees implements driver.Guarantor. It reads, on every primary,
+// the settings the start-up check reads (CONFIG GET appendonly,
+// appendfsync, maxmemory-policy, save; INFO replication), whether or not
+// Options.SkipChecks was set, and judges:
+//
+//   - durable-tokens: met only with appendonly yes, appendfsync always and
+//     no allkeys-* eviction on every primary (a server that refuses CONFIG
+//     is unknown, hence not met);
+//   - failover: never met (replication is asynchronous; without replicas
+//     there is nothing to fail over to);
+//   - server-clock: met (PEXPIRE/PTTL on the server).
+func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		mu      sync.Mutex
+		durable []string // observed per primary
+		fixes   = map[string]bool{}
+		met     = true
+		repl    []string
+	)
+	err := forEachPrimary(ctx, b.c, func(ctx context.Context, node goredis.Cmdable) error {
+		obs, fix, ok := judgeDurable(readConfig(ctx, node))
+		role := "replication unknown"
+		if info, err := node.Info(ctx, "replication").Result(); err == nil {
+			f := infoFields(info)
+			role = "role:" + f["role"] + ", " + f["connected_slaves"] + " replicas"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		durable = append(durable, obs)
+		repl = append(repl, role)
+		met = met && ok
+		for _, f := range fix {
+			fixes[f] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis: reading the settings of every primary: %w", err)
+	}
+	if len(durable) == 0 {
+		met = false
+		durable = []string{"no primary answered"}
+	}
+	sort.Strings(durable)
+	sort.Strings(repl)
+	d := driver.Measurement{Met: met, Observed: "Redis " + strings.Join(dedupe(durable), "; ")}
+	if !met {
+		var fs []string
+		for f := range fixes {
+			fs = append(fs, f)
+		}
+		sort.Strings(fs)
+		d.Fix = strings.Join(fs, "; ")
+	}
+	topology := "a single server"
+	switch b.c.(type) {
+	case *goredis.ClusterClient:
+		topology = "Redis Cluster (asynchronous replication)"
+	case *goredis.Ring:
+		topology = "a Ring of shards hashed by the client"
+	}
+	return map[driver.Guarantee]driver.Measurement{
+		driver.DurableTokens: d,
+		driver.Failover: {
+			Observed: "Redis, " + topology + ", " + strings.Join(dedupe(repl), "; ") + ": replication is asynchronous, so a promoted replica can lack the latest locks and token increments",
+			Fix:      "no Redis setting meets it (WAIT does not make a failover safe): use etcd or ZooKeeper (3 or more members), or PostgreSQL with a synchronous standby",
+		},
+		driver.ServerClock: {Met: true, Observed: "expiry judged by the Redis server's clock (PEXPIRE/PTTL)"},
+	}, nil
+}
+
+// judgeDurable judges durable-tokens from one server's CONFIG GET results:
+// what was observed, the settings that would meet it, and whether it is
+// met.
+func judgeDurable(conf map[string]string, err error) (observed string, fix []string, met bool) {
+	if err != nil {
+		return fmt.Sprintf("settings unknown: CONFIG GET refused (%s)", oneLine(err)),
+			[]string{"allow CONFIG GET for this user (or ask the provider to confirm appendonly yes, appendfsync always, maxmemory-policy noeviction)"}, false
+	}
+	observed = fmt.Sprintf("appendonly=%s, appendfsync=%s, maxmemory-policy=%s", conf["appendonly"], conf["appendfsync"], conf["maxmemory-policy"])
+	if conf["appendonly"] != "yes" || conf["appendfsync"] != "always" {
+		fix = append(fix, "set appendonly yes and appendfsync always (CONFIG SET appendonly yes; CONFIG SET appendfsync always; and in redis.conf)")
+	}
+	if strings.HasPrefix(conf["maxmemory-policy"], "allkeys-") {
+		fix = append(fix, "set maxmemory-policy noeviction (an allkeys-* policy can evict token counters)")
+	}
+	return observed, fix, len(fix) == 0
+}
+
+func dedupe(s []string) []string {
+	var out []string
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
