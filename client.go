@@ -67,7 +67,7 @@ type Client struct {
 // Close closes b. A nil opts means defaults; invalid options return an
 // *InvalidOptionError. With Options.Require, New measures the required
 // guarantees on b's server (within Options.ReleaseTimeout) and returns an
-// *UnmetGuaranteeError if any is not met; b is then left open for the
+// *driver.UnmetGuaranteeError if any is not met; b is then left open for the
 // caller to close.
 func New(b Backend, opts *Options) (*Client, error) {
 	return newClient(nil, b, opts)

@@ -38,6 +38,10 @@ var (
 	ErrUnsupported = driver.ErrUnsupported
 	// ErrClosed: the client (or backend) has been closed.
 	ErrClosed = driver.ErrClosed
+	// ErrGuaranteeUnmet: the store does not meet a guarantee of
+	// Options.Require; the error is a *driver.UnmetGuaranteeError naming
+	// each one, what was observed and the setting that would meet it.
+	ErrGuaranteeUnmet = driver.ErrGuaranteeUnmet
 )
 
 // Errors of the engine; test for them with errors.Is.

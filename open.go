@@ -14,20 +14,9 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// OpenFunc opens a backend from a URL whose scheme it was registered for.
-// The engine's own parameters (ttl, renew_interval, margin, rotate_every,
-// owner) have already been removed from u's query; the OpenFunc must reject
-// any parameter it does not know (driver.Params does this), should report
-// a URL it cannot use with an *InvalidOptionError (driver.InvalidURL), and
-// must not put credentials from u into error messages: show URLs with
-// driver.RedactURL and wrap client libraries' errors with
-// driver.RedactError. (OpenBackend also scrubs what an OpenFunc returns,
-// as a last line of defence.)
-type OpenFunc func(ctx context.Context, u *url.URL) (Backend, error)
-
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]OpenFunc{}
+	registry   = map[string]func(ctx context.Context, u *url.URL) (Backend, error){}
 )
 
 // Register makes a backend available to Open under a URL scheme, in the
@@ -35,7 +24,17 @@ var (
 // packages call it from init; importing the package (for its side effect if
 // need be) is what makes the scheme known. Register panics if open is nil or
 // the scheme is already registered.
-func Register(scheme string, open OpenFunc) {
+//
+// open opens a backend from a URL whose scheme it was registered for. The
+// engine's own parameters (ttl, renew_interval, margin, rotate_every,
+// owner, lock_delay, require) have already been removed from u's query;
+// open must reject any parameter it does not know (driver.Params does
+// this), should report a URL it cannot use with an *InvalidOptionError
+// (driver.InvalidURL), and must not put credentials from u into error
+// messages: show URLs with driver.RedactURL and wrap client libraries'
+// errors with driver.RedactError. (OpenBackend also scrubs what open
+// returns, as a last line of defence.)
+func Register(scheme string, open func(ctx context.Context, u *url.URL) (Backend, error)) {
 	scheme = strings.ToLower(scheme)
 	registryMu.Lock()
 	defer registryMu.Unlock()
@@ -64,7 +63,7 @@ func Schemes() []string {
 // returns the engine parameters found in the URL as Options. If the URL
 // names guarantees (require=), OpenBackend measures them within ctx and,
 // if any is unmet, closes the backend and returns an
-// *UnmetGuaranteeError.
+// *driver.UnmetGuaranteeError.
 func OpenBackend(ctx context.Context, rawURL string) (Backend, *Options, error) {
 	return openBackend(ctx, rawURL, true)
 }
@@ -246,7 +245,7 @@ func engineParamGuess(err error, rest url.Values) error {
 // of opts wins over the URL. No credential from the URL appears in errors
 // (see driver.RedactURL). Guarantees named by the URL's require= and by
 // opts.Require are both required: Open measures them within ctx and, if
-// any is unmet, closes the backend and returns an *UnmetGuaranteeError.
+// any is unmet, closes the backend and returns a *driver.UnmetGuaranteeError.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	b, uo, err := openBackend(ctx, rawURL, false)
 	if err != nil {

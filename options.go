@@ -10,22 +10,20 @@ import (
 	"github.com/fencelock/fencelock/driver"
 )
 
-// Bounds on Options.TTL.
 const (
+	// MinTTL and MaxTTL bound Options.TTL.
 	MinTTL = driver.MinTTL
 	MaxTTL = driver.MaxTTL
-)
 
-// Clock is the engine's source of the current time. The engine only ever
-// uses differences between its readings, so a clock that is offset from
-// true time by a constant (a client whose wall clock is wrong) changes
-// nothing; that is the point of injecting one in tests. The clock must run
-// at the rate of real time: timers are real (or, inside a testing/synctest
-// bubble, fake) durations. For deterministic timing tests use
-// testing/synctest rather than a manual clock.
-type Clock interface {
-	Now() time.Time
-}
+	// The guarantees Options.Require may name (documented in package
+	// driver, where they are listed once; see docs/deploying.md).
+	DurableTokens    = driver.DurableTokens
+	Failover         = driver.Failover
+	ServerClock      = driver.ServerClock
+	PushedLoss       = driver.PushedLoss
+	FIFO             = driver.FIFO
+	FencedSemaphores = driver.FencedSemaphores
+)
 
 type systemClock struct{}
 
@@ -115,15 +113,22 @@ type Options struct {
 	// traces; see observe/prometheus and observe/otel). Default: none.
 	Observer Observer
 
-	// Clock is the engine's clock. Default: the system clock.
-	Clock Clock
+	// Clock is the engine's source of the current time. Default: the
+	// system clock. The engine only ever uses differences between its
+	// readings, so a clock offset from true time by a constant (a client
+	// whose wall clock is wrong) changes nothing; that is the point of
+	// injecting one in tests. It must run at the rate of real time:
+	// timers are real (or, inside a testing/synctest bubble, fake)
+	// durations. For deterministic timing tests use testing/synctest
+	// rather than a manual clock.
+	Clock interface{ Now() time.Time }
 
 	// Require names the guarantees the deployment needs of its store
 	// (DurableTokens, Failover, ServerClock, PushedLoss, FIFO,
 	// FencedSemaphores; the URL parameter require= takes the same names,
 	// comma-separated, and Open requires the union of both). New and Open
-	// measure each one on the live server (CheckGuarantees) and refuse a
-	// store that does not meet them all with an *UnmetGuaranteeError
+	// measure each one on the live server (driver.CheckGuarantees) and refuse a
+	// store that does not meet them all with a *driver.UnmetGuaranteeError
 	// (ErrGuaranteeUnmet) naming each unmet one, what was observed and the
 	// setting that would meet it. Default: nothing required. See
 	// docs/deploying.md.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
@@ -62,7 +63,7 @@ func TestOpenRefusesUnmetGuaranteesNamingEachAndClosesBackend(t *testing.T) {
 			if !errors.Is(err, fencelock.ErrGuaranteeUnmet) {
 				t.Fatalf("err = %v; want ErrGuaranteeUnmet", err)
 			}
-			var ue *fencelock.UnmetGuaranteeError
+			var ue *driver.UnmetGuaranteeError
 			if !errors.As(err, &ue) {
 				t.Fatalf("err = %T; want *UnmetGuaranteeError", err)
 			}
@@ -103,7 +104,7 @@ func TestOpenAcceptsMetGuarantees(t *testing.T) {
 	}
 	c.Close()
 	_, err = fencelock.Open(ctx, "mem://require-met?require=server-clock", &fencelock.Options{Require: []fencelock.Guarantee{fencelock.FIFO}})
-	var ue *fencelock.UnmetGuaranteeError
+	var ue *driver.UnmetGuaranteeError
 	if !errors.As(err, &ue) || len(ue.Unmet) != 1 || ue.Unmet[0].Guarantee != fencelock.FIFO {
 		t.Fatalf("Open with require=server-clock and Options.Require fifo: %v; want only fifo unmet", err)
 	}
@@ -136,7 +137,7 @@ func TestNewRequireJudgesUnmeasuredGuaranteesByCapability(t *testing.T) {
 	c.Close()
 	plain := fakebackend.New(memory.New(), fakebackend.Plain).Backend()
 	_, err = fencelock.New(plain, &fencelock.Options{Require: []fencelock.Guarantee{fencelock.DurableTokens, fencelock.PushedLoss, fencelock.FIFO}})
-	var ue *fencelock.UnmetGuaranteeError
+	var ue *driver.UnmetGuaranteeError
 	if !errors.As(err, &ue) || len(ue.Unmet) != 3 {
 		t.Fatalf("New on a plain backend: %v; want durable-tokens, pushed-loss and fifo unmet", err)
 	}

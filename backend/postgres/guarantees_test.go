@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	_ "github.com/fencelock/fencelock/backend/postgres"
+	"github.com/fencelock/fencelock/driver"
 )
 
 // TestRequireOnSinglePostgresServer checks the verdict on the test
@@ -25,7 +26,7 @@ func TestRequireOnSinglePostgresServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open with require=durable-tokens on a server with fsync on: %v", err)
 	}
-	rs, err := fencelock.CheckGuarantees(ctx, c.Backend(), []fencelock.Guarantee{fencelock.DurableTokens})
+	rs, err := driver.CheckGuarantees(ctx, c.Backend(), []fencelock.Guarantee{fencelock.DurableTokens})
 	c.Close()
 	if err != nil || !rs[0].Met || !strings.Contains(rs[0].Observed, "fsync=on") {
 		t.Errorf("durable-tokens = %+v, %v; want met, observed fsync=on", rs, err)
@@ -35,7 +36,7 @@ func TestRequireOnSinglePostgresServer(t *testing.T) {
 		c.Close()
 		t.Fatal("Open with require=failover succeeded on a single server")
 	}
-	var ue *fencelock.UnmetGuaranteeError
+	var ue *driver.UnmetGuaranteeError
 	if !errors.As(err, &ue) || len(ue.Unmet) != 1 || ue.Unmet[0].Guarantee != fencelock.Failover {
 		t.Fatalf("err = %v; want *UnmetGuaranteeError for failover alone", err)
 	}

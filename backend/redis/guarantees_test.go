@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	_ "github.com/fencelock/fencelock/backend/redis"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/deadstore"
 	"github.com/fencelock/fencelock/internal/testenv"
 )
@@ -38,7 +39,7 @@ func TestRequireDurableTokensRefusedOnStockRedis(t *testing.T) {
 		c.Close()
 		t.Fatal("Open with require=durable-tokens succeeded on a Redis without AOF")
 	}
-	var ue *fencelock.UnmetGuaranteeError
+	var ue *driver.UnmetGuaranteeError
 	if !errors.As(err, &ue) || !errors.Is(err, fencelock.ErrGuaranteeUnmet) {
 		t.Fatalf("err = %v; want *UnmetGuaranteeError matching ErrGuaranteeUnmet", err)
 	}
@@ -67,13 +68,13 @@ func TestRequireDurableTokensAcceptedWithAppendfsyncAlways(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open with require=durable-tokens on a Redis with appendfsync always: %v", err)
 	}
-	rs, err := fencelock.CheckGuarantees(ctx, c.Backend(), []fencelock.Guarantee{fencelock.DurableTokens})
+	rs, err := driver.CheckGuarantees(ctx, c.Backend(), []fencelock.Guarantee{fencelock.DurableTokens})
 	c.Close()
 	if err != nil || len(rs) != 1 || !rs[0].Met || !strings.Contains(rs[0].Observed, "appendfsync=always") {
 		t.Errorf("CheckGuarantees durable-tokens = %+v, %v; want met, observed appendfsync=always", rs, err)
 	}
 	_, err = fencelock.Open(ctx, base, &fencelock.Options{Require: []fencelock.Guarantee{fencelock.Failover}})
-	var ue *fencelock.UnmetGuaranteeError
+	var ue *driver.UnmetGuaranteeError
 	if !errors.As(err, &ue) || len(ue.Unmet) != 1 || !strings.Contains(ue.Unmet[0].Fix, "etcd or ZooKeeper") {
 		t.Errorf("Options.Require failover on Redis: %v; want unmet, pointing at etcd or ZooKeeper", err)
 	}

@@ -308,8 +308,8 @@ type doctorJSON struct {
 	// Require is the verdict on each guarantee of --require and the
 	// URL's require=, in order; RequireMet is true when all are met.
 	// Both are absent when nothing is required.
-	Require    []fencelock.GuaranteeResult `json:"require,omitempty"`
-	RequireMet *bool                       `json:"require_met,omitempty"`
+	Require    []driver.GuaranteeResult `json:"require,omitempty"`
+	RequireMet *bool                    `json:"require_met,omitempty"`
 }
 
 func cmdDoctor(e *env, args []string) int {
@@ -370,7 +370,7 @@ func cmdDoctor(e *env, args []string) int {
 	}
 	if len(require) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cf.connectTimeout)
-		rs, err := fencelock.CheckGuarantees(ctx, c.Backend(), dedupeGuarantees(require))
+		rs, err := driver.CheckGuarantees(ctx, c.Backend(), dedupeGuarantees(require))
 		cancel()
 		if err != nil {
 			return e.fail("doctor", fmt.Errorf("measuring the required guarantees: %w", err), e.parsedURL(&cf))
@@ -421,7 +421,7 @@ func cmdDoctor(e *env, args []string) int {
 }
 
 // printVerdict prints the verdict on the required guarantees as text.
-func printVerdict(w io.Writer, rs []fencelock.GuaranteeResult) {
+func printVerdict(w io.Writer, rs []driver.GuaranteeResult) {
 	fmt.Fprintln(w, "required guarantees:")
 	for _, r := range rs {
 		if r.Met {
