@@ -540,7 +540,11 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			return nil, c.gaveUp(ctx, f)
 		}
 		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
-		if err := c.sleep(ctx, f.wait(c.now(), jitter(backoff))); err != nil {
+		pause := jitter(backoff)
+		if held := (*HeldError)(nil); errors.As(err, &held) && held.LockDelay > 0 && held.LockDelay < pause {
+			pause = held.LockDelay + time.Millisecond // no release announces its end
+		}
+		if err := c.sleep(ctx, f.wait(c.now(), pause)); err != nil {
 			c.abandonFor(k, req)
 			return nil, c.ended(ctx, last)
 		}
