@@ -527,7 +527,9 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			return nil, c.gaveUp(ctx, f)
 		}
 		c.emit(Event{Kind: EventAcquireRetry, Key: req.Key, Owner: req.Owner, Err: err})
-		if err := c.sleep(ctx, f.wait(c.now(), b.next(nil))); err != nil {
+		// err may name a lock delay: no release announces its end, so
+		// the backoff wakes when it does (see soonestExpiry).
+		if err := c.sleep(ctx, f.wait(c.now(), b.next(err))); err != nil {
 			c.abandonFor(k, req)
 			return nil, c.ended(ctx, last)
 		}

@@ -119,7 +119,7 @@ type AcquireRequest struct {
 	// holder crashed or lost it) less than LockDelay ago, by the clock that
 	// judges expiry. A released (or force-released) record frees the key
 	// at once. Where the store cannot keep an expired record readable
-	// (Redis), the holder's grant leaves a marker that outlives its record
+	// (Redis, etcd), the holder's grant leaves a marker that outlives its record
 	// by the holder's own LockDelay, so there an unreleased end is
 	// remembered only that long: every client of a key should use the
 	// same LockDelay. At most MaxTTL; CheckAcquire refuses a negative one.

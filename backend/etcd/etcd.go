@@ -58,6 +58,8 @@ type Backend struct {
 	hot     backendkit.HotSet                 // keys found held recently (see Acquire)
 
 	fl floors // the token offsets (floor.go)
+
+	delays delays // lock-delay markers' leases of this backend's grants (lockdelay.go)
 }
 
 var (
@@ -106,12 +108,6 @@ func (b *Backend) checkRequest(req driver.AcquireRequest) error {
 	}
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if req.LockDelay > 0 {
-		// An entry lives as long as its lease: nothing of it outlives
-		// the lease to mark when it ended, so a lock delay cannot be
-		// kept.
-		return driver.LockDelayUnsupported("etcd")
 	}
 	return nil
 }
@@ -221,6 +217,25 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, &driver.HeldError{Holder: holderInfo(req.Key, resp.Kvs[0])}
 		}
 	}
+	// With a lock delay: refuse while the key's marker outlives an
+	// unreleased end, else put ours with the entry, on a lease of its own
+	// (lockdelay.go), revoked again unless the entry's put succeeds.
+	var delayLease clientv3.LeaseID
+	if req.LockDelay > 0 {
+		if err := b.delayCheck(ctx, req, qp); err != nil {
+			return driver.Grant{}, err
+		}
+		lr, err := b.cli.Grant(ctx, delayTTL(req.TTL, req.LockDelay))
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		delayLease = lr.ID
+		defer func() {
+			if id, ok := b.delays.get(req.Key, req.Owner); !ok || id != delayLease {
+				_ = b.revoke(delayLease)
+			}
+		}()
+	}
 	// leaseRetried: a lease revoked from outside was replaced once.
 	// readFloor: the floor key moved under the cached version; the next
 	// transaction reads it instead of comparing it, and so cannot fail on
@@ -235,6 +250,11 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		start := time.Now()
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()}
 		ops := []clientv3.Op{clientv3.OpPut(me, entryValue(req.Owner, req.Metadata), clientv3.WithLease(l.id))}
+		if delayLease != 0 {
+			dk := b.delayKey(req.Key)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
+			ops = append(ops, clientv3.OpPut(dk, req.Owner, clientv3.WithLease(delayLease)))
+		}
 		fmod, cached := b.fl.known()
 		cached = cached && !readFloor
 		if cached {
@@ -268,6 +288,9 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			g.TTL = l.ttlLeft(start)
 			g.Handle = l.handle(name)
 			keep = true
+			if delayLease != 0 {
+				b.delays.set(req.Key, req.Owner, delayLease)
+			}
 			return g, nil
 		}
 		// Held: read the queue's head (and the floor, for its token) in
@@ -328,6 +351,21 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 					return driver.Grant{}, err
 				}
 				g.Token = tok
+			}
+			if delayLease != 0 {
+				// The earlier attempt's marker may be on a lease this
+				// call does not keep alive: put it on ours, while the
+				// entry is the one just checked.
+				dk := b.delayKey(req.Key)
+				dr, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(mine.Key)), "=", int64(g.Token))).
+					Then(clientv3.OpPut(dk, req.Owner, clientv3.WithLease(delayLease))).Commit()
+				if err != nil {
+					return driver.Grant{}, err
+				}
+				if !dr.Succeeded {
+					return driver.Grant{}, errDelayMoved
+				}
+				b.delays.set(req.Key, req.Owner, delayLease)
 			}
 			headName := nameIn(qp, string(mine.Key))
 			keep = headName == name
@@ -421,6 +459,7 @@ func current(g driver.Grant, mine, head *mvccpb.KeyValue) (clientv3.LeaseID, boo
 // it lost without releasing it. An entry of the owner under another token
 // (a rotation whose reply was lost) keeps the slot until it is released.
 func (b *Backend) lostEntry(g driver.Grant, mine *mvccpb.KeyValue) {
+	b.delays.drop(g.Key, g.Owner) // its marker now runs out
 	name, ok := handleName(g.Handle)
 	if ok && (mine == nil || ownerOf(mine) != g.Owner) {
 		b.freeName(g.Key, name, g.Owner)
@@ -520,6 +559,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	if lr.err != nil {
 		return driver.Grant{}, lr.err
+	}
+	if err := b.keepDelay(ctx, g); err != nil {
+		return driver.Grant{}, err
 	}
 	g.TTL = lr.l.ttlLeft(start)
 	g.Handle = lr.l.handle(nameIn(b.queuePrefix(g.Key), string(mine.Key)))
@@ -628,6 +670,11 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 			failed++
 		default:
 			g := grants[i]
+			if err := b.keepDelay(ctx, g); err != nil {
+				out[i].Err = err
+				failed++
+				continue
+			}
 			g.TTL = lr.l.ttlLeft(start)
 			g.Handle = lr.l.handle(names[i])
 			out[i].Grant = g
@@ -666,7 +713,7 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	var err error
 	name, named := handleName(g.Handle)
 	if named {
-		ok, err = b.deleteEntry(ctx, qp+name, tok, ownedBy(qp+name, g.Owner)...)
+		ok, err = b.deleteEntryWith(ctx, qp+name, tok, b.delayOps(g.Key, g.Owner), ownedBy(qp+name, g.Owner)...)
 	} else {
 		// A grant without a Handle (the engine's clean-up by owner,
 		// built from Inspect): find the entry by its token, check its
@@ -685,7 +732,10 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 			return driver.ErrClosed
 		}
 		name = nameIn(qp, string(resp.Kvs[0].Key))
-		ok, err = b.deleteEntry(ctx, qp+name, tok)
+		ok, err = b.deleteEntryWith(ctx, qp+name, tok, b.delayOps(g.Key, g.Owner))
+	}
+	if ok {
+		b.delays.drop(g.Key, g.Owner)
 	}
 	// The slot is free again whatever the outcome: an entry left under
 	// its name is deleted by the orphan sweep below or expires, and
@@ -706,9 +756,15 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 // deleteEntry deletes entry k if its mod revision (its token) is mod and
 // the further comparisons hold.
 func (b *Backend) deleteEntry(ctx context.Context, k string, mod int64, also ...clientv3.Cmp) (bool, error) {
+	return b.deleteEntryWith(ctx, k, mod, nil, also...)
+}
+
+// deleteEntryWith is deleteEntry with more operations (ops) in the
+// deleting transaction.
+func (b *Backend) deleteEntryWith(ctx context.Context, k string, mod int64, ops []clientv3.Op, also ...clientv3.Cmp) (bool, error) {
 	resp, err := b.cli.Txn(ctx).
 		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", mod)}, also...)...).
-		Then(clientv3.OpDelete(k)).
+		Then(append([]clientv3.Op{clientv3.OpDelete(k)}, ops...)...).
 		Commit()
 	if err != nil {
 		return false, err
@@ -894,7 +950,9 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 	}
 	kv := resp.Kvs[0]
 	info := holderInfo(key, kv)
-	ok, err := b.deleteEntry(ctx, string(kv.Key), kv.ModRevision)
+	// A forced release frees the key at once: the lock-delay marker goes
+	// with the entry.
+	ok, err := b.deleteEntryWith(ctx, string(kv.Key), kv.ModRevision, []clientv3.Op{clientv3.OpDelete(b.delayKey(key))})
 	if err != nil {
 		return driver.Info{}, err
 	}

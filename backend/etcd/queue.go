@@ -23,6 +23,11 @@ var errNamesTaken = errors.New("etcd: entry names taken by stale entries")
 // raised after the waiter queued, its entry is re-put (bump) before the
 // grant is returned, so that its token is above the floor.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.LockDelay > 0 && req.LockDelay <= driver.MaxTTL {
+		// The head of a queue holds the key at once, delay or not: with a
+		// lock delay, one attempt instead (see lockdelay.go).
+		return b.Acquire(ctx, req)
+	}
 	g, err := b.acquireWait(ctx, req)
 	if err != nil {
 		return driver.Grant{}, b.tokens().HeldError(ctx, err)
