@@ -73,10 +73,9 @@ func tryPair(ctx context.Context, k *fencelock.Call, c *fencelock.Client, first,
 	}
 	if b, err = c.TryAcquire(ctx, second, lease...); err != nil {
 		// a was never handed out: release it at once, whatever its
-		// minimum hold, on a context of its own (ctx may have ended).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().ReleaseTimeout)
-		defer cancel()
-		_ = a.ReleaseNow(rctx)
+		// minimum hold (bounded by Options.ReleaseTimeout, even if ctx
+		// has ended).
+		_ = a.ReleaseNow(ctx)
 		return nil, nil, err
 	}
 	a.OnEnd(releaseWith(c, b))
@@ -85,14 +84,15 @@ func tryPair(ctx context.Context, k *fencelock.Call, c *fencelock.Client, first,
 }
 
 // releaseWith returns an OnEnd hook that releases other. The hook runs
-// under its lease's lock and must not block: it hands the release to
-// Client.Go, a goroutine that Close waits for.
+// under its lease's lock and must not block: from a goroutine of its
+// own, it hands the release to Client.Go, whose goroutine Close waits
+// for.
 func releaseWith(c *fencelock.Client, other *fencelock.Lease) func(error) {
 	return func(error) {
-		go c.Go(func(context.Context) {
-			rctx, cancel := context.WithTimeout(context.Background(), c.Options().ReleaseTimeout)
-			defer cancel()
-			_ = other.Release(rctx)
+		go c.Go(func(closing context.Context) {
+			// Bounded by Options.ReleaseTimeout, and by Close's budget
+			// once closing has ended.
+			_ = other.Release(closing)
 		})
 	}
 }
