@@ -106,19 +106,20 @@ func WithMinHold(d time.Duration) AcquireOption {
 // without a release (it expired: the holder crashed, paused or lost the
 // store) less than d ago, judged by the clock that judges expiry (the
 // server's for PostgreSQL, Redis and MongoDB, the store's for memory and
-// file, etcd's lease expiry). A released key is free at once. So a
-// resource that cannot check fencing tokens gets a quiet gap of d in which
-// a paused holder's late
-// writes land before the next holder starts: choose d longer than the
+// file, etcd's lease expiry, ZooKeeper's mtime). A released key is free
+// at once. So a resource that cannot check fencing tokens gets a quiet
+// gap of d in which a paused holder's late writes land before the next
+// holder starts: choose d longer than the
 // longest pause a holder may wake from. A minimum hold (WithMinHold)
 // whose window ends by the record's expiry (the Client was closed first)
 // is an unreleased end too. Acquire waits through the delay
 // (waking when it ends); TryAcquire fails with a *HeldError whose
 // LockDelay says how much is left. Give every client of a key the same
 // lock delay: on Redis the holder's grant carries the marker of its end,
-// kept for the holder's own lock delay (on etcd, likewise, and the gap
-// may exceed d by about a TTL). A backend that cannot keep a lock delay
-// (ZooKeeper) fails the call with an error matching ErrUnsupported.
+// kept for the holder's own lock delay (on etcd likewise, and the gap may
+// exceed d by about a TTL; on ZooKeeper the gap counts from the first
+// acquire that finds the holder gone). A backend that cannot keep a lock
+// delay fails the call with an error matching ErrUnsupported.
 func WithLockDelay(d time.Duration) AcquireOption {
 	return func(c *callConfig) { c.lockDelay, c.setLockDelay = d, true }
 }

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,6 +35,31 @@ var mutants = []mutant{
 	{"metadata-dropped-on-rotation", "MetadataStoredAndHolderOnly", func(s *memory.Store) driver.Backend { return rotationDropsMetadata{plain(s.Backend())} }},
 	{"lock-delay-ignored", "LockDelay", func(s *memory.Store) driver.Backend { return noLockDelay{plain(s.Backend())} }},
 	{"release-keeps-lock-delay", "LockDelay", func(s *memory.Store) driver.Backend { return releaseByExpiry{plain(s.Backend()), s} }},
+	{"lock-delay-refused-untyped", "LockDelay", func(s *memory.Store) driver.Backend { return refuseLockDelay{plain(s.Backend()), false} }},
+}
+
+// sound are backends the suite must pass: a backend that refuses a lock
+// delay with the typed error does what the driver asks.
+var sound = []mutant{
+	{"lock-delay-refused-typed", "LockDelay", func(s *memory.Store) driver.Backend { return refuseLockDelay{plain(s.Backend()), true} }},
+}
+
+// refuseLockDelay refuses a positive lock delay: with the typed
+// driver.LockDelayUnsupported, or with a bare error matching
+// ErrUnsupported that names nothing.
+type refuseLockDelay struct {
+	driver.Backend
+	typed bool
+}
+
+func (b refuseLockDelay) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if err := driver.CheckAcquire(r); err != nil || r.LockDelay == 0 {
+		return b.Backend.Acquire(ctx, r)
+	}
+	if b.typed {
+		return driver.Grant{}, driver.LockDelayUnsupported("refusing")
+	}
+	return driver.Grant{}, fmt.Errorf("no lock delay here: %w", driver.ErrUnsupported)
 }
 
 // noLockDelay accepts a lock delay and ignores it.
@@ -201,7 +227,7 @@ func TestHelperMutantSuite(t *testing.T) {
 	if name == "" {
 		t.Skip("helper process for TestSuiteCatchesBrokenBackends")
 	}
-	for _, m := range mutants {
+	for _, m := range append(mutants, sound...) {
 		if m.name == name {
 			store := memory.NewStore()
 			conformance.Run(t, conformance.Harness{
@@ -232,6 +258,24 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 			}
 			if !strings.Contains(string(out), "rule:") {
 				t.Errorf("failing case did not explain its rule; output:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestSuitePassesSoundBackends runs the named case on each sound backend:
+// the suite must pass it (a refused lock delay, typed, is a skip).
+func TestSuitePassesSoundBackends(t *testing.T) {
+	for _, m := range sound {
+		t.Run(m.name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperMutantSuite$/^"+m.wantFail+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "FENCELOCK_CONFORMANCE_MUTANT="+m.name)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("the suite failed a sound backend (%s): %v; output:\n%s", m.name, err, out)
+			}
+			if !strings.Contains(string(out), "--- SKIP: TestHelperMutantSuite/"+m.wantFail) {
+				t.Errorf("case %s was not skipped with the typed refusal; output:\n%s", m.wantFail, out)
 			}
 		})
 	}

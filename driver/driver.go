@@ -119,12 +119,13 @@ type AcquireRequest struct {
 	// holder crashed or lost it) less than LockDelay ago, by the clock that
 	// judges expiry. A released (or force-released) record frees the key
 	// at once. Where the store cannot keep an expired record readable
-	// (Redis, etcd), the holder's grant leaves a marker that outlives its record
-	// by the holder's own LockDelay, so there an unreleased end is
-	// remembered only that long: every client of a key should use the
-	// same LockDelay. At most MaxTTL; CheckAcquire refuses a negative one.
-	// A backend that cannot keep it returns an *UnsupportedError
-	// (matching ErrUnsupported) for a positive LockDelay, storing nothing.
+	// (Redis, etcd, ZooKeeper), the holder's grant leaves a marker that
+	// outlives its record, so an unreleased end is remembered only if the
+	// holder asked for a lock delay too: every client of a key should use
+	// the same one. At most MaxTTL; CheckAcquire refuses a negative one. A
+	// backend that cannot keep it returns an *UnsupportedError (matching
+	// ErrUnsupported, see LockDelayUnsupported) for a positive LockDelay,
+	// storing nothing.
 	LockDelay time.Duration
 }
 

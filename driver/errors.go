@@ -166,5 +166,5 @@ func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupport
 // backend and what to use instead.
 func LockDelayUnsupported(backend string) error {
 	return &UnsupportedError{Backend: backend, Feature: "LockDelay",
-		Instead: "use a backend that keeps it (postgres, redis, mongodb, etcd, file, mem), or leave the lock delay at 0 and fence the resource with the lease's token"}
+		Instead: "use a backend that keeps it (every backend of fencelock does), or leave the lock delay at 0 and fence the resource with the lease's token"}
 }

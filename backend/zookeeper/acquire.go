@@ -19,7 +19,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return driver.Grant{}, b.tokens().HeldError(ctx, err)
 	}
-	return b.tokenGrant(ctx, g)
+	g, err = b.tokenGrant(ctx, g)
+	if err == nil && req.LockDelay > 0 {
+		// The grant marks its key for a lock delay (lockdelay.go); a
+		// grant whose marker could not be written is not handed out.
+		if err = b.putDelay(ctx, req); err != nil {
+			if h, ok := parseHandle(g.Handle); ok {
+				b.deleteOwn(ctx, h.path)
+			}
+			return driver.Grant{}, err
+		}
+	}
+	return g, err
 }
 
 // tokenGrant maps a new grant's token; if that fails, the grant's znode is
@@ -46,6 +57,11 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, err
 	}
 	parent := b.parent(req.Key)
+	if req.LockDelay > 0 {
+		if err := b.delayCheck(ctx, req, parent); err != nil {
+			return driver.Grant{}, err
+		}
+	}
 	if b.hot.Hot(req.Key) {
 		// Contended lately: look before writing, so a contender that
 		// will wait anyway costs the server two reads instead of two
@@ -234,11 +250,6 @@ func (b *Backend) validate(ctx context.Context, req driver.AcquireRequest) error
 	}
 	if err := driver.CheckAcquire(req); err != nil {
 		return err
-	}
-	if req.LockDelay > 0 {
-		// A lock node is ephemeral: nothing of it outlives its session
-		// to mark when it ended, so a lock delay cannot be kept.
-		return driver.LockDelayUnsupported("zookeeper")
 	}
 	return nil
 }

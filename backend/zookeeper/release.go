@@ -51,8 +51,10 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 			delete(b.rotating, h.path)
 			b.mu.Unlock()
 		}
+		b.dropDelay(ctx, g.Key, g.Owner, false) // released: no lock delay
 		return nil
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		b.delays.take(g.Key, g.Owner) // not ours: its marker runs its delay
 		return driver.ErrNotHeld
 	}
 	// Not sent (zk.ErrNoServer), not connected, or the reply was lost: the
@@ -97,6 +99,7 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 			return driver.Info{}, err
 		}
 		owner, md := parseData(data)
+		b.dropDelay(ctx, key, owner, true) // a forced release frees at once
 		return driver.Info{Key: key, Owner: owner, Token: driver.Token(st.Mzxid), Metadata: md}, nil
 	}
 	return driver.Info{}, errors.New("zookeeper: the lock's holder kept changing during ForceRelease")

@@ -16,6 +16,11 @@ import (
 // waiter's grant is provisional, as before: the confirming Renew applies
 // the floor (handOff).
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.LockDelay > 0 && req.LockDelay <= driver.MaxTTL {
+		// The head of a queue holds the key at once, delay or not: with a
+		// lock delay, one attempt instead (see lockdelay.go).
+		return b.Acquire(ctx, req)
+	}
 	g, err := b.acquireWait(ctx, req)
 	if err != nil {
 		return driver.Grant{}, b.tokens().HeldError(ctx, err)

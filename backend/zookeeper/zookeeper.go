@@ -52,6 +52,8 @@ type Backend struct {
 
 	fl floors // the token floor znode as last read (floor.go)
 
+	delays delayed // grants that wrote a lock-delay marker (lockdelay.go)
+
 	// counters, read by tests
 	wakeups  atomic.Int64 // predecessor watch events a waiter received
 	lists    atomic.Int64 // children listings made while waiting

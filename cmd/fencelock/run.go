@@ -72,7 +72,6 @@ fencelock crashed or lost the lease) is taken only D after that end, by the
 store's clock; a released KEY is taken at once. Use it when COMMAND writes to
 something that cannot check FENCELOCK_TOKEN: a paused holder's late writes
 then land before the next holder starts, if its pause is shorter than D.
-ZooKeeper refuses it (exit 69).
 
 With --min-hold D, a COMMAND that finishes before D has passed since KEY was
 granted leaves KEY held until then (ShedLock's lockAtLeastFor), so a

@@ -27,7 +27,7 @@ const FaultLockDelay = fLockDelay
 // run it.
 func lockDelayCell(be *backendEnv, prof profile) (cellSpec, string) {
 	switch be.scheme {
-	case "postgres", "postgresql", "redis", "mongodb", "etcd", "mem", "file":
+	case "postgres", "postgresql", "redis", "mongodb", "etcd", "zk", "mem", "file":
 	default:
 		return cellSpec{}, be.scheme + ":// keeps no lock delay (driver.LockDelayUnsupported)"
 	}
