@@ -21,11 +21,19 @@ package check
 // causes; the generative options' properties need what the safety
 // history does not record) and are not compared. P1's rule within a
 // lease (a pre-rotation token refused once its rotated one was
-// accepted) has no generative counterpart. The read-write lock's
-// (W1..W3 against the generative rwRun's NoTwoWriters,
-// NoReaderBesideWriter, GrantTokensIncrease, NoStaleAccessAccepted) are
-// not cross-checked yet; semaphores (S1, S2) and elections have a
-// checker on one side only.
+// accepted) has no generative counterpart.
+//
+// Read-write locks (crosscheck_rw_test.go), a grant being a lease on its
+// lock's gate (a writer) or on a reader slot (recipe.Keys):
+//
+//	rw-exclusion     generative NoTwoWriters, NoReaderBesideWriter  ↔ W1
+//	rw-tokens        generative GrantTokensIncrease                 ↔ W2
+//	rw-stale-access  generative NoStaleAccessAccepted               ↔ W3
+//
+// Semaphores: a permit is a lease on a slot key, judged by both sides'
+// lock invariants per slot; S1 (at most N slots believed) and S2 (a
+// stopped holder's permit comes back) have no generative counterpart,
+// and elections have a checker on one side only.
 
 import (
 	"context"
@@ -47,7 +55,7 @@ import (
 )
 
 // crossConfig is the configuration both checkers are compared under.
-var crossConfig = Config{TTL: time.Second, Poll: 100 * time.Millisecond, Slack: time.Nanosecond}
+var crossConfig = Config{TTL: time.Second, Poll: 100 * time.Millisecond, Slack: time.Nanosecond, RW: true}
 
 // sharedOf maps each property either checker reports to the shared
 // invariant it checks; properties not listed have no counterpart.
@@ -60,14 +68,23 @@ var sharedOf = map[string]string{
 	"TokensIncreaseAcrossHolders": "tokens",
 	"TokensNonZero":               "tokens",
 	"NoTwoHolders":                "exclusion",
+	"W1":                          "rw-exclusion",
+	"W2":                          "rw-tokens",
+	"W3":                          "rw-stale-access",
+	"NoTwoWriters":                "rw-exclusion",
+	"NoReaderBesideWriter":        "rw-exclusion",
+	"GrantTokensIncrease":         "rw-tokens",
+	"NoStaleAccessAccepted":       "rw-stale-access",
 }
 
-// replayOf writes h (a single-lock history: no semaphore or read-write
-// lock keys) in the generative checker's terms: a lease's window runs
+// replayOf writes h in the generative checker's terms: a lease's window runs
 // from its Acquired to the earliest of its Lost, its ReleaseStart, the
 // first Crash of its process after it was acquired and the largest Until
 // it reported (the belief interval of the package doc); a write is the
-// fence's Write, invoked and answered at its T.
+// fence's Write, invoked and answered at its T. A read-write lock's
+// grants are leases on its gate and reader slot keys, as in h; an access
+// to its resource (a Write with Access set) is a write by its grant's
+// lease, which the Replay judges as an access.
 func replayOf(t fataler, h history.History) generative.Replay {
 	t.Helper()
 	h = append(history.History(nil), h...)
@@ -141,10 +158,13 @@ func replayOf(t fataler, h history.History) generative.Replay {
 	}
 	for _, e := range h {
 		i, known := idx[e.Lease]
-		if e.Kind != history.Write || e.Access != "" || !known {
+		if e.Kind != history.Write || !known {
 			continue // a write by a lease never acquired: the generative history has none
 		}
 		l := rp.Leases[i]
+		if lock, _ := rwOf(l.Key); (e.Access != "") != (lock != "") {
+			continue // a plain write by a grant, or an access by a plain lease: neither checker judges it
+		}
 		rp.Writes = append(rp.Writes, generative.ReplayWrite{
 			Lease: i, Token: fencelock.Token(e.Token), Invoked: e.T, Returned: e.T, Accepted: e.Accepted,
 			Late: l.End != 0 && e.T >= l.End,
@@ -184,16 +204,35 @@ func (v verdicts) String() string {
 }
 
 // agree reports whether both checkers found the same shared invariants
-// broken (possibly none). Where both found two leases of a key believing
-// at once, only that is compared: which of the two is the older is then
-// not defined, and each checker orders them its own way for tokens and
+// broken (possibly none). Where both found two leases of a key, or two
+// grants of a read-write lock, believing at once, only the exclusion
+// invariants are compared: which of the two is the older is then not
+// defined, and each checker orders them its own way for tokens and
 // stale writes (this package by Acquired time, the generative checker
-// not at all: it skips pairs whose order it cannot tell).
+// not at all: it skips pairs whose order it cannot tell). Where both
+// found a read-write grant's token out of order, rw-stale-access is not
+// compared: W3 orders grants by acquisition, NoStaleAccessAccepted by
+// token, and the two orders then differ.
 func (v verdicts) agree() bool {
-	if v.safety["exclusion"] != nil && v.generative["exclusion"] != nil {
-		return true
+	both := func(inv string) bool { return v.safety[inv] != nil && v.generative[inv] != nil }
+	keys := func(m map[string][]string) []string {
+		var ks []string
+		for k := range m {
+			switch {
+			case both("exclusion") || both("rw-exclusion"):
+				if k != "exclusion" && k != "rw-exclusion" {
+					continue
+				}
+			case both("rw-tokens"):
+				if k == "rw-stale-access" {
+					continue
+				}
+			}
+			ks = append(ks, k)
+		}
+		return slices.Sorted(slices.Values(ks))
 	}
-	return slices.Equal(slices.Sorted(maps.Keys(v.safety)), slices.Sorted(maps.Keys(v.generative)))
+	return slices.Equal(keys(v.safety), keys(v.generative))
 }
 
 // judge feeds h to both checkers and returns their verdicts on the
