@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -22,8 +23,8 @@ func TestObserveReadsAreBoundedOnASilentStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
-		b.setAll(silent)
+		c := newClient(t, b.Backend(), boundOpts())
+		b.SetAll(silent)
 		var err error
 		within(t, b, c, 15*time.Second, "Observe(Background) on a silent store", func() {
 			_, err = recipe.Observe(context.Background(), c, "k")
@@ -37,7 +38,7 @@ func TestObserveReadsAreBoundedOnASilentStore(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Leader = %v; want DeadlineExceeded", err)
 		}
-		b.setAll(nil)
+		b.SetAll(nil)
 	})
 }
 
@@ -50,12 +51,12 @@ func TestCloseDuringNestedGateAttempt(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
 			gate := make(chan struct{})
-			h := &hook{Backend: store.Backend()}
+			f := fakebackend.New(store.Backend(), fakebackend.Plain)
 			// Every acquire request (the gate's first) reaches the
 			// store only when gate opens, whether or not its sender
 			// still waits.
-			sent := lateStore(h, store, 1, gate)
-			c, err := fencelock.New(h, nil)
+			sent := lateStore(f, store, 1, gate)
+			c, err := fencelock.New(f.Backend(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,39 +95,25 @@ func TestCloseDuringNestedGateAttempt(t *testing.T) {
 	}
 }
 
-// hook wraps a backend (only the Backend interface) and lets a test act
-// around its acquire requests.
-type hook struct {
-	driver.Backend
-	acquire func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error)
-}
-
-func (h *hook) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	if h.acquire != nil {
-		return h.acquire(ctx, r)
-	}
-	return h.Backend.Acquire(ctx, r)
-}
-
-// lateStore makes h a store whose Acquire requests, from the nth on,
+// lateStore makes f a store whose Acquire requests, from the nth on,
 // arrive only when gate opens, and are applied then whether or not their
 // sender still waits for the reply: a request delayed in flight, which a
 // server executes after its client gave up on it (by store, whose
 // backends Close does not close). sent is closed when the nth request is
 // on its way.
-func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
+func lateStore(f *fakebackend.Fake, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
 	var calls atomic.Int32
 	s := make(chan struct{})
-	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 		switch k := calls.Add(1); {
 		case k < int32(n):
-			return h.Backend.Acquire(ctx, r)
+			return next(ctx, r)
 		case k == int32(n):
 			close(s)
 		}
 		select {
 		case <-gate:
-			return h.Backend.Acquire(context.WithoutCancel(ctx), r)
+			return next(context.WithoutCancel(ctx), r)
 		case <-ctx.Done():
 			go func() {
 				<-gate
@@ -134,7 +121,7 @@ func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent 
 			}()
 			return driver.Grant{}, ctx.Err()
 		}
-	}
+	})
 	return s
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -21,22 +22,22 @@ func TestElectReturnsNilWhenItsCampaignerResigns(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		setup func(t *testing.T, store *memory.Store, b *faulty)
+		setup func(t *testing.T, store *memory.Store, b *fakebackend.Fake)
 		opts  []fencelock.AcquireOption
 	}{
 		{name: "leading"},
 		{name: "waiting for a held key", setup: holdKey},
 		{name: "waiting with WithWait", setup: holdKey, opts: []fencelock.AcquireOption{fencelock.WithWait(3 * time.Second)}},
-		{name: "on a refusing store", setup: func(_ *testing.T, _ *memory.Store, b *faulty) { b.setAll(refusing) }},
-		{name: "on a silent store", setup: func(_ *testing.T, _ *memory.Store, b *faulty) { b.setAll(silent) }},
+		{name: "on a refusing store", setup: func(_ *testing.T, _ *memory.Store, b *fakebackend.Fake) { b.SetAll(refusing) }},
+		{name: "on a silent store", setup: func(_ *testing.T, _ *memory.Store, b *fakebackend.Fake) { b.SetAll(silent) }},
 		{name: "on a silent store with WithWait", opts: []fencelock.AcquireOption{fencelock.WithWait(3 * time.Second)},
-			setup: func(_ *testing.T, _ *memory.Store, b *faulty) { b.setAll(silent) }},
+			setup: func(_ *testing.T, _ *memory.Store, b *fakebackend.Fake) { b.SetAll(silent) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
 				b := newFaulty(store)
-				c := newClient(t, b, boundOpts())
+				c := newClient(t, b.Backend(), boundOpts())
 				if tc.setup != nil {
 					tc.setup(t, store, b)
 				}
@@ -52,7 +53,7 @@ func TestElectReturnsNilWhenItsCampaignerResigns(t *testing.T) {
 				if err != nil {
 					t.Errorf("Elect = %v after its campaigner resigned; want nil", err)
 				}
-				b.setAll(nil)
+				b.SetAll(nil)
 			})
 		})
 	}
@@ -60,7 +61,7 @@ func TestElectReturnsNilWhenItsCampaignerResigns(t *testing.T) {
 
 // holdKey makes another client of store hold "k" (its lease outlives the
 // test's campaign).
-func holdKey(t *testing.T, store *memory.Store, _ *faulty) {
+func holdKey(t *testing.T, store *memory.Store, _ *fakebackend.Fake) {
 	other := newClient(t, store.Backend(), boundOpts())
 	if _, err := other.Acquire(context.Background(), "k"); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -66,8 +67,8 @@ func TestRecipeWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 					store := memory.NewStore()
 					b := newFaulty(store)
 					o := boundOpts()
-					c := newClient(t, driver.Backend(b), o)
-					b.setAll(fc.fault)
+					c := newClient(t, b.Backend(), o)
+					b.SetAll(fc.fault)
 					var err error
 					// Each step that fails gives up after one TTL
 					// of failures; allow a few in turn.
@@ -83,27 +84,16 @@ func TestRecipeWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 	}
 }
 
-// refuseAcquires is a memory backend (its optional capabilities hidden:
-// waits poll) whose acquire requests of the keys that match fail as on a
-// store that refuses connections; every other request is answered.
-type refuseAcquires struct {
-	driver.Backend
-	match func(key string) bool
-}
-
-func (b refuseAcquires) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if b.match(req.Key) {
-		return driver.Grant{}, refused
-	}
-	return b.Backend.Acquire(ctx, req)
-}
-
-// refuseAcquiresNotify is refuseAcquires with the memory backend's
-// notifications: a waiting call waits on every slot at once.
-type refuseAcquiresNotify struct{ refuseAcquires }
-
-func (b refuseAcquiresNotify) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	return b.Backend.(*faulty).Backend.(*memory.Backend).Watch(ctx, key)
+// refuseAcquires makes f's acquire requests of the keys that match fail
+// as on a store that refuses connections; every other request is
+// answered.
+func refuseAcquires(f *fakebackend.Fake, match func(key string) bool) {
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		if match(r.Key) {
+			return driver.Grant{}, refused
+		}
+		return next(ctx, r)
+	})
 }
 
 // A recipe's waiting call without a deadline whose tries at its slots
@@ -135,12 +125,15 @@ func TestRecipeSlotWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 			return err
 		}},
 	}
+	// The memory backend's store (its capabilities hidden: waits poll),
+	// or with its notifications: a waiting call waits on every slot at
+	// once.
 	ways := []struct {
 		name string
-		wrap func(refuseAcquires) driver.Backend
+		caps fakebackend.Caps
 	}{
-		{"poll", func(b refuseAcquires) driver.Backend { return b }},
-		{"notify", func(b refuseAcquires) driver.Backend { return refuseAcquiresNotify{b} }},
+		{"poll", fakebackend.Plain},
+		{"notify", fakebackend.Watcher},
 	}
 	const rounds = 8
 	for _, way := range ways {
@@ -153,7 +146,8 @@ func TestRecipeSlotWaitWithoutDeadlineReturnsStoreCause(t *testing.T) {
 					slots := func(key string) bool {
 						return strings.Contains(key, recipe.PermitSeparator) || strings.Contains(key, recipe.RWSeparator+"r/")
 					}
-					c := newClient(t, way.wrap(refuseAcquires{b, slots}), o)
+					refuseAcquires(b, slots)
+					c := newClient(t, b.As(way.caps), o)
 					for round := range rounds {
 						var err error
 						within(t, b, c, 2*o.TTL+o.ReleaseTimeout, call.name+"(Background) whose tries are refused", func() {

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -152,15 +153,14 @@ func TestRWLockReadersShareWriterExcludes(t *testing.T) {
 // and with the writer polling while the readers' client is notified (a
 // fleet halfway through a migration).
 func TestRWLockWriterNotStarved(t *testing.T) {
-	slow := func(b *memory.Backend) driver.Backend { return slowPlain{plain{b}} }
 	cases := []struct {
 		name            string
 		readers, writer func(*memory.Backend) driver.Backend
 	}{
-		{"poll-slow", slow, slow},
-		{"notify-slow", func(b *memory.Backend) driver.Backend { return slowNotify{b} }, func(b *memory.Backend) driver.Backend { return slowNotify{b} }},
-		{"watch-fails-slow", func(b *memory.Backend) driver.Backend { return watchFails{slowPlain{plain{b}}} }, func(b *memory.Backend) driver.Backend { return watchFails{slowPlain{plain{b}}} }},
-		{"mixed-slow", func(b *memory.Backend) driver.Backend { return slowNotify{b} }, slow},
+		{"poll-slow", slowPlain, slowPlain},
+		{"notify-slow", slowNotify, slowNotify},
+		{"watch-fails-slow", watchFails, watchFails},
+		{"mixed-slow", slowNotify, slowPlain},
 	}
 	for _, sb := range semBackends {
 		cases = append(cases, struct {
@@ -234,52 +234,27 @@ func testRWWriterNotStarved(t *testing.T, readers, writer func(*memory.Backend) 
 	})
 }
 
-// slowPlain is a polled backend whose store calls take 10ms each, as a
-// loaded store's round trips do (FerretDB): readers passing the gate keep
-// it busy for a while at each entry, which a polling writer must not
-// lose to. slowNotify is the same with the memory backend's
-// notifications kept; the two differ in the capabilities they embed.
-type slowPlain struct{ plain }
-
-func (b slowPlain) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	time.Sleep(10 * time.Millisecond)
-	return b.plain.Acquire(ctx, req)
+// slowPlain, slowNotify and watchFails are the memory backend with
+// its store calls taking 10ms each, as a loaded store's round trips do
+// (FerretDB): readers passing the gate keep it busy for a while at each
+// entry, which a polling writer must not lose to. slowPlain polls,
+// slowNotify keeps the memory backend's notifications, and watchFails
+// is a Watcher in type whose Watch fails at every call (a file backend
+// past the inotify limit), so the engine polls.
+func slowPlain(b *memory.Backend) driver.Backend {
+	return slowStore(b, fakebackend.Plain, 10*time.Millisecond).Backend()
 }
 
-func (b slowPlain) Release(ctx context.Context, g driver.Grant) error {
-	time.Sleep(10 * time.Millisecond)
-	return b.plain.Release(ctx, g)
+func slowNotify(b *memory.Backend) driver.Backend {
+	return slowStore(b, fakebackend.CapsOf(b), 10*time.Millisecond).Backend()
 }
 
-func (b slowPlain) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	time.Sleep(10 * time.Millisecond)
-	return b.plain.Inspect(ctx, key)
-}
-
-// slowNotify: see slowPlain.
-type slowNotify struct{ *memory.Backend }
-
-func (b slowNotify) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	time.Sleep(10 * time.Millisecond)
-	return b.Backend.Acquire(ctx, req)
-}
-
-func (b slowNotify) Release(ctx context.Context, g driver.Grant) error {
-	time.Sleep(10 * time.Millisecond)
-	return b.Backend.Release(ctx, g)
-}
-
-func (b slowNotify) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	time.Sleep(10 * time.Millisecond)
-	return b.Backend.Inspect(ctx, key)
-}
-
-// watchFails is a Watcher in type whose Watch fails at every call (a
-// file backend past the inotify limit), so the engine polls.
-type watchFails struct{ slowPlain }
-
-func (watchFails) Watch(context.Context, string) (<-chan struct{}, error) {
-	return nil, driver.ErrUnsupported
+func watchFails(b *memory.Backend) driver.Backend {
+	f := slowStore(b, fakebackend.Watcher, 10*time.Millisecond)
+	f.OnWatch(func(context.Context, string, fakebackend.WatchFunc) (<-chan struct{}, error) {
+		return nil, driver.ErrUnsupported
+	})
+	return f.Backend()
 }
 
 // A writer that gives up waiting for the gate (its context ends, its
@@ -297,11 +272,11 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 			return info
 		}
 		opts := func(owner string) *fencelock.Options { return &fencelock.Options{TTL: time.Second, Owner: owner} }
-		w1, err := rwlock(t, newClient(t, plain{store.Backend()}, opts("w1")), "k").Lock(t.Context())
+		w1, err := rwlock(t, newClient(t, plain(store.Backend()), opts("w1")), "k").Lock(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		w2 := rwlock(t, newClient(t, plain{store.Backend()}, opts("w2")), "k")
+		w2 := rwlock(t, newClient(t, plain(store.Backend()), opts("w2")), "k")
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		_, err = w2.Lock(ctx)
 		cancel()
@@ -317,7 +292,7 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 		if info := inspectIntent(); info.Locked() {
 			t.Fatalf("after a bounded Lock the intent is held: %+v", info)
 		}
-		c3, err := fencelock.New(plain{store.Backend()}, opts("w3"))
+		c3, err := fencelock.New(plain(store.Backend()), opts("w3"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +306,7 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 		if info := inspectIntent(); !strings.HasPrefix(info.Owner, "w3") {
 			t.Fatalf("w3 waits for the gate, the intent is %+v; want held by w3", info)
 		}
-		if _, err := rwlock(t, newClient(t, plain{store.Backend()}, opts("r")), "k").TryRLock(t.Context()); !errors.Is(err, fencelock.ErrNotAcquired) {
+		if _, err := rwlock(t, newClient(t, plain(store.Backend()), opts("r")), "k").TryRLock(t.Context()); !errors.Is(err, fencelock.ErrNotAcquired) {
 			t.Fatalf("TryRLock while a writer waits for the gate = %v; want ErrNotAcquired", err)
 		}
 		c3.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -27,7 +28,9 @@ func TestRWLockConcurrentTryRLockNotRefusedByReaders(t *testing.T) {
 	ways := append(semBackends[:len(semBackends):len(semBackends)], struct {
 		name string
 		wrap func(*memory.Backend) driver.Backend
-	}{"slow", func(b *memory.Backend) driver.Backend { return slowStore{b, 4 * time.Millisecond} }})
+	}{"slow", func(b *memory.Backend) driver.Backend {
+		return slowStore(b, fakebackend.Plain, 4*time.Millisecond).Backend()
+	}})
 	for _, sb := range ways {
 		t.Run(sb.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -217,43 +220,4 @@ func TestRWLockTryRLockBoundedByReaderStuckInGate(t *testing.T) {
 			}
 		}
 	})
-}
-
-// slowStore answers every request after delay (a store's round trip), and
-// hides the backend's optional capabilities.
-type slowStore struct {
-	driver.Backend
-	delay time.Duration
-}
-
-func (b slowStore) wait(ctx context.Context) error {
-	t := time.NewTimer(b.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (b slowStore) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.wait(ctx); err != nil {
-		return driver.Grant{}, err
-	}
-	return b.Backend.Acquire(ctx, req)
-}
-
-func (b slowStore) Release(ctx context.Context, g driver.Grant) error {
-	if err := b.wait(ctx); err != nil {
-		return err
-	}
-	return b.Backend.Release(ctx, g)
-}
-
-func (b slowStore) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.wait(ctx); err != nil {
-		return driver.Info{}, err
-	}
-	return b.Backend.Inspect(ctx, key)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -32,7 +33,7 @@ func TestRWLockTryRLockBesideNearlyFullSlots(t *testing.T) {
 		}
 		var rws []*recipe.RWLock
 		for i := range tries {
-			rws = append(rws, rwlock(t, newClient(t, slowStore{store.Backend(), 4 * time.Millisecond}, o(fmt.Sprint("try", i))), "k"))
+			rws = append(rws, rwlock(t, newClient(t, slowStore(store.Backend(), fakebackend.Plain, 4*time.Millisecond).Backend(), o(fmt.Sprint("try", i))), "k"))
 		}
 		for round := range rounds {
 			grants := make([]*recipe.RWGrant, tries)

@@ -44,7 +44,7 @@ var semBackends = []struct {
 	wrap func(*memory.Backend) driver.Backend
 }{
 	{"notify", func(b *memory.Backend) driver.Backend { return b }},
-	{"poll", func(b *memory.Backend) driver.Backend { return plain{b} }},
+	{"poll", func(b *memory.Backend) driver.Backend { return plain(b) }},
 }
 
 func TestSemaphoreNeverMoreThanNHolders(t *testing.T) {
