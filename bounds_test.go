@@ -57,53 +57,21 @@ func slow(d time.Duration) func(context.Context) error {
 	}
 }
 
-// faulty is the bound tests' fake store: a fakebackend.Fake over the
-// memory backend that shows no optional capability (waits poll, every
-// 50ms as a queue's AcquireWait). Its faults are the Fake's (Set,
-// SetAll, SetLate; LetGo ends their waits, so that a test whose call
-// hung can end); As(fakebackend.Waiter) is the same store with a queue.
-// Backend is the memory backend it wraps.
-type faulty struct {
-	driver.Backend // the memory backend
-	*fakebackend.Fake
-	view driver.Backend // the Fake's Plain view: what the engine is given
-}
-
-func newFaulty(store *memory.Store) *faulty {
-	mb := store.Backend()
-	f := fakebackend.New(mb, fakebackend.Plain)
+// newFaulty returns the bound tests' fake store: a fakebackend.Fake over
+// store's memory backend whose Backend shows no optional capability
+// (waits poll, every 50ms as a queue's AcquireWait). Its faults are the
+// Fake's (Set, SetAll, SetLate; LetGo ends their waits, so that a test
+// whose call hung can end); queued is the same store with a queue.
+func newFaulty(store *memory.Store) *fakebackend.Fake {
+	f := fakebackend.New(store.Backend(), fakebackend.Plain)
 	f.SetPoll(50 * time.Millisecond)
-	return &faulty{Backend: mb, Fake: f, view: f.Backend()}
+	return f
 }
-
-// setAll programs the fault of every request (the recipe tests' name
-// for SetAll).
-func (f *faulty) setAll(fault fakebackend.Fault) { f.SetAll(fault) }
-
-func (f *faulty) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return f.view.Acquire(ctx, req)
-}
-
-func (f *faulty) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	return f.view.Renew(ctx, g, req)
-}
-
-func (f *faulty) Release(ctx context.Context, g driver.Grant) error { return f.view.Release(ctx, g) }
-
-func (f *faulty) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	return f.view.Inspect(ctx, key)
-}
-
-func (f *faulty) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	return f.view.List(ctx, prefix)
-}
-
-func (f *faulty) Close() error { return f.view.Close() }
 
 // queued is f with a queue (a driver.Waiter, as etcd and ZooKeeper are):
 // AcquireWait runs the "wait" fault, then takes the key as soon as it is
 // free, until its context ends.
-func queued(f *faulty) driver.Backend { return f.As(fakebackend.Waiter) }
+func queued(f *fakebackend.Fake) driver.Backend { return f.As(fakebackend.Waiter) }
 
 // boundOpts are the options of the bound tests: a TTL long enough that
 // one TTL, two overrun budgets and the slack are told apart.
@@ -114,7 +82,7 @@ func boundOpts() *fencelock.Options {
 // within runs call and reports how long it took. If it has not returned
 // by bound plus boundSlack, b's hanging requests are let go, c is closed
 // to end the call, and the test fails.
-func within(t *testing.T, b *faulty, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
+func within(t *testing.T, b *fakebackend.Fake, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
 	t.Helper()
 	done := make(chan struct{})
 	start := time.Now()
@@ -151,7 +119,7 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		// The store applies the request, and its reply never comes:
 		// the attempt's outcome is unknown, and its record is ours.
 		b.SetLate(fakebackend.Acquire, silent)
@@ -186,8 +154,8 @@ func TestTryAcquireWithoutDeadlineReturnsWithinTTLFromSilentStore(t *testing.T) 
 }
 
 func TestAcquireWithDeadlineReturnsWithinOneOverrunBudget(t *testing.T) {
-	for name, wrap := range map[string]func(*faulty) driver.Backend{
-		"polling": func(f *faulty) driver.Backend { return f },
+	for name, wrap := range map[string]func(*fakebackend.Fake) driver.Backend{
+		"polling": func(f *fakebackend.Fake) driver.Backend { return f.Backend() },
 		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -222,7 +190,7 @@ func TestCleanupAfterOverrunGoesOnInBackgroundAndCloseWaitsForIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c, err := fencelock.New(b, boundOpts())
+		c, err := fencelock.New(b.Backend(), boundOpts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +228,7 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		// The answer comes 1.5s after the 1s deadline: within the
 		// overrun budget, so TryAcquire waits for it and releases the
 		// grant.
@@ -281,8 +249,8 @@ func TestTryAcquireReleasesGrantAnsweredAfterDeadline(t *testing.T) {
 }
 
 func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T) {
-	for name, wrap := range map[string]func(*faulty) driver.Backend{
-		"polling": func(f *faulty) driver.Backend { return f },
+	for name, wrap := range map[string]func(*fakebackend.Fake) driver.Backend{
+		"polling": func(f *fakebackend.Fake) driver.Backend { return f.Backend() },
 		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -320,8 +288,8 @@ func TestAcquireWithoutDeadlineReturnsStoreCauseAfterTTLOfFailures(t *testing.T)
 }
 
 func TestAcquireWithoutDeadlineOutlastsShortFailuresAndLongHolds(t *testing.T) {
-	for name, wrap := range map[string]func(*faulty) driver.Backend{
-		"polling": func(f *faulty) driver.Backend { return f },
+	for name, wrap := range map[string]func(*fakebackend.Fake) driver.Backend{
+		"polling": func(f *fakebackend.Fake) driver.Backend { return f.Backend() },
 		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -357,7 +325,7 @@ func TestAcquireWithDeadlineJoinsContextErrorWithStoreCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		b.SetAll(refusing)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -380,7 +348,7 @@ func TestReleaseAndInspectWithoutDeadlineAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		l, err := c.Acquire(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -446,7 +414,7 @@ func TestAcquireEndedBeforeNextAttemptKeepsStoreCause(t *testing.T) {
 		clock := &endingClock{}
 		o := boundOpts()
 		o.Clock = clock
-		c := newClient(t, b, o)
+		c := newClient(t, b.Backend(), o)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var sent int

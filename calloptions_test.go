@@ -234,21 +234,23 @@ func TestOwnerLabelReadsBackWithoutParsing(t *testing.T) {
 	}
 }
 
-// queueing is a Waiter whose queue never moves: AcquireWait returns only
-// when its context ends, as a waiter behind a live holder on etcd or
-// ZooKeeper does.
-type queueing struct{ driver.Backend }
-
-func (q queueing) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	<-ctx.Done()
-	return driver.Grant{}, ctx.Err()
+// queueing returns b as a Waiter whose queue never moves: AcquireWait
+// returns only when its context ends, as a waiter behind a live holder on
+// etcd or ZooKeeper does.
+func queueing(b driver.Backend) driver.Backend {
+	f := fakebackend.New(b, fakebackend.Waiter)
+	f.OnAcquireWait(func(ctx context.Context, _ driver.AcquireRequest, _ fakebackend.AcquireFunc) (driver.Grant, error) {
+		<-ctx.Done()
+		return driver.Grant{}, ctx.Err()
+	})
+	return f.Backend()
 }
 
 func TestWaitBoundEndsAcquireWithNotAcquired(t *testing.T) {
 	for name, b := range map[string]func() driver.Backend{
 		"watcher": func() driver.Backend { return memory.New() },
-		"polling": func() driver.Backend { return plain{memory.New()} },
-		"queue":   func() driver.Backend { return queueing{plain{memory.New()}} },
+		"polling": func() driver.Backend { return hidden(memory.New()) },
+		"queue":   func() driver.Backend { return queueing(memory.New()) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -634,37 +636,44 @@ func TestMinHoldPassedReleasesAtOnce(t *testing.T) {
 	})
 }
 
-// slowRotation delays the reply to a rotating renewal (single or batch)
-// that the store has already carried out, until reply is closed.
+// slowRotation is a memory store whose reply to a rotating renewal
+// (single or batch) that the store has already carried out waits until
+// reply is closed; inFlight is closed when the first such renewal has
+// been carried out.
 type slowRotation struct {
-	*memory.Backend
+	f               *fakebackend.Fake
 	inFlight, reply chan struct{}
-	once            sync.Once
 }
 
-func (b *slowRotation) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-	ng, err := b.Backend.Renew(ctx, g, r)
-	if r.Rotate {
-		b.once.Do(func() { close(b.inFlight) })
-		<-b.reply
+func newSlowRotation(b *memory.Backend) *slowRotation {
+	sr := &slowRotation{f: fakebackend.New(b, fakebackend.CapsOf(b)), inFlight: make(chan struct{}), reply: make(chan struct{})}
+	var once sync.Once
+	hold := func(rotate bool) {
+		if rotate {
+			once.Do(func() { close(sr.inFlight) })
+			<-sr.reply
+		}
 	}
-	return ng, err
+	sr.f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		ng, err := next(ctx, g, r)
+		hold(r.Rotate)
+		return ng, err
+	})
+	sr.f.OnRenewBatch(func(ctx context.Context, gs []driver.Grant, r driver.RenewRequest, next fakebackend.RenewBatchFunc) ([]driver.RenewResult, error) {
+		res, err := next(ctx, gs, r)
+		hold(r.Rotate)
+		return res, err
+	})
+	return sr
 }
 
-func (b *slowRotation) RenewBatch(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
-	res, err := b.Backend.RenewBatch(ctx, gs, r)
-	if r.Rotate {
-		b.once.Do(func() { close(b.inFlight) })
-		<-b.reply
+// backend returns the store with the memory backend's capabilities
+// (batch: renewals in batches), or with none (renewals one at a time).
+func (sr *slowRotation) backend(batch bool) driver.Backend {
+	if batch {
+		return sr.f.Backend()
 	}
-	return res, err
-}
-
-// single hides RenewBatch.
-type single struct{ *slowRotation }
-
-func (s single) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-	return s.slowRotation.Renew(ctx, g, r)
+	return sr.f.As(fakebackend.Plain)
 }
 
 // A release into the minimum hold while a rotating renewal is in flight
@@ -674,14 +683,8 @@ func TestMinHoldReleaseDuringRotatingRenewal(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
-			sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
-			var b driver.Backend = sr
-			if !batch {
-				b = struct {
-					driver.Backend
-				}{single{sr}}
-			}
-			c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			sr := newSlowRotation(store.Backend())
+			c := newClient(t, sr.backend(batch), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 			l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 			if err != nil {
 				t.Fatal(err)

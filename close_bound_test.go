@@ -27,7 +27,7 @@ func TestCloseReturnsWithinReleaseTimeoutWhateverTheStoreDoes(t *testing.T) {
 			<-b.Gone().Done()
 			return next()
 		})
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		defer b.LetGo() // the backend's Close, still blocked, returns
 		// Held leases, whose releases Close makes.
 		for _, k := range []string{"a", "b", "c"} {
@@ -70,7 +70,7 @@ func TestCloseReleasesAndClosesTheBackendWhenTheStoreAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		for _, k := range []string{"a", "b"} {
 			if _, err := c.Acquire(context.Background(), k); err != nil {
 				t.Fatal(err)

@@ -486,12 +486,8 @@ func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := t.Context()
 			store := memory.NewStore()
-			sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
-			var b driver.Backend = sr
-			if !batch {
-				b = struct{ driver.Backend }{single{sr}}
-			}
-			c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			sr := newSlowRotation(store.Backend())
+			c, err := fencelock.New(sr.backend(batch), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -527,8 +523,8 @@ func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 func TestHoldWaitCutByCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		sr := &slowRotation{Backend: store.Backend(), inFlight: make(chan struct{}), reply: make(chan struct{})}
-		c := newClient(t, struct{ driver.Backend }{single{sr}}, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		sr := newSlowRotation(store.Backend())
+		c := newClient(t, sr.backend(false), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		start := time.Now()
 		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 		if err != nil {

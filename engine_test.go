@@ -32,11 +32,6 @@ func newClient(t *testing.T, b driver.Backend, o *fencelock.Options) *fencelock.
 	return c
 }
 
-// plain hides the memory backend's optional capabilities. The recipe
-// tests use it (they are moving to their own package); the engine's tests
-// use fakebackend.Plain.
-type plain struct{ driver.Backend }
-
 // hidden returns b showing none of its optional capabilities: waits
 // poll, renewals go one at a time.
 func hidden(b driver.Backend) driver.Backend { return fakebackend.New(b, fakebackend.Plain).Backend() }

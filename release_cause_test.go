@@ -20,7 +20,7 @@ func TestReleaseOnSilentStoreSaysTheStoreDidNotAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		l, err := c.Acquire(context.Background(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func TestDriverTimeoutBeforeRequestBoundNamesTheStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, &fencelock.Options{TTL: time.Second, ReleaseTimeout: 2 * time.Second})
+		c := newClient(t, b.Backend(), &fencelock.Options{TTL: time.Second, ReleaseTimeout: 2 * time.Second})
 		b.Set(fakebackend.Acquire, earlyTimeout)
 		b.Set(fakebackend.Inspect, silent) // the clean-up outlasts the caller's deadline
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // An Acquire whose WithWait bound passed while the store was failing
@@ -19,8 +20,8 @@ import (
 // and why (the store's last failure), as one whose context's deadline
 // passed does.
 func TestAcquireWithWaitOnFailingStoreCarriesStoreCause(t *testing.T) {
-	for name, wrap := range map[string]func(*faulty) driver.Backend{
-		"polling": func(f *faulty) driver.Backend { return f },
+	for name, wrap := range map[string]func(*fakebackend.Fake) driver.Backend{
+		"polling": func(f *fakebackend.Fake) driver.Backend { return f.Backend() },
 		"queue":   queued,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestAcquireWithWaitBoundPassedBeforeCallerCancelledIsNotAcquired(t *testing
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		b := newFaulty(store)
-		c := newClient(t, b, boundOpts())
+		c := newClient(t, b.Backend(), boundOpts())
 		// Every request hangs: at the wait bound the attempt in flight
 		// gets the overrun budget; the caller cancels meanwhile.
 		b.SetAll(silent)
