@@ -3,6 +3,7 @@ package fencelock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +53,7 @@ type Call struct {
 	f      failing
 	b      backoff
 	cancel context.CancelFunc // ends wctx's timer, or nil
+	ended  atomic.Bool        // End has run: a second End unregisters nothing
 }
 
 // Begin begins a recipe's waiting call on ctx with opts, which are
@@ -174,11 +176,14 @@ func (k *Call) Outcome(start time.Time, err error) error {
 // (doubling at every Pause), shortened to just after the soonest expiry
 // of the holders that hint's *HeldErrors name (Info.Remaining), and to
 // the end of the store's failure window. ctx is the call's Context, or a
-// context derived from it (a recipe's wait that ends sooner). Pause
-// returns nil when the wait is over, and ctx's error (joined with hint
-// when hint is a failure of the store, so that a caller learns why) when
-// ctx ended first.
+// context derived from it (a recipe's wait that ends sooner); a nil ctx
+// is taken as the call's Context. Pause returns nil when the wait is
+// over, and ctx's error (joined with hint when hint is a failure of the
+// store, so that a caller learns why) when ctx ended first.
 func (k *Call) Pause(ctx context.Context, hint error) error {
+	if ctx == nil {
+		ctx = k.bound
+	}
 	d := k.f.wait(k.c.now(), k.b.next(hint))
 	if err := k.c.sleep(ctx, d); err != nil {
 		return k.c.ended(ctx, hint)
@@ -192,11 +197,15 @@ func (k *Call) Pause(ctx context.Context, hint error) error {
 // context), an error matching ErrNotAcquired (joined with the store's
 // last failure, if any) when WithWait's bound passed first, else err.
 // Close no longer waits for the call once End returned. End must be
-// called once.
+// called once; a second End maps err the same way and has no other
+// effect (it does not end the registration of another call with Close).
 func (k *Call) End(err error) error {
 	err = closedErr(k.parent, k.bound, err)
 	if k.wait {
 		err = waitBoundErr(k.parent, k.wctx, k.cfg.wait, err)
+	}
+	if k.ended.Swap(true) {
+		return err
 	}
 	k.k.end()
 	if k.cancel != nil {
