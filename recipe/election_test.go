@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -507,30 +508,34 @@ func TestObserveDeliversEveryChangeInOrder(t *testing.T) {
 	})
 }
 
-// stale wraps a backend whose Inspect answers, when told to, with an old
-// reading, as a lagging replica would.
+// stale wraps a backend (its optional capabilities hidden) whose Inspect
+// answers, when told to, with an old reading, as a lagging replica would.
 type stale struct {
-	driver.Backend
+	*fakebackend.Fake
 	mu  sync.Mutex
 	old *driver.Info
 }
 
-func (s *stale) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	s.mu.Lock()
-	old := s.old
-	s.mu.Unlock()
-	if old != nil {
-		return *old, nil
-	}
-	return s.Backend.Inspect(ctx, key)
+func newStale(b driver.Backend) *stale {
+	s := &stale{Fake: fakebackend.New(b, fakebackend.Plain)}
+	s.OnInspect(func(ctx context.Context, key string, next fakebackend.InspectFunc) (driver.Info, error) {
+		s.mu.Lock()
+		old := s.old
+		s.mu.Unlock()
+		if old != nil {
+			return *old, nil
+		}
+		return next(ctx, key)
+	})
+	return s
 }
 
 func TestObserveNeverDeliversAStaleLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		o := &fencelock.Options{TTL: 3 * time.Second}
-		sb := &stale{Backend: store.Backend()}
-		watcher := newClient(t, sb, o)
+		sb := newStale(store.Backend())
+		watcher := newClient(t, sb.Backend(), o)
 		a := newClient(t, store.Backend(), o)
 		la, err := a.Acquire(t.Context(), "k", fencelock.WithLabel("a"))
 		if err != nil {
@@ -649,26 +654,27 @@ func TestObserveEndsWhenClientCloses(t *testing.T) {
 	}
 }
 
-// renewFails is a backend whose renewals and acquires fail transiently
-// while its releases reach the store: the lease ends by local validity,
-// and the engine's clean-up then frees the key at once.
+// renewFails is a backend whose renewals and acquires fail transiently,
+// once on is set, while its releases reach the store: the lease ends by
+// local validity, and the engine's clean-up then frees the key at once.
 type renewFails struct {
-	driver.Backend
+	*fakebackend.Fake
 	on atomic.Bool
 }
 
-func (r *renewFails) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if r.on.Load() {
-		return driver.Grant{}, errors.New("acquire dropped")
+func newRenewFails(b driver.Backend) *renewFails {
+	rf := &renewFails{Fake: fakebackend.New(b, fakebackend.Plain)}
+	drop := func(what string) fakebackend.Fault {
+		return func(context.Context) error {
+			if rf.on.Load() {
+				return errors.New(what + " dropped")
+			}
+			return nil
+		}
 	}
-	return r.Backend.Acquire(ctx, req)
-}
-
-func (r *renewFails) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
-	if r.on.Load() {
-		return driver.Grant{}, errors.New("renewal dropped")
-	}
-	return r.Backend.Renew(ctx, g, req)
+	rf.Set(fakebackend.Acquire, drop("acquire"))
+	rf.Set(fakebackend.Renew, drop("renewal"))
+	return rf
 }
 
 // TestElectNextLeaderStartsAfterOldContextCancelled: when a leader's lease
@@ -682,8 +688,8 @@ func TestElectNextLeaderStartsAfterOldContextCancelled(t *testing.T) {
 			store := memory.NewStore()
 			log := newTermLog()
 			o := &fencelock.Options{TTL: 3 * time.Second}
-			rf := &renewFails{Backend: store.Backend()}
-			a := newClient(t, rf, o)
+			rf := newRenewFails(store.Backend())
+			a := newClient(t, rf.Backend(), o)
 			b := newClient(t, store.Backend(), o)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -718,8 +724,8 @@ func TestDoNextHolderStartsAfterOldContextCancelled(t *testing.T) {
 			store := memory.NewStore()
 			log := newTermLog()
 			o := &fencelock.Options{TTL: 3 * time.Second}
-			rf := &renewFails{Backend: store.Backend()}
-			a := newClient(t, rf, o)
+			rf := newRenewFails(store.Backend())
+			a := newClient(t, rf.Backend(), o)
 			b := newClient(t, store.Backend(), o)
 			done := make(chan error, 2)
 			go func() { done <- a.Do(t.Context(), "k", log.fn("a")) }()

@@ -181,7 +181,7 @@ func TestMinHoldNotKeptByPermitRefusedForMismatch(t *testing.T) {
 					})
 				}
 				o, callOpts := way.set("refused")
-				c := newClient(t, hookAcquire{Backend: store.Backend(), before: hook}, o)
+				c := newClient(t, hookAcquire(store.Backend(), hook), o)
 				if _, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context(), callOpts...); !errors.Is(err, recipe.ErrPermitsMismatch) {
 					t.Fatalf("TryAcquire while a caller with 5 permits took one just before the grant: %v; want ErrPermitsMismatch", err)
 				}

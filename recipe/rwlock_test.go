@@ -670,34 +670,36 @@ func TestRWLockWriterWaitsForEveryReader(t *testing.T) {
 // the reader releases its gate, and holds that release until the slot's
 // next renewal has been told "not held".
 type slotThief struct {
-	driver.Backend
-	store *memory.Store
+	*fakebackend.Fake
 	armed atomic.Bool
 	mu    sync.Mutex
 	slot  string
 }
 
-func (b *slotThief) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.Backend.Acquire(ctx, req)
-	if err == nil && strings.Contains(req.Key, recipe.RWSeparator+"r/") {
-		b.mu.Lock()
-		b.slot = req.Key
-		b.mu.Unlock()
-	}
-	return g, err
-}
-
-func (b *slotThief) Release(ctx context.Context, g driver.Grant) error {
-	if strings.HasSuffix(g.Key, recipe.RWSeparator+"gate") && b.armed.CompareAndSwap(true, false) {
-		b.mu.Lock()
-		slot := b.slot
-		b.mu.Unlock()
-		if _, err := b.store.Backend().ForceRelease(ctx, slot); err != nil {
-			return err
+func newSlotThief(store *memory.Store) *slotThief {
+	b := &slotThief{Fake: fakebackend.New(store.Backend(), fakebackend.Plain)}
+	b.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		g, err := next(ctx, r)
+		if err == nil && strings.Contains(r.Key, recipe.RWSeparator+"r/") {
+			b.mu.Lock()
+			b.slot = r.Key
+			b.mu.Unlock()
 		}
-		time.Sleep(500 * time.Millisecond) // a slow release: the slot's renewal (every TTL/3) is told "not held"
-	}
-	return b.Backend.Release(ctx, g)
+		return g, err
+	})
+	b.OnRelease(func(ctx context.Context, g driver.Grant, next fakebackend.ReleaseFunc) error {
+		if strings.HasSuffix(g.Key, recipe.RWSeparator+"gate") && b.armed.CompareAndSwap(true, false) {
+			b.mu.Lock()
+			slot := b.slot
+			b.mu.Unlock()
+			if _, err := store.Backend().ForceRelease(ctx, slot); err != nil {
+				return err
+			}
+			time.Sleep(500 * time.Millisecond) // a slow release: the slot's renewal (every TTL/3) is told "not held"
+		}
+		return next(ctx, g)
+	})
+	return b
 }
 
 // A reader whose slot is lost while it releases its gate does not get a
@@ -705,9 +707,9 @@ func (b *slotThief) Release(ctx context.Context, g driver.Grant) error {
 func TestRWLockSlotLostAtGateReleaseEntersAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		b := &slotThief{Backend: store.Backend(), store: store}
+		b := newSlotThief(store)
 		b.armed.Store(true)
-		rw := rwlock(t, newClient(t, b, &fencelock.Options{TTL: time.Second}), "catalog")
+		rw := rwlock(t, newClient(t, b.Backend(), &fencelock.Options{TTL: time.Second}), "catalog")
 		g, err := rw.RLock(t.Context())
 		if err != nil {
 			t.Fatal(err)

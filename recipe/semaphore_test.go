@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -326,15 +327,15 @@ func TestSemaphoreBadInput(t *testing.T) {
 	}
 }
 
-// hookAcquire runs before every Acquire of its backend.
-type hookAcquire struct {
-	driver.Backend
-	before func(key string)
-}
-
-func (h hookAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	h.before(req.Key)
-	return h.Backend.Acquire(ctx, req)
+// hookAcquire returns b (its optional capabilities hidden) running
+// before ahead of every Acquire.
+func hookAcquire(b driver.Backend, before func(key string)) driver.Backend {
+	f := fakebackend.New(b, fakebackend.Plain)
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		before(r.Key)
+		return next(ctx, r)
+	})
+	return f.Backend()
 }
 
 // A caller with another N that takes a permit between a TryAcquire's
@@ -354,7 +355,7 @@ func TestSemaphorePermitsMismatchCaughtAfterGrant(t *testing.T) {
 			intruder = l
 		})
 	}
-	c := newClient(t, hookAcquire{Backend: store.Backend(), before: hook}, &fencelock.Options{Owner: "c"})
+	c := newClient(t, hookAcquire(store.Backend(), hook), &fencelock.Options{Owner: "c"})
 	_, err := semaphore(t, c, "pool", 2).TryAcquire(t.Context())
 	if !errors.Is(err, recipe.ErrPermitsMismatch) {
 		t.Fatalf("TryAcquire while a caller with 5 permits took one just before the grant: %v; want ErrPermitsMismatch", err)
