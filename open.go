@@ -102,6 +102,9 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 		"lock_delay": &o.LockDelay,
 	} {
 		if q.Has(name) {
+			if err := onceOnly(q, name); err != nil {
+				return nil, nil, err
+			}
 			// One rule for a TTL from a URL and from a flag
 			// (driver.ParseTTL); an empty or zero value is refused, not
 			// taken for the default.
@@ -119,6 +122,9 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 			*dst = d
 		}
 		q.Del(name)
+	}
+	if err := onceOnly(q, "owner"); err != nil {
+		return nil, nil, err
 	}
 	o.Owner = q.Get("owner")
 	q.Del("owner")
@@ -147,6 +153,18 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 		return nil, nil, redactOpen(err, rawURL)
 	}
 	return b, o, nil
+}
+
+// onceOnly refuses an engine parameter given more than once ("ttl=10s&ttl=20s"),
+// as driver.Params does a backend's: taking one of the values silently would
+// leave the other, perhaps the one meant, unused. require= may repeat: its
+// values add up.
+func onceOnly(q url.Values, name string) error {
+	if vs := q[name]; len(vs) > 1 {
+		return &driver.InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Quote(strings.Join(vs, ",")),
+			Reason: "given more than once; keep one"}
+	}
+	return nil
 }
 
 // checkURLText refuses, with what to do, a URL that is empty or carries
