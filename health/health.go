@@ -24,7 +24,7 @@
 // RenewInterval, which is plenty; a Client that makes no request at all
 // gives no evidence, and its store check passes.
 //
-// An election (Client.Elect) hands its fn the term's *Lease: Watch it
+// An election (recipe.Elect) hands its fn the term's *Lease: Watch it
 // under a fixed name at the start of each term, and the check follows the
 // leadership: failing in the danger zone and after a loss, passing while
 // the next term's lease is held or after a clean resignation.

@@ -28,8 +28,9 @@
 // every URL with the same name, in one process, reaches the same Store
 // (mem:// is the store named ""). The scheme is case-insensitive. There is
 // no path and there are no parameters of this package; fencelock.Open
-// accepts the engine's (ttl, renew_interval, margin, rotate_every, owner)
-// and removes them first, and any other parameter is an error. A mem URL
+// accepts the engine's (ttl, renew_interval, margin, rotate_every, owner,
+// lock_delay, require) and removes them first, and any other parameter is
+// an error. A mem URL
 // carries no credentials, so there is nothing to redact. This package
 // registers the scheme in its init, as every backend does: a program that
 // opens mem URLs imports it, for its side effect if need be,
