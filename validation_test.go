@@ -5,40 +5,18 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // badKeys break driver.ValidateKey's rules: empty, a control character,
 // invalid UTF-8, one byte too long.
 var badKeys = []string{"", "bad\x00key", "bad\xffkey", strings.Repeat("k", driver.MaxKeyLen+1)}
-
-// callCounting counts the calls that reach the backend. It keeps
-// ForceRelease and hides the other optional capabilities, so a waiting
-// Acquire polls.
-type callCounting struct {
-	driver.Backend
-	acquires, inspects atomic.Int64
-}
-
-func (b *callCounting) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	b.acquires.Add(1)
-	return b.Backend.Acquire(ctx, r)
-}
-
-func (b *callCounting) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	b.inspects.Add(1)
-	return b.Backend.Inspect(ctx, key)
-}
-
-func (b *callCounting) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	return b.Backend.(driver.ForceReleaser).ForceRelease(ctx, key)
-}
 
 // events records the kinds of the events a client emits.
 type events struct {
@@ -74,12 +52,13 @@ func TestBadKeyIsDefiniteAndStoresNothing(t *testing.T) {
 		store := memory.NewStore()
 		mb := store.Backend()
 		mb.SetUnreachable(unreachable)
-		b := &callCounting{Backend: mb}
+		// Plain but for ForceRelease, so that a waiting Acquire polls.
+		b := fakebackend.New(mb, fakebackend.ForceReleaser)
 		ev := &events{}
-		c := newClient(t, b, &fencelock.Options{Observer: ev})
+		c := newClient(t, b.Backend(), &fencelock.Options{Observer: ev})
 		for _, k := range badKeys {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			before := b.acquires.Load()
+			before := b.Calls(fakebackend.Acquire)
 			if _, err := c.TryAcquire(ctx, k); !errors.Is(err, fencelock.ErrInvalidKey) {
 				t.Errorf("unreachable=%v: TryAcquire(%q) = %v; want ErrInvalidKey", unreachable, k, err)
 			}
@@ -90,7 +69,7 @@ func TestBadKeyIsDefiniteAndStoresNothing(t *testing.T) {
 			if err := c.Do(ctx, k, func(context.Context, *fencelock.Lease) error { ran = true; return nil }); !errors.Is(err, fencelock.ErrInvalidKey) || ran {
 				t.Errorf("unreachable=%v: Do(%q) = %v, callback ran %v; want ErrInvalidKey, not run", unreachable, k, err, ran)
 			}
-			if n := b.acquires.Load() - before; n != 3 {
+			if n := b.Calls(fakebackend.Acquire) - before; n != 3 {
 				t.Errorf("unreachable=%v: TryAcquire, Acquire and Do of %q made %d backend Acquire calls; want 3 (one each, never retried)", unreachable, k, n)
 			}
 			if _, err := c.Inspect(ctx, k); !errors.Is(err, fencelock.ErrInvalidKey) {
@@ -122,27 +101,21 @@ func TestBadKeyIsDefiniteAndStoresNothing(t *testing.T) {
 	}
 }
 
-// failsFirst answers Acquire with a transient failure before looking at
-// the request (a backend that checks its connection before validating).
-type failsFirst struct{ callCounting }
-
-func (b *failsFirst) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	b.acquires.Add(1)
-	return driver.Grant{}, errReplyLost
-}
-
 // TestBadKeyCleanupEndsAtInvalidKey: after an acquire of a bad key failed
 // transiently, the engine's clean-up looks the key up; the backend's
 // ErrInvalidKey is an answer (it cannot have stored anything under that
 // key), not a clean-up failure to retry in the background.
 func TestBadKeyCleanupEndsAtInvalidKey(t *testing.T) {
-	b := &failsFirst{callCounting{Backend: memory.New()}}
+	// Acquire fails transiently before the store looks at the request (a
+	// backend that checks its connection before validating).
+	b := fakebackend.New(memory.New(), fakebackend.ForceReleaser)
+	b.Set(fakebackend.Acquire, fakebackend.Fail(errReplyLost))
 	ev := &events{}
-	c := newClient(t, b, &fencelock.Options{Observer: ev})
+	c := newClient(t, b.Backend(), &fencelock.Options{Observer: ev})
 	if _, err := c.TryAcquire(context.Background(), "bad\x00key"); err == nil {
 		t.Fatal("TryAcquire succeeded through a failing backend")
 	}
-	if n := b.inspects.Load(); n != 1 {
+	if n := b.Calls(fakebackend.Inspect); n != 1 {
 		t.Errorf("clean-up looked the key up %d times; want 1", n)
 	}
 	if n := ev.count(fencelock.EventCleanupFailed); n != 0 {
