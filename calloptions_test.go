@@ -636,44 +636,32 @@ func TestMinHoldPassedReleasesAtOnce(t *testing.T) {
 	})
 }
 
-// slowRotation is a memory store whose reply to a rotating renewal
-// (single or batch) that the store has already carried out waits until
-// reply is closed; inFlight is closed when the first such renewal has
-// been carried out.
-type slowRotation struct {
-	f               *fakebackend.Fake
-	inFlight, reply chan struct{}
-}
-
-func newSlowRotation(b *memory.Backend) *slowRotation {
-	sr := &slowRotation{f: fakebackend.New(b, fakebackend.CapsOf(b)), inFlight: make(chan struct{}), reply: make(chan struct{})}
+// slowRotation returns a Fake of a memory store whose reply to a
+// rotating renewal (single or batch) that the store has already carried
+// out waits until reply is closed; inFlight is closed when the first such
+// renewal has been carried out. The Fake shows the memory backend's
+// capabilities (renewals in batches); its Plain view renews one at a time.
+func slowRotation(b *memory.Backend) (f *fakebackend.Fake, inFlight, reply chan struct{}) {
+	f = fakebackend.New(b, fakebackend.CapsOf(b))
+	inFlight, reply = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hold := func(rotate bool) {
 		if rotate {
-			once.Do(func() { close(sr.inFlight) })
-			<-sr.reply
+			once.Do(func() { close(inFlight) })
+			<-reply
 		}
 	}
-	sr.f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+	f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 		ng, err := next(ctx, g, r)
 		hold(r.Rotate)
 		return ng, err
 	})
-	sr.f.OnRenewBatch(func(ctx context.Context, gs []driver.Grant, r driver.RenewRequest, next fakebackend.RenewBatchFunc) ([]driver.RenewResult, error) {
+	f.OnRenewBatch(func(ctx context.Context, gs []driver.Grant, r driver.RenewRequest, next fakebackend.RenewBatchFunc) ([]driver.RenewResult, error) {
 		res, err := next(ctx, gs, r)
 		hold(r.Rotate)
 		return res, err
 	})
-	return sr
-}
-
-// backend returns the store with the memory backend's capabilities
-// (batch: renewals in batches), or with none (renewals one at a time).
-func (sr *slowRotation) backend(batch bool) driver.Backend {
-	if batch {
-		return sr.f.Backend()
-	}
-	return sr.f.As(fakebackend.Plain)
+	return f, inFlight, reply
 }
 
 // A release into the minimum hold while a rotating renewal is in flight
@@ -683,14 +671,18 @@ func TestMinHoldReleaseDuringRotatingRenewal(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
-			sr := newSlowRotation(store.Backend())
-			c := newClient(t, sr.backend(batch), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			f, inFlight, reply := slowRotation(store.Backend())
+			b := f.As(fakebackend.Plain) // renewals one at a time
+			if batch {
+				b = f.Backend()
+			}
+			c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 			l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
-			<-sr.inFlight
-			if err := releaseWhile(t, l, sr.reply); err != nil {
+			<-inFlight
+			if err := releaseWhile(t, l, reply); err != nil {
 				t.Fatalf("batch %v: Release during a rotation = %v; want nil", batch, err)
 			}
 			time.Sleep(8 * time.Second) // 9s into the window
@@ -714,17 +706,16 @@ func TestMinHoldSurvivesRotationLandingAfterRelease(t *testing.T) {
 		store := memory.NewStore()
 		sent, land := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		h := &hook{Backend: store.Backend()}
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 			if r.Rotate {
 				once.Do(func() { close(sent) })
 				<-land // on the wire while the lease is released
-				ng, err := h.Backend.Renew(context.WithoutCancel(ctx), g, r)
-				return ng, err
+				return next(context.WithoutCancel(ctx), g, r)
 			}
-			return h.Backend.Renew(ctx, g, r)
-		}
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			return next(ctx, g, r)
+		})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -753,16 +744,16 @@ func TestMinHoldRenewalWaitsNoLongerThanTheValidity(t *testing.T) {
 		store := memory.NewStore()
 		sent, land := make(chan struct{}), make(chan struct{})
 		var first atomic.Bool
-		h := &hook{Backend: store.Backend()}
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-			ng, err := h.Backend.Renew(ctx, g, r)
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+			ng, err := next(ctx, g, r)
 			if first.CompareAndSwap(false, true) {
 				close(sent)
 				<-land // applied at 1s; the reply is delayed
 			}
 			return ng, err
-		}
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second})
+		})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second})
 		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
 // revClosing is a hook whose Close is observable: closed is closed when
@@ -486,8 +487,12 @@ func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx := t.Context()
 			store := memory.NewStore()
-			sr := newSlowRotation(store.Backend())
-			c, err := fencelock.New(sr.backend(batch), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+			f, inFlight, reply := slowRotation(store.Backend())
+			b := f.As(fakebackend.Plain) // renewals one at a time
+			if batch {
+				b = f.Backend()
+			}
+			c, err := fencelock.New(b, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -496,11 +501,11 @@ func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			<-sr.inFlight
+			<-inFlight
 			closed := make(chan error, 1)
 			go func() { closed <- c.Close() }()
 			synctest.Wait()
-			close(sr.reply)
+			close(reply)
 			if err := <-closed; err != nil {
 				t.Errorf("batch %v: Close = %v", batch, err)
 			}
@@ -523,21 +528,21 @@ func TestCloseIntoHoldDuringRenewal(t *testing.T) {
 func TestHoldWaitCutByCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		sr := newSlowRotation(store.Backend())
-		c := newClient(t, sr.backend(false), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		f, inFlight, reply := slowRotation(store.Backend())
+		c := newClient(t, f.As(fakebackend.Plain), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		start := time.Now()
 		l, err := c.Acquire(t.Context(), "k", fencelock.WithMinHold(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-sr.inFlight
+		<-inFlight
 		rctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- l.Release(rctx) }()
 		time.Sleep(time.Second)
 		synctest.Wait()
-		close(sr.reply)
+		close(reply)
 		if err := <-done; err != nil {
 			t.Fatalf("Release whose ctx ended during the wait = %v; want nil", err)
 		}
