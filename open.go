@@ -174,7 +174,7 @@ func onceOnly(q url.Values, name string) error {
 func checkURLText(rawURL string) error {
 	switch t := strings.TrimSpace(rawURL); {
 	case t == "":
-		return driver.InvalidURL(rawURL, "empty: give a backend URL such as redis://HOST:6379/0 or file:///DIR")
+		return driver.InvalidURL(strconv.Quote(rawURL), "empty: give a backend URL such as redis://HOST:6379/0 or file:///DIR")
 	case t != rawURL:
 		return driver.InvalidURL(strconv.Quote(driver.RedactURL(t)), "white space before or after it; remove it")
 	case len(t) >= 2 && (t[0] == '"' || t[0] == '\'') && t[len(t)-1] == t[0]:
