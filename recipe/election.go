@@ -52,6 +52,9 @@ func leaderOf(key string, info fencelock.Info) Leader {
 // Inspect of the key), or ErrNoLeader (with a Leader that has only Key
 // set) when nobody holds the key.
 func CurrentLeader(ctx context.Context, c *fencelock.Client, key string) (Leader, error) {
+	if err := needClient(c); err != nil {
+		return Leader{}, err
+	}
 	info, err := c.Inspect(ctx, key)
 	if err != nil {
 		return Leader{}, err
@@ -130,6 +133,9 @@ type ElectOptions struct {
 // return; fn must stop acting on the resource when its context ends, and
 // write with the lease's fencing token).
 func Elect(ctx context.Context, c *fencelock.Client, key, identity string, value []byte, fn func(ctx context.Context, l *fencelock.Lease) error, opts *ElectOptions) error {
+	if err := needClient(c); err != nil {
+		return err
+	}
 	if fn == nil {
 		return errors.New("recipe: Elect: nil fn")
 	}
@@ -295,6 +301,9 @@ func misuse(err error) bool {
 // Acquire would have had (which then tries again at its own backoff); use
 // a separate Client for observers where that delay matters.
 func Observe(ctx context.Context, c *fencelock.Client, key string) (<-chan Leader, error) {
+	if err := needClient(c); err != nil {
+		return nil, err
+	}
 	ob := newObserver(c, key, true)
 	// Subscribe before the first read, so that a change between the two
 	// is not missed.

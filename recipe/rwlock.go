@@ -97,6 +97,9 @@ type RWLock struct {
 // than driver.MaxKeyLen. A backend with stricter key rules refuses a
 // record's key when it is first used.
 func NewRWLock(c *fencelock.Client, key string) (*RWLock, error) {
+	if err := needClient(c); err != nil {
+		return nil, err
+	}
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}

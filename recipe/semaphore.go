@@ -109,6 +109,9 @@ type Semaphore struct {
 // longer than driver.MaxKeyLen. A backend with stricter key rules refuses
 // a slot key when it is first used.
 func NewSemaphore(c *fencelock.Client, key string, n int) (*Semaphore, error) {
+	if err := needClient(c); err != nil {
+		return nil, err
+	}
 	if n < 1 || n > MaxPermits {
 		return nil, badOption("Permits", n, "must be between 1 and %d", MaxPermits)
 	}
