@@ -8,6 +8,7 @@ package fencelock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -19,48 +20,38 @@ import (
 	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
-// revClosing is a hook whose Close is observable: closed is closed when
-// the client closes its backend, and calls counts backend calls that
-// began after that.
-type revClosing struct {
-	*hook
-	closed     chan struct{}
-	closedOnce atomic.Bool
-	late       atomic.Int32 // requests that began after Close
+// closeWatched programs f's Close to close closed, and counts in late
+// the Releases and Inspects that begin after it.
+func closeWatched(f *fakebackend.Fake) (closed chan struct{}, late *atomic.Int32) {
+	closed, late = make(chan struct{}), new(atomic.Int32)
+	var once sync.Once
+	f.OnClose(func(next func() error) error {
+		once.Do(func() { close(closed) })
+		return next()
+	})
+	f.OnRelease(func(ctx context.Context, g driver.Grant, next fakebackend.ReleaseFunc) error {
+		if isClosed(closed) {
+			late.Add(1)
+		}
+		return next(ctx, g)
+	})
+	f.OnInspect(func(ctx context.Context, key string, next fakebackend.InspectFunc) (driver.Info, error) {
+		if isClosed(closed) {
+			late.Add(1)
+		}
+		return next(ctx, key)
+	})
+	return closed, late
 }
 
-func newRevClosing(h *hook) *revClosing {
-	return &revClosing{hook: h, closed: make(chan struct{})}
-}
-
-func (b *revClosing) isClosed() bool {
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-b.closed:
+	case <-ch:
 		return true
 	default:
 		return false
 	}
-}
-
-func (b *revClosing) Close() error {
-	if b.closedOnce.CompareAndSwap(false, true) {
-		close(b.closed)
-	}
-	return b.hook.Close()
-}
-
-func (b *revClosing) Release(ctx context.Context, g driver.Grant) error {
-	if b.isClosed() {
-		b.late.Add(1)
-	}
-	return b.hook.Release(ctx, g)
-}
-
-func (b *revClosing) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if b.isClosed() {
-		b.late.Add(1)
-	}
-	return b.hook.Inspect(ctx, key)
 }
 
 // revStoreEmpty fails the test if the store holds any record.
@@ -104,27 +95,27 @@ func TestCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
 		const ttl = 15 * time.Second
 		sent, land := make(chan struct{}), make(chan struct{})
 		var first atomic.Bool
-		h := &hook{Backend: store.Backend()}
-		b := newRevClosing(h)
-		h.renew = func(rctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		closedCh, late := closeWatched(f)
+		f.OnRenew(func(rctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 			if r.TTL == ttl && first.CompareAndSwap(false, true) {
 				close(sent)
 				<-land // on the wire until the test lets it reach the store
-				return h.Backend.Renew(context.WithoutCancel(rctx), g, r)
+				return next(context.WithoutCancel(rctx), g, r)
 			}
 			if r.TTL != ttl {
 				// A hold renewal: a short trip to the store, during
 				// which a Close that does not wait for it closes the
 				// backend under it.
 				select {
-				case <-b.closed:
-					b.late.Add(1)
+				case <-closedCh:
+					late.Add(1)
 				case <-time.After(100 * time.Millisecond):
 				}
 			}
-			return h.Backend.Renew(rctx, g, r)
-		}
-		c, err := fencelock.New(b, &fencelock.Options{TTL: ttl})
+			return next(rctx, g, r)
+		})
+		c, err := fencelock.New(f.Backend(), &fencelock.Options{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +141,7 @@ func TestCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
 		rerr := <-released
 		t.Logf("Release = %v", rerr)
 		synctest.Wait()
-		if n := b.late.Load(); n > 0 {
+		if n := late.Load(); n > 0 {
 			t.Errorf("%d backend request(s) sent after Close closed the backend (the holder's hold renewal)", n)
 		}
 		other := newClient(t, store.Backend(), nil)
@@ -165,24 +156,6 @@ func TestCloseDuringHoldWaitForRenewalInFlight(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	})
-}
-
-// revQueued is a Waiter over a hook: AcquireWait polls the store until
-// the key is free (a queue that moves when the holder leaves).
-type revQueued struct{ *hook }
-
-func (q revQueued) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	for {
-		g, err := q.hook.Backend.Acquire(ctx, req)
-		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-			return g, err
-		}
-		select {
-		case <-ctx.Done():
-			return driver.Grant{}, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // Defect (5a29699 claims a lease is never handed out to a caller whose
@@ -203,19 +176,22 @@ func TestQueuedConfirmationAnsweredAfterCancel(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		h := &hook{Backend: store.Backend()}
+		// A Waiter whose AcquireWait polls the store until the key is
+		// free (a queue that moves when the holder leaves).
+		f := fakebackend.New(store.Backend(), fakebackend.Waiter)
+		f.SetPoll(10 * time.Millisecond)
 		var confirms atomic.Int32
-		h.renew = func(rctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+		f.OnRenew(func(rctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 			if confirms.Add(1) == 1 {
 				// The confirmation reaches the store; the caller
 				// gives up before its answer is back.
-				ng, err := h.Backend.Renew(rctx, g, r)
+				ng, err := next(rctx, g, r)
 				cancel()
 				return ng, err
 			}
-			return h.Backend.Renew(rctx, g, r)
-		}
-		c := newClient(t, revQueued{h}, nil)
+			return next(rctx, g, r)
+		})
+		c := newClient(t, f.Backend(), nil)
 		got := acquireAsync(ctx, c, "k", false)
 		synctest.Wait() // queued behind "other"
 		if err := store.Backend().Release(t.Context(), other); err != nil {
@@ -268,23 +244,27 @@ func TestGrantRacingTheCallersEndIsReleased(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				h := &hook{Backend: store.Backend()}
+				caps := fakebackend.Plain
+				if tc.watch {
+					caps = fakebackend.Watcher
+				}
+				f := fakebackend.New(store.Backend(), caps)
 				var calls atomic.Int32
-				h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+				f.OnAcquire(func(actx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 					k := calls.Add(1)
 					if k == 1 && tc.n > 1 {
 						// The first attempt finds "other", which
 						// leaves as the answer comes back.
-						g, err := h.Backend.Acquire(actx, r)
+						g, err := next(actx, r)
 						if rerr := store.Backend().Release(context.Background(), other); rerr != nil {
 							t.Errorf("releasing other: %v", rerr)
 						}
 						return g, err
 					}
 					if int(k) != tc.n {
-						return h.Backend.Acquire(actx, r)
+						return next(actx, r)
 					}
-					g, err := h.Backend.Acquire(context.WithoutCancel(actx), r)
+					g, err := next(context.WithoutCancel(actx), r)
 					if tc.bound {
 						// The bound passes while the answer is on its way.
 						time.Sleep(5 * time.Second)
@@ -292,15 +272,8 @@ func TestGrantRacingTheCallersEndIsReleased(t *testing.T) {
 						cancel()
 					}
 					return g, err
-				}
-				var b driver.Backend = h
-				if tc.watch {
-					b = struct {
-						*hook
-						driver.Watcher
-					}{h, store.Backend()}
-				}
-				c := newClient(t, b, nil)
+				})
+				c := newClient(t, f.Backend(), nil)
 				var opts []fencelock.AcquireOption
 				if tc.bound {
 					opts = append(opts, fencelock.WithWait(3*time.Second))
@@ -347,13 +320,13 @@ func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
 				gate, sent := make(chan struct{}), make(chan struct{})
-				h := &hook{Backend: store.Backend()}
-				b := newRevClosing(h)
+				f := fakebackend.New(store.Backend(), fakebackend.Plain)
+				closedCh, late := closeWatched(f)
 				var calls atomic.Int32
 				var answeredAfterClose atomic.Bool
-				h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+				f.OnAcquire(func(actx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 					if int(calls.Add(1)) != tc.n {
-						return h.Backend.Acquire(actx, r)
+						return next(actx, r)
 					}
 					close(sent)
 					select {
@@ -361,10 +334,10 @@ func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 					case <-actx.Done():
 						t.Errorf("the attempt's context ended (%v) before the grace period did", context.Cause(actx))
 					}
-					g, err := h.Backend.Acquire(context.WithoutCancel(actx), r)
-					answeredAfterClose.Store(b.isClosed())
+					g, err := next(context.WithoutCancel(actx), r)
+					answeredAfterClose.Store(isClosed(closedCh))
 					return g, err
-				}
+				})
 				var other driver.Grant
 				if tc.n > 1 {
 					var err error
@@ -373,7 +346,7 @@ func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				c, err := fencelock.New(b, &fencelock.Options{ReleaseTimeout: 2 * time.Second})
+				c, err := fencelock.New(f.Backend(), &fencelock.Options{ReleaseTimeout: 2 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -395,7 +368,7 @@ func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 					t.Fatalf("Close returned (%v) while an attempt was in flight", err)
 				default:
 				}
-				if b.isClosed() {
+				if isClosed(closedCh) {
 					t.Fatal("the backend was closed while an attempt was in flight")
 				}
 				close(gate)
@@ -412,7 +385,7 @@ func TestCloseDuringGraceReleasesTheGrant(t *testing.T) {
 				if answeredAfterClose.Load() {
 					t.Error("the attempt was answered after the backend was closed")
 				}
-				if n := b.late.Load(); n > 0 {
+				if n := late.Load(); n > 0 {
 					t.Errorf("%d clean-up request(s) after the backend was closed", n)
 				}
 				mustFree(t, store, "k")
@@ -442,7 +415,7 @@ func TestCloseBetweenAnswerAndNewLease(t *testing.T) {
 	for _, try := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
 			store := memory.NewStore()
-			h := &hook{Backend: store.Backend()}
+			f := fakebackend.New(store.Backend(), fakebackend.Plain)
 			clk := &revClock{}
 			var c *fencelock.Client
 			closed := make(chan error, 1)
@@ -450,13 +423,13 @@ func TestCloseBetweenAnswerAndNewLease(t *testing.T) {
 				go func() { closed <- c.Close() }()
 				synctest.Wait() // Close waits for this call
 			}
-			h.acquire = func(actx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-				g, err := h.Backend.Acquire(actx, r)
+			f.OnAcquire(func(actx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+				g, err := next(actx, r)
 				clk.armed.Store(true)
 				return g, err
-			}
+			})
 			var err error
-			c, err = fencelock.New(h, &fencelock.Options{Clock: clk})
+			c, err = fencelock.New(f.Backend(), &fencelock.Options{Clock: clk})
 			if err != nil {
 				t.Fatal(err)
 			}
