@@ -18,7 +18,7 @@ import (
 
 // electionRule is the rule of the Election case; each of its parts adds
 // its own.
-const electionRule = "leader election (Client.Elect, Leader, Observe) works on every backend: see the part that failed."
+const electionRule = "leader election (recipe.Elect, CurrentLeader, Observe) works on every backend: see the part that failed."
 
 // testElection runs the election parts, each a subtest with its own rule.
 func testElection(t *testing.T, s *suite) {

@@ -137,7 +137,7 @@ func Elect(ctx context.Context, c *fencelock.Client, key, identity string, value
 		return err
 	}
 	if fn == nil {
-		return errors.New("recipe: Elect: nil fn")
+		return badOption("fn", "nil", "Elect needs the function to run while elected")
 	}
 	var o ElectOptions
 	if opts != nil {

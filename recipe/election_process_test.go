@@ -256,7 +256,7 @@ func TestElectHelperProcess(t *testing.T) {
 		return c
 	}
 	// Separate clients for the campaign and the observer, as
-	// Client.Observe's documentation advises.
+	// recipe.Observe's documentation advises.
 	campaigner, observer := open(), open()
 	defer observer.Close()
 	defer campaigner.Close()

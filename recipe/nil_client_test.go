@@ -32,3 +32,20 @@ func TestRecipesRefuseNilClient(t *testing.T) {
 	err = recipe.Elect(ctx, nil, "scheduler", "me", nil, func(context.Context, *fencelock.Lease) error { return nil }, nil)
 	check("Elect", err)
 }
+
+// Elect without a function to run is refused with a typed error, before
+// anything is stored.
+func TestElectRefusesNilFn(t *testing.T) {
+	c, err := fencelock.Open(context.Background(), "mem://elect-nil-fn", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = recipe.Elect(context.Background(), c, "k", "me", nil, nil, nil)
+	if !errors.Is(err, fencelock.ErrInvalidOption) {
+		t.Fatalf("Elect(nil fn) = %v; want an error matching ErrInvalidOption", err)
+	}
+	if info, err := c.Inspect(context.Background(), "k"); err != nil || info.Owner != "" {
+		t.Fatalf("Inspect after the refused Elect = %+v, %v; want the key untouched", info, err)
+	}
+}

@@ -42,7 +42,8 @@
 //
 // Any other parameter, and a TLS parameter on etcd://, is an error.
 // fencelock.Open also accepts the engine's parameters (ttl,
-// renew_interval, margin, rotate_every, owner) and removes them before
+// renew_interval, margin, rotate_every, owner,
+// lock_delay, require) and removes them before
 // this package sees the URL. No credential from the URL appears in an
 // error or a log: URLs are shown through driver.RedactURL (the password
 // and the value of key_file, and of any parameter whose name

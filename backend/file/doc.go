@@ -33,5 +33,5 @@
 // there is nothing to redact, and a URL refused for carrying them is
 // shown through driver.RedactURL all the same. fencelock.Open also accepts
 // the engine's parameters (ttl, renew_interval, margin, rotate_every,
-// owner) and removes them before this package sees the URL.
+// owner, lock_delay, require) and removes them before this package sees the URL.
 package file

@@ -59,7 +59,8 @@
 // DefaultConnectTimeout (5s each, not the driver's 30s). A parameter that
 // is neither is refused with a *driver.InvalidOptionError, so a typo
 // never silently drops a setting. fencelock.Open also accepts the
-// engine's parameters (ttl, renew_interval, margin, rotate_every, owner)
+// engine's parameters (ttl, renew_interval, margin, rotate_every, owner,
+// lock_delay, require)
 // and removes them before this package sees the URL. A Backend opened
 // from a URL uses the GarbageAfter recorded in the collection (see
 // GarbageAfterError).

@@ -54,7 +54,8 @@
 // DefaultPoolMaxConns()); one that neither this package nor pgx knows
 // reaches the server as a setting, and Open fails with an *InvalidOptionError when the
 // server does not know it either. fencelock.Open also accepts the engine's
-// parameters (ttl, renew_interval, margin, rotate_every, owner) and
+// parameters (ttl, renew_interval, margin, rotate_every, owner,
+// lock_delay, require) and
 // removes them before this package sees the URL.
 //
 // No credential from the URL appears in an error or a log: URLs are shown

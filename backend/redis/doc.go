@@ -53,7 +53,7 @@
 // go-redis's rounds of dials and retries (about 2s, more through a
 // Sentinel); the engine decides whether to try again. fencelock.Open also accepts
 // the engine's parameters (ttl, renew_interval, margin, rotate_every,
-// owner) and removes them before this package sees the URL.
+// owner, lock_delay, require) and removes them before this package sees the URL.
 //
 // No credential from the URL appears in an error or a log: URLs are shown
 // through driver.RedactURL (the password, and the value of

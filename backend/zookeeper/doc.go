@@ -40,7 +40,8 @@
 //     zk.ErrNoServer and the cause (see reach.go).
 //
 // Any other parameter is an error. fencelock.Open also accepts the
-// engine's parameters (ttl, renew_interval, margin, rotate_every, owner)
+// engine's parameters (ttl, renew_interval, margin, rotate_every, owner,
+// lock_delay, require)
 // and removes them before this package sees the URL. A zk URL carries no
 // credentials: a user or password in it is an error (add digest or other
 // authentication to a *zk.Conn of your own and pass it to New), so there

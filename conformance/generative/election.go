@@ -18,13 +18,13 @@ import (
 	"pgregory.net/rapid"
 )
 
-// Election programs: two or three campaigners run Client.Elect on one key
+// Election programs: two or three campaigners run recipe.Elect on one key
 // (each through the fault-injecting driver, some rotating tokens), and at
 // generated instants one resigns and campaigns again, the leader publishes
 // a new value (Lease.SetMetadata), or a campaigner crashes; on a
 // driver.TokenFloorer, one program in three raises the key's floor while
 // they campaign; a client of its own observes the key with
-// Client.Observe. Their histories are
+// recipe.Observe. Their histories are
 // checked for:
 //
 //   - NoTwoHolders: no campaigner's callback started while another's

@@ -55,8 +55,8 @@
 // LiveAccessAccepted, NoStaleAccessAccepted and NothingLeftBehind.
 //
 // One program in five is an election instead (election.go): campaigners
-// running Client.Elect through the same faults, resigning, proclaiming
-// and crashing, watched with Client.Observe; checked for NoTwoHolders
+// running recipe.Elect through the same faults, resigning, proclaiming
+// and crashing, watched with recipe.Observe; checked for NoTwoHolders
 // (no callback starts while another's context is live), ObserveInOrder,
 // ObservedValuePublished and ResignFreesKey.
 //

@@ -37,7 +37,7 @@
 // # Elector: one leader runs every job
 //
 // An Elector campaigns for an election key in the background for as long
-// as it is open (Client.Elect, campaigning again after every lost term and
+// as it is open (recipe.Elect, campaigning again after every lost term and
 // after a store failure) and IsLeader returns nil only while this
 // instance's current term's lease is valid: not ended, and with validity
 // left by the Client's clock (Lease.Remaining), which is checked at the
@@ -189,8 +189,8 @@ var ErrNotLeader = errors.New("gocronlock: not the leader")
 // ElectorOptions configures an Elector. A nil *ElectorOptions, and every
 // zero field, means the documented default.
 type ElectorOptions struct {
-	// Identity names this instance in the election (Client.Elect's
-	// identity; Client.Leader reports it). Default: the Client's
+	// Identity names this instance in the election (recipe.Elect's
+	// identity; recipe.CurrentLeader reports it). Default: the Client's
 	// Options.Owner.
 	Identity string
 
@@ -212,7 +212,7 @@ type ElectorOptions struct {
 	OnStoppedLeading func(err error)
 
 	// RetryDelay is how long the Elector waits before campaigning again
-	// after Client.Elect returned an error (the store failed for a whole
+	// after recipe.Elect returned an error (the store failed for a whole
 	// TTL, say). Default: the Client's Options.MaxBackoff.
 	RetryDelay time.Duration
 }

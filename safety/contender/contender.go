@@ -123,11 +123,11 @@ type Config struct {
 	// driver.BatchRenewer batch). Default 1.
 	Workers int `json:"workers,omitempty"`
 	// Permits, if positive, makes each key the key of a semaphore of that
-	// many permits (fencelock.Client.Semaphore): the contender takes a
+	// many permits (recipe.NewSemaphore): the contender takes a
 	// permit instead of the lock, and writes with the permit's slot key
 	// and token (see prims.go).
 	Permits int `json:"permits,omitempty"`
-	// RW makes each key a read-write lock (fencelock.Client.RWLock): a
+	// RW makes each key a read-write lock (recipe.NewRWLock): a
 	// round takes the write grant one time in three (the second, fifth,
 	// … round of each worker, so that even a slow store sees writers
 	// early), else a read grant,

@@ -12,7 +12,7 @@ import (
 // Primitives beyond the lock.
 //
 // With Config.Permits = N, every key is a semaphore of N permits
-// (fencelock.Client.Semaphore). A round then takes a permit instead of
+// (recipe.NewSemaphore). A round then takes a permit instead of
 // the lock; its AcquireStart and AcquireFailed events name the
 // semaphore's key, and everything from Acquired on names the permit's
 // slot key (Lease.Key): Belief, Lost, the releases, and the writes to the
@@ -20,7 +20,7 @@ import (
 // token, as docs/semaphores.md says a resource must. The checker groups
 // the slot keys by their semaphore (safety/check, S1 and S2).
 //
-// With Config.RW, every key is a read-write lock (fencelock.Client.RWLock).
+// With Config.RW, every key is a read-write lock (recipe.NewRWLock).
 // A round takes the write grant one time in three (each worker's second,
 // fifth, … round), else a read grant. Its AcquireStart names the lock's gate key for a write
 // (a writer waits for the gate) and the lock's key for a read; from
