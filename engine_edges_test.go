@@ -20,28 +20,6 @@ import (
 	"github.com/fencelock/fencelock/internal/fakebackend"
 )
 
-// hook wraps a backend (only the Backend interface: renewals go one at a
-// time) and lets a test act around its calls.
-type hook struct {
-	driver.Backend
-	acquire func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error)
-	renew   func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error)
-}
-
-func (h *hook) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	if h.acquire != nil {
-		return h.acquire(ctx, r)
-	}
-	return h.Backend.Acquire(ctx, r)
-}
-
-func (h *hook) Renew(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-	if h.renew != nil {
-		return h.renew(ctx, g, r)
-	}
-	return h.Backend.Renew(ctx, g, r)
-}
-
 // releaseWhile releases l while a renewal of it is held in flight, and
 // lets that renewal go on (closing letGo) once Release waits for its
 // answer; it returns Release's error.
@@ -92,17 +70,17 @@ func TestReleaseDuringRotatingRenewalReleasesOwnRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		inFlight := make(chan struct{})
-		h := &hook{Backend: store.Backend()}
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-			ng, err := h.Backend.Renew(ctx, g, r) // the store rotates…
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+			ng, err := next(ctx, g, r) // the store rotates…
 			if r.Rotate {
 				close(inFlight)
 				<-ctx.Done() // …but the reply is still on its way when Release runs
 				return driver.Grant{}, ctx.Err()
 			}
 			return ng, err
-		}
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		err := c.Do(t.Context(), "k", func(ctx context.Context, l *fencelock.Lease) error {
 			<-inFlight
 			return nil
@@ -121,15 +99,15 @@ func TestLostRotationReplyLeavesNoGhostRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		var lost atomic.Bool
-		h := &hook{Backend: store.Backend()}
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-			ng, err := h.Backend.Renew(ctx, g, r)
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+			ng, err := next(ctx, g, r)
 			if err == nil && r.Rotate && lost.CompareAndSwap(false, true) {
 				return driver.Grant{}, errReplyLost // applied, reply lost
 			}
 			return ng, err
-		}
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -155,21 +133,21 @@ func TestLateGrantIsNeverHandedOut(t *testing.T) {
 		store := memory.NewStore()
 		var delays atomic.Int32
 		delays.Store(1)
-		h := &hook{Backend: store.Backend()}
-		h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-			g, err := h.Backend.Acquire(ctx, r)
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+			g, err := next(ctx, r)
 			if delays.Add(-1) >= 0 {
 				time.Sleep(2800 * time.Millisecond) // past TTL − Margin = 2.7s
 			}
 			return g, err
-		}
+		})
 		var acquired atomic.Int32
 		obs := fencelock.ObserverFunc(func(e fencelock.Event) {
 			if e.Kind == fencelock.EventAcquired {
 				acquired.Add(1)
 			}
 		})
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, Observer: obs})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second, Observer: obs})
 		_, err := c.TryAcquire(t.Context(), "k")
 		if !errors.Is(err, fencelock.ErrLocalExpiry) {
 			t.Fatalf("TryAcquire with a reply after TTL − Margin = %v; want an error matching ErrLocalExpiry", err)
@@ -216,21 +194,21 @@ func TestDoReleasesWhenCallbackPanics(t *testing.T) {
 
 // shortTTL is a store that grants less TTL than asked, as ZooKeeper does
 // when it negotiates a shorter session.
-func shortTTL(b driver.Backend, ttl time.Duration) *hook {
-	h := &hook{Backend: b}
-	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+func shortTTL(b driver.Backend, ttl time.Duration) driver.Backend {
+	f := fakebackend.New(b, fakebackend.Plain)
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 		r.TTL = ttl
-		g, err := b.Acquire(ctx, r)
+		g, err := next(ctx, r)
 		g.TTL = ttl
 		return g, err
-	}
-	h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+	})
+	f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 		r.TTL = ttl
-		ng, err := b.Renew(ctx, g, r)
+		ng, err := next(ctx, g, r)
 		ng.TTL = ttl
 		return ng, err
-	}
-	return h
+	})
+	return f.Backend()
 }
 
 // Defect: the renewal schedule ignored a shorter granted TTL: validity
@@ -271,15 +249,15 @@ func TestCloseWaitsForAcquireInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		entered := make(chan struct{})
-		h := &hook{Backend: store.Backend()}
-		h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-			g, err := h.Backend.Acquire(context.Background(), r) // takes effect…
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+			g, err := next(context.Background(), r) // takes effect…
 			close(entered)
 			<-ctx.Done() // …and the reply is lost when the call is cut
 			_ = g
 			return driver.Grant{}, errors.Join(err, ctx.Err())
-		}
-		c, err := fencelock.New(h, nil)
+		})
+		c, err := fencelock.New(f.Backend(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,14 +289,14 @@ func TestMarginLeavesRetryWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		var failed atomic.Bool
-		h := &hook{Backend: store.Backend()}
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
 			if failed.CompareAndSwap(false, true) {
 				return driver.Grant{}, errReplyLost
 			}
-			return h.Backend.Renew(ctx, g, r)
-		}
-		c := newClient(t, h, &fencelock.Options{TTL: 10 * time.Second, RenewInterval: 5 * time.Second, Margin: 2500 * time.Millisecond})
+			return next(ctx, g, r)
+		})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 10 * time.Second, RenewInterval: 5 * time.Second, Margin: 2500 * time.Millisecond})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -409,18 +387,18 @@ func TestReleaseRetryAfterCloseReleasedReturnsNil(t *testing.T) {
 func TestLocalExpiryDuringRotationLeavesNoRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		h := &hook{Backend: store.Backend()}
+		f := fakebackend.New(store.Backend(), fakebackend.Plain)
 		replied := make(chan struct{})
-		h.renew = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error) {
-			ng, err := h.Backend.Renew(context.Background(), g, r) // applied at once…
+		f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+			ng, err := next(context.Background(), g, r) // applied at once…
 			if r.Rotate {
 				<-replied // …its reply comes after the lease was lost
 				return driver.Grant{}, ctx.Err()
 			}
 			return ng, err
-		}
+		})
 		defer close(replied)
-		c := newClient(t, h, &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
+		c := newClient(t, f.Backend(), &fencelock.Options{TTL: 3 * time.Second, RotateEvery: time.Second})
 		l, err := c.Acquire(t.Context(), "k")
 		if err != nil {
 			t.Fatal(err)
@@ -620,25 +598,25 @@ func TestBackgroundCleanupNeverRemovesALaterLeaseOfTheSameAcquire(t *testing.T) 
 	})
 }
 
-// lateStore makes h a store whose Acquire requests, from the nth on,
+// lateStore makes f a store whose Acquire requests, from the nth on,
 // arrive only when gate opens, and are applied then whether or not their
 // sender still waits for the reply: a request delayed in flight, which a
 // server (FerretDB, MongoDB, PostgreSQL, Redis) executes after its client
 // gave up on it (by store, whose backends Close does not close). sent is
 // closed when the nth request is on its way.
-func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
+func lateStore(f *fakebackend.Fake, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
 	var calls atomic.Int32
 	s := make(chan struct{})
-	h.acquire = func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 		switch k := calls.Add(1); {
 		case k < int32(n):
-			return h.Backend.Acquire(ctx, r)
+			return next(ctx, r)
 		case k == int32(n):
 			close(s)
 		}
 		select {
 		case <-gate:
-			return h.Backend.Acquire(context.WithoutCancel(ctx), r)
+			return next(context.WithoutCancel(ctx), r)
 		case <-ctx.Done():
 			go func() {
 				<-gate
@@ -646,7 +624,7 @@ func lateStore(h *hook, store *memory.Store, n int, gate <-chan struct{}) (sent 
 			}()
 			return driver.Grant{}, ctx.Err()
 		}
-	}
+	})
 	return s
 }
 
@@ -674,8 +652,8 @@ func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := memory.NewStore()
 				gate := make(chan struct{})
-				h := &hook{Backend: store.Backend()}
-				sent := lateStore(h, store, tc.n, gate)
+				f := fakebackend.New(store.Backend(), fakebackend.Plain)
+				sent := lateStore(f, store, tc.n, gate)
 				var other driver.Grant
 				if tc.held {
 					var err error
@@ -684,7 +662,7 @@ func TestAttemptCutShortLeavesNoLateRecord(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				c := newClient(t, h, nil)
+				c := newClient(t, f.Backend(), nil)
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				got := acquireAsync(ctx, c, "k", tc.try)
@@ -733,12 +711,13 @@ func TestCancelledCallKeepsNothingAfterItReturns(t *testing.T) {
 	type payloadKey struct{}
 	store := memory.NewStore()
 	inFlight, answer := make(chan struct{}), make(chan struct{})
-	h := &hook{Backend: store.Backend(), acquire: func(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	f := fakebackend.New(store.Backend(), fakebackend.Plain)
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
 		close(inFlight)
 		<-answer // the store answers after the caller gave up
-		return store.Backend().Acquire(ctx, r)
-	}}
-	c := newClient(t, h, &fencelock.Options{ReleaseTimeout: time.Hour})
+		return next(ctx, r)
+	})
+	c := newClient(t, f.Backend(), &fencelock.Options{ReleaseTimeout: time.Hour})
 	payload := new([4096]byte)
 	alive := weak.Make(payload)
 	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), payloadKey{}, payload))
