@@ -22,6 +22,7 @@ import (
 // granted); after a transient failure at f, the retry is due by
 // f + interval/2 (the backoff's cap). Inside a synctest bubble the memory
 // backend answers in no time, so any lateness at all is a scheduler bug.
+// Not a fakebackend: it is a clock of the scheduler's deadlines, not a store fake.
 type renewClock struct {
 	b *memory.Backend
 
@@ -107,6 +108,7 @@ func (r *renewClock) renewals() int {
 }
 
 // clockBackend is the plain form (no batch renewals).
+// Not a fakebackend: it is renewClock's view as a backend, a scheduling probe.
 type clockBackend struct{ r *renewClock }
 
 func (c clockBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {

@@ -24,6 +24,7 @@ import (
 // full is dropped, as the real backends do), which ends (closes) with the
 // Watch's context. A 1-buffered channel is its lock, so that nothing in a
 // bubble blocks on a sync.Mutex.
+// Not a fakebackend: it simulates notification delivery across clients, not a store.
 type wakeHub struct {
 	lock   chan struct{}
 	subs   map[chan struct{}]struct{}
@@ -88,6 +89,7 @@ func (h *wakeHub) watch(ctx context.Context) <-chan struct{} {
 // wakeLab is one client's backend: a memory backend whose Watch is the
 // hub's, which counts acquire attempts and can make its own calls notify
 // the hub.
+// Not a fakebackend: it is a wake-up scheduling simulation sharing one wakeHub.
 type wakeLab struct {
 	driver.Backend
 	hub           *wakeHub
@@ -717,6 +719,7 @@ func TestAlternatingHoldersDoNotSpin(t *testing.T) {
 // (the old side's watch fires). While one waiter holds the old side for
 // that round trip, another's attempt finds it held by that waiter: a
 // different holder than the key's real one.
+// Not a fakebackend: it simulates migrate.Dual's two-sided round trips in fake time.
 type dualSim struct {
 	driver.Backend // the new side: Inspect, List, Close
 	old, new       *memory.Backend
