@@ -36,6 +36,7 @@ type Lease struct {
 	baseMargin  time.Duration // the margin for ttl
 	rotateEvery time.Duration // 0: never
 	minHold     time.Duration
+	lockDelay   time.Duration // WithLockDelay's: 0 if none
 
 	// metaMu serializes SetMetadata calls: one update in flight at a time.
 	// The first SetMetadata makes it, under mu: most leases never need it.
@@ -96,7 +97,7 @@ func (c *Client) newLease(ctx context.Context, k *call, begin, start time.Time, 
 	// judges lateness and ends the acquire's wait.
 	granted := c.now()
 	l := &Lease{c: c, key: req.Key, owner: req.Owner, label: cfg.label, parent: ctx, done: make(chan struct{}),
-		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold,
+		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold, lockDelay: cfg.lockDelay,
 		meta: req.Metadata, releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: granted}
 	l.mu.Lock()
 	l.setValidityLocked(start, g.TTL, granted)
@@ -264,8 +265,17 @@ func (l *Lease) lose(cause error) {
 		// believing): free it early for the next holder, best effort —
 		// by owner too if a rotation may have changed its token (a
 		// ZooKeeper session keeps such a record alive as long as the
-		// client lives).
+		// client lives). With a lock delay, not before the delay has
+		// passed: a loss is an end without the holder's release, and a
+		// release now would free the key at once, with no gap for a
+		// write the holder still has in flight. A record store expires
+		// the record into its gap meanwhile; a session store keeps the
+		// key held until the release.
+		delay := l.lockDelay
 		c.goBackground(func() {
+			if delay > 0 && c.sleep(c.life, delay) != nil {
+				return // closing: the store expires it, or Close ends the session
+			}
 			c.releaseGrant(g)
 			if unsure {
 				c.abandon(driver.AcquireRequest{Key: g.Key, Owner: g.Owner})
