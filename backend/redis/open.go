@@ -2,7 +2,10 @@ package redis
 
 import (
 	"context"
+	"maps"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -64,6 +67,13 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 	rest := p.Rest()
 	if err := p.Err(); err != nil {
 		return nil, nil, err
+	}
+	// go-redis keeps one value of a repeated parameter; refuse the
+	// repeat, as driver.Params does for this package's own.
+	for _, name := range slices.Sorted(maps.Keys(rest)) {
+		if len(rest[name]) > 1 && name != "addr" {
+			return nil, nil, &driver.InvalidOptionError{Option: "URL parameter " + strconv.Quote(name), Value: strconv.Itoa(len(rest[name])) + " values", Reason: "given more than once"}
+		}
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, nil, err

@@ -233,3 +233,31 @@ func TestOpenUnknownParameterNamesTheLikelyOne(t *testing.T) {
 		}
 	}
 }
+
+// A parameter that go-redis reads (and would read one value of) given
+// twice is refused before anything is dialled, like the backend's own
+// parameters, and the refusal shows no value: one may be a password.
+func TestRepeatedClientParamRefused(t *testing.T) {
+	for _, raw := range []string{
+		"redis://127.0.0.1:1/0?pool_size=3&pool_size=4",
+		"redis://127.0.0.1:1/0?password=s3cret-a&password=s3cret-b",
+		"redis+sentinel://127.0.0.1:1/mymaster?dial_timeout=1s&dial_timeout=2s",
+	} {
+		_, _, err := clientFromURL(mustParse(t, raw))
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), "more than once") {
+			t.Errorf("%s: %v; want an *InvalidOptionError saying the parameter was given more than once", raw, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error shows a value: %v", raw, err)
+		}
+	}
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
