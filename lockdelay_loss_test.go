@@ -77,3 +77,28 @@ func TestLockDelayKeepsGapAfterLossCleanup(t *testing.T) {
 		l2.Release(ctx)
 	})
 }
+
+// A force-release removes a holder's record and frees the key at once,
+// but a key already in its lock delay (no holder: the record expired) has
+// nothing to remove: the gap goes on, as documented in deploying.md.
+func TestForceReleaseLeavesLockDelayGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		const delay = time.Minute
+		a := newClient(t, store.Backend(), &fencelock.Options{LockDelay: delay})
+		ctx := context.Background()
+		l, err := a.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.Expire("k") // the holder's record ends without a release
+		if info, err := a.ForceRelease(ctx, "k"); err != nil || info.Owner != "" {
+			t.Fatalf("ForceRelease of a key in its lock delay = %+v, %v; want nothing removed", info, err)
+		}
+		var he *fencelock.HeldError
+		if _, err := a.TryAcquire(ctx, "k"); !errors.As(err, &he) || he.LockDelay <= 0 {
+			t.Errorf("TryAcquire after ForceRelease in the gap = %v; want a *HeldError with a LockDelay", err)
+		}
+		l.Release(ctx)
+	})
+}
