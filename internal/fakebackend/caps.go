@@ -20,6 +20,7 @@ type (
 	forceReleaser struct{ f *Fake }
 	describer     struct{ f *Fake }
 	tokenFloorer  struct{ f *Fake }
+	guarantor     struct{ f *Fake }
 )
 
 func (c core) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
@@ -70,4 +71,8 @@ func (c tokenFloorer) HighWater(ctx context.Context, prefix string) (driver.High
 
 func (c tokenFloorer) RaiseFloor(ctx context.Context, key string, floor driver.Token) error {
 	return c.f.raiseFloor(ctx, key, floor)
+}
+
+func (c guarantor) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
+	return c.f.guarantees(ctx)
 }

@@ -62,7 +62,7 @@ const (
 var Requests = []Op{Acquire, Renew, RenewBatch, Release, Inspect, List, AcquireWait}
 
 // Caps is a set of the optional driver capabilities a Fake shows.
-type Caps uint8
+type Caps uint16
 
 // The capabilities.
 const (
@@ -73,11 +73,12 @@ const (
 	ForceReleaser
 	Describer
 	TokenFloorer
+	Guarantor
 
 	// Plain shows no optional capability: the bare driver.Backend.
 	Plain Caps = 0
 	// Memory is what the memory backend shows.
-	Memory  = Watcher | BatchRenewer | LossNotifier | ForceReleaser | Describer | TokenFloorer
+	Memory  = Watcher | BatchRenewer | LossNotifier | ForceReleaser | Describer | TokenFloorer | Guarantor
 	allCaps = Memory | Waiter
 )
 
@@ -104,6 +105,9 @@ func CapsOf(b driver.Backend) Caps {
 	}
 	if _, ok := b.(driver.TokenFloorer); ok {
 		c |= TokenFloorer
+	}
+	if _, ok := b.(driver.Guarantor); ok {
+		c |= Guarantor
 	}
 	return c
 }
@@ -546,6 +550,13 @@ func (f *Fake) raiseFloor(ctx context.Context, key string, floor driver.Token) e
 		return t.RaiseFloor(ctx, key, floor)
 	}
 	return fmt.Errorf("fakebackend: the wrapped backend has no token floor: %w", driver.ErrUnsupported)
+}
+
+func (f *Fake) guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
+	if g, ok := f.inner.(driver.Guarantor); ok {
+		return g.Guarantees(ctx)
+	}
+	return nil, fmt.Errorf("fakebackend: the wrapped backend measures no guarantee: %w", driver.ErrUnsupported)
 }
 
 func (f *Fake) close() error {

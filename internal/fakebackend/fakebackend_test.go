@@ -19,14 +19,14 @@ import (
 // Every set of capabilities is shown exactly: no more (a hidden Watcher
 // would still make the engine wait by notification), no fewer.
 func TestBackendShowsExactlyItsCaps(t *testing.T) {
-	for c := range fakebackend.Caps(1 << 7) {
+	for c := range fakebackend.Caps(1 << 8) {
 		b := fakebackend.New(memory.New(), c).Backend()
 		if got := fakebackend.CapsOf(b); got != c {
-			t.Errorf("New(_, %07b).Backend() shows %07b", c, got)
+			t.Errorf("New(_, %08b).Backend() shows %08b", c, got)
 		}
 	}
 	if got := fakebackend.CapsOf(memory.New()); got != fakebackend.Memory {
-		t.Errorf("the memory backend shows %07b; Memory is %07b", got, fakebackend.Memory)
+		t.Errorf("the memory backend shows %08b; Memory is %08b", got, fakebackend.Memory)
 	}
 }
 
@@ -135,4 +135,24 @@ func TestEmulatedWaitTakesKeyOnRelease(t *testing.T) {
 			t.Fatalf("AcquireWait = %v", err)
 		}
 	})
+}
+
+// A Fake showing Guarantor answers with the wrapped backend's
+// measurements, which the engine's guarantee check then reports.
+func TestGuarantorForwardsTheStoresMeasurements(t *testing.T) {
+	mb := memory.New()
+	want, err := mb.Guarantees(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fakebackend.New(mb, fakebackend.Guarantor).Backend()
+	got, err := b.(driver.Guarantor).Guarantees(context.Background())
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("Guarantees = %v, %v; want the memory backend's %v", got, err, want)
+	}
+	for g, m := range want {
+		if got[g] != m {
+			t.Errorf("Guarantees[%s] = %+v; want %+v", g, got[g], m)
+		}
+	}
 }

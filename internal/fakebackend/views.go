@@ -834,6 +834,966 @@ type view127 struct {
 	describer
 	tokenFloorer
 }
+type view128 struct {
+	core
+	guarantor
+}
+type view129 struct {
+	core
+	waiter
+	guarantor
+}
+type view130 struct {
+	core
+	watcher
+	guarantor
+}
+type view131 struct {
+	core
+	waiter
+	watcher
+	guarantor
+}
+type view132 struct {
+	core
+	batchRenewer
+	guarantor
+}
+type view133 struct {
+	core
+	waiter
+	batchRenewer
+	guarantor
+}
+type view134 struct {
+	core
+	watcher
+	batchRenewer
+	guarantor
+}
+type view135 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	guarantor
+}
+type view136 struct {
+	core
+	lossNotifier
+	guarantor
+}
+type view137 struct {
+	core
+	waiter
+	lossNotifier
+	guarantor
+}
+type view138 struct {
+	core
+	watcher
+	lossNotifier
+	guarantor
+}
+type view139 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	guarantor
+}
+type view140 struct {
+	core
+	batchRenewer
+	lossNotifier
+	guarantor
+}
+type view141 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	guarantor
+}
+type view142 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+}
+type view143 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+}
+type view144 struct {
+	core
+	forceReleaser
+	guarantor
+}
+type view145 struct {
+	core
+	waiter
+	forceReleaser
+	guarantor
+}
+type view146 struct {
+	core
+	watcher
+	forceReleaser
+	guarantor
+}
+type view147 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	guarantor
+}
+type view148 struct {
+	core
+	batchRenewer
+	forceReleaser
+	guarantor
+}
+type view149 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	guarantor
+}
+type view150 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+}
+type view151 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+}
+type view152 struct {
+	core
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view153 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view154 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view155 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view156 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view157 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view158 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view159 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+}
+type view160 struct {
+	core
+	describer
+	guarantor
+}
+type view161 struct {
+	core
+	waiter
+	describer
+	guarantor
+}
+type view162 struct {
+	core
+	watcher
+	describer
+	guarantor
+}
+type view163 struct {
+	core
+	waiter
+	watcher
+	describer
+	guarantor
+}
+type view164 struct {
+	core
+	batchRenewer
+	describer
+	guarantor
+}
+type view165 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	guarantor
+}
+type view166 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	guarantor
+}
+type view167 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	guarantor
+}
+type view168 struct {
+	core
+	lossNotifier
+	describer
+	guarantor
+}
+type view169 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	guarantor
+}
+type view170 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	guarantor
+}
+type view171 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	guarantor
+}
+type view172 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+}
+type view173 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+}
+type view174 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+}
+type view175 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+}
+type view176 struct {
+	core
+	forceReleaser
+	describer
+	guarantor
+}
+type view177 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	guarantor
+}
+type view178 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	guarantor
+}
+type view179 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	guarantor
+}
+type view180 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+}
+type view181 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+}
+type view182 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+}
+type view183 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+}
+type view184 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view185 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view186 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view187 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view188 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view189 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view190 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view191 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+}
+type view192 struct {
+	core
+	tokenFloorer
+	guarantor
+}
+type view193 struct {
+	core
+	waiter
+	tokenFloorer
+	guarantor
+}
+type view194 struct {
+	core
+	watcher
+	tokenFloorer
+	guarantor
+}
+type view195 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	guarantor
+}
+type view196 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	guarantor
+}
+type view197 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	guarantor
+}
+type view198 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+}
+type view199 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+}
+type view200 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view201 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view202 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view203 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view204 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view205 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view206 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view207 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+}
+type view208 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view209 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view210 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view211 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view212 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view213 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view214 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view215 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view216 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view217 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view218 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view219 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view220 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view221 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view222 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view223 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+}
+type view224 struct {
+	core
+	describer
+	tokenFloorer
+	guarantor
+}
+type view225 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	guarantor
+}
+type view226 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+}
+type view227 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+}
+type view228 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+}
+type view229 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+}
+type view230 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+}
+type view231 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+}
+type view232 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view233 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view234 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view235 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view236 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view237 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view238 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view239 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+}
+type view240 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view241 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view242 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view243 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view244 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view245 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view246 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view247 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view248 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view249 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view250 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view251 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view252 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view253 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view254 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
+type view255 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+}
 
 // view returns f as the type showing caps.
 func view(f *Fake, caps Caps) driver.Backend {
@@ -1094,6 +2054,262 @@ func view(f *Fake, caps Caps) driver.Backend {
 		return view126{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}}
 	case 127:
 		return view127{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}}
+	case 128:
+		return view128{core{f}, guarantor{f}}
+	case 129:
+		return view129{core{f}, waiter{f}, guarantor{f}}
+	case 130:
+		return view130{core{f}, watcher{f}, guarantor{f}}
+	case 131:
+		return view131{core{f}, waiter{f}, watcher{f}, guarantor{f}}
+	case 132:
+		return view132{core{f}, batchRenewer{f}, guarantor{f}}
+	case 133:
+		return view133{core{f}, waiter{f}, batchRenewer{f}, guarantor{f}}
+	case 134:
+		return view134{core{f}, watcher{f}, batchRenewer{f}, guarantor{f}}
+	case 135:
+		return view135{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, guarantor{f}}
+	case 136:
+		return view136{core{f}, lossNotifier{f}, guarantor{f}}
+	case 137:
+		return view137{core{f}, waiter{f}, lossNotifier{f}, guarantor{f}}
+	case 138:
+		return view138{core{f}, watcher{f}, lossNotifier{f}, guarantor{f}}
+	case 139:
+		return view139{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, guarantor{f}}
+	case 140:
+		return view140{core{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}}
+	case 141:
+		return view141{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}}
+	case 142:
+		return view142{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}}
+	case 143:
+		return view143{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}}
+	case 144:
+		return view144{core{f}, forceReleaser{f}, guarantor{f}}
+	case 145:
+		return view145{core{f}, waiter{f}, forceReleaser{f}, guarantor{f}}
+	case 146:
+		return view146{core{f}, watcher{f}, forceReleaser{f}, guarantor{f}}
+	case 147:
+		return view147{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, guarantor{f}}
+	case 148:
+		return view148{core{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}}
+	case 149:
+		return view149{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}}
+	case 150:
+		return view150{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}}
+	case 151:
+		return view151{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}}
+	case 152:
+		return view152{core{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 153:
+		return view153{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 154:
+		return view154{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 155:
+		return view155{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 156:
+		return view156{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 157:
+		return view157{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 158:
+		return view158{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 159:
+		return view159{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}}
+	case 160:
+		return view160{core{f}, describer{f}, guarantor{f}}
+	case 161:
+		return view161{core{f}, waiter{f}, describer{f}, guarantor{f}}
+	case 162:
+		return view162{core{f}, watcher{f}, describer{f}, guarantor{f}}
+	case 163:
+		return view163{core{f}, waiter{f}, watcher{f}, describer{f}, guarantor{f}}
+	case 164:
+		return view164{core{f}, batchRenewer{f}, describer{f}, guarantor{f}}
+	case 165:
+		return view165{core{f}, waiter{f}, batchRenewer{f}, describer{f}, guarantor{f}}
+	case 166:
+		return view166{core{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}}
+	case 167:
+		return view167{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}}
+	case 168:
+		return view168{core{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 169:
+		return view169{core{f}, waiter{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 170:
+		return view170{core{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 171:
+		return view171{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 172:
+		return view172{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 173:
+		return view173{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 174:
+		return view174{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 175:
+		return view175{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}}
+	case 176:
+		return view176{core{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 177:
+		return view177{core{f}, waiter{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 178:
+		return view178{core{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 179:
+		return view179{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 180:
+		return view180{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 181:
+		return view181{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 182:
+		return view182{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 183:
+		return view183{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 184:
+		return view184{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 185:
+		return view185{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 186:
+		return view186{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 187:
+		return view187{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 188:
+		return view188{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 189:
+		return view189{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 190:
+		return view190{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 191:
+		return view191{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}}
+	case 192:
+		return view192{core{f}, tokenFloorer{f}, guarantor{f}}
+	case 193:
+		return view193{core{f}, waiter{f}, tokenFloorer{f}, guarantor{f}}
+	case 194:
+		return view194{core{f}, watcher{f}, tokenFloorer{f}, guarantor{f}}
+	case 195:
+		return view195{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, guarantor{f}}
+	case 196:
+		return view196{core{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}}
+	case 197:
+		return view197{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}}
+	case 198:
+		return view198{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}}
+	case 199:
+		return view199{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}}
+	case 200:
+		return view200{core{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 201:
+		return view201{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 202:
+		return view202{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 203:
+		return view203{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 204:
+		return view204{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 205:
+		return view205{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 206:
+		return view206{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 207:
+		return view207{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}}
+	case 208:
+		return view208{core{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 209:
+		return view209{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 210:
+		return view210{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 211:
+		return view211{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 212:
+		return view212{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 213:
+		return view213{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 214:
+		return view214{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 215:
+		return view215{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 216:
+		return view216{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 217:
+		return view217{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 218:
+		return view218{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 219:
+		return view219{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 220:
+		return view220{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 221:
+		return view221{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 222:
+		return view222{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 223:
+		return view223{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}}
+	case 224:
+		return view224{core{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 225:
+		return view225{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 226:
+		return view226{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 227:
+		return view227{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 228:
+		return view228{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 229:
+		return view229{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 230:
+		return view230{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 231:
+		return view231{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 232:
+		return view232{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 233:
+		return view233{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 234:
+		return view234{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 235:
+		return view235{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 236:
+		return view236{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 237:
+		return view237{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 238:
+		return view238{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 239:
+		return view239{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 240:
+		return view240{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 241:
+		return view241{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 242:
+		return view242{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 243:
+		return view243{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 244:
+		return view244{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 245:
+		return view245{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 246:
+		return view246{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 247:
+		return view247{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 248:
+		return view248{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 249:
+		return view249{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 250:
+		return view250{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 251:
+		return view251{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 252:
+		return view252{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 253:
+		return view253{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 254:
+		return view254{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 255:
+		return view255{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
 	}
 	panic("fakebackend: unknown capabilities")
 }
