@@ -17,17 +17,16 @@ import (
 // requireClosed counts Closes of backends opened through require-test://.
 var requireClosed atomic.Int64
 
-// closeCounting is a memory backend (a Guarantor) whose Close is counted.
-type closeCounting struct{ *memory.Backend }
-
-func (c closeCounting) Close() error {
-	requireClosed.Add(1)
-	return c.Backend.Close()
-}
-
 func init() {
 	fencelock.Register("require-test", func(ctx context.Context, u *url.URL) (fencelock.Backend, error) {
-		return closeCounting{memory.New()}, nil
+		// A memory backend (a Guarantor) whose Close is counted.
+		mb := memory.New()
+		f := fakebackend.New(mb, fakebackend.CapsOf(mb))
+		f.OnClose(func(next func() error) error {
+			requireClosed.Add(1)
+			return next()
+		})
+		return f.Backend(), nil
 	})
 }
 
