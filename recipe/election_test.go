@@ -49,13 +49,13 @@ func (g *termLog) fn(who string) func(ctx context.Context, l *fencelock.Lease) e
 		i := len(g.terms)
 		g.terms = append(g.terms, term{who: who, token: l.Token(), began: time.Since(g.start), over: -1, ctx: ctx})
 		g.mu.Unlock()
-		stop := context.AfterFunc(ctx, func() {
-			g.mu.Lock()
-			g.terms[i].over = time.Since(g.start)
-			g.mu.Unlock()
-		})
-		defer stop()
+		// Recorded here, not by a context.AfterFunc stopped on return:
+		// that stop can win the race with the cancellation and drop the
+		// record.
 		<-ctx.Done()
+		g.mu.Lock()
+		g.terms[i].over = time.Since(g.start)
+		g.mu.Unlock()
 		return ctx.Err()
 	}
 }
