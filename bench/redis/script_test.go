@@ -14,17 +14,17 @@ import (
 // makes.
 const scriptLoops = 2000
 
-// loopScript wraps an acquire body (a script over KEYS[1], KEYS[2],
-// ARGV[1..3]) in a Lua function and calls it scriptLoops times on fresh
+// loopScript wraps an acquire body (a script over KEYS[1..3],
+// ARGV[1..4]) in a Lua function and calls it scriptLoops times on fresh
 // keys, each followed by a DEL of the lock, timing the loop with the
 // server's TIME: the server's own cost of an acquisition, without the
 // network, the client or the fsync that follows a write command.
 func loopScript(body, tag string) string {
-	r := strings.NewReplacer("KEYS[1]", "k1", "KEYS[2]", "k2", "ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3")
-	return "local function acq(k1, k2, a1, a2, a3)\n" + r.Replace(body) + "\nend\n" +
+	r := strings.NewReplacer("KEYS[1]", "k1", "KEYS[2]", "k2", "KEYS[3]", "k3", "ARGV[1]", "a1", "ARGV[2]", "a2", "ARGV[3]", "a3", "ARGV[4]", "a4")
+	return "local function acq(k1, k2, k3, a1, a2, a3, a4)\n" + r.Replace(body) + "\nend\n" +
 		"local t = redis.call('TIME')\n" +
 		"for i = 1, tonumber(ARGV[1]) do local k = '{' .. ARGV[2] .. '" + tag + ":' .. i .. '}' " +
-		"acq(k .. ':lock', k .. ':token', 'owner', '10000', '') redis.call('DEL', k .. ':lock') end\n" +
+		"acq(k .. ':lock', k .. ':token', k .. ':ended', 'owner', '10000', '', '0') redis.call('DEL', k .. ':lock') end\n" +
 		"local u = redis.call('TIME')\n" +
 		"for i = 1, tonumber(ARGV[1]) do redis.call('DEL', '{' .. ARGV[2] .. '" + tag + ":' .. i .. '}:token') end\n" +
 		"return (u[1] - t[1]) * 1000000 + (u[2] - t[2])"

@@ -151,7 +151,9 @@ var backendScripts = benchkit.Lib{Name: "backend-scripts", Setup: func(b *testin
 	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
 	try := func(ctx context.Context, key string) (func() error, error) {
 		owner := token()
-		v, err := acquire.Run(ctx, rdb, []string{key, counter}, owner, ms, "").Result()
+		// The lock-delay marker beside the key; lock delay 0: none, as
+		// the backend's default.
+		v, err := acquire.Run(ctx, rdb, []string{key, counter, key + "-ended"}, owner, ms, "", "0").Result()
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +162,9 @@ var backendScripts = benchkit.Lib{Name: "backend-scripts", Setup: func(b *testin
 			return nil, benchkit.ErrHeld
 		}
 		head := tok + "\n" + owner + "\n"
-		return func() error { return release.Run(ctx, rdb, []string{key}, head, key+"-released").Err() }, nil
+		return func() error {
+			return release.Run(ctx, rdb, []string{key, key + "-ended"}, head, key+"-released").Err()
+		}, nil
 	}
 	return benchkit.Same(try, benchkit.Poll(try, 0, 0))
 }}
