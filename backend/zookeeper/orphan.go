@@ -75,8 +75,12 @@ func (b *Backend) reconnected() {
 	b.sweepSoon()
 }
 
-// sweepSoon sweeps at once, in a goroutine of its own, bounded by
-// floorTimeout.
+// sweepSoon sweeps at once, in a goroutine of its own, and again at the
+// sweep's pace while clean-ups are left, all bounded by floorTimeout: one
+// sweep right after a reconnection can fail (the server is still
+// settling) or find another sweep running (a Release's, still waiting on
+// the server that was down), and a client that makes no further call
+// would then never sweep, keeping waiters behind an orphaned znode.
 func (b *Backend) sweepSoon() {
 	b.mu.Lock() // orders this after Close, as NotifyLoss does
 	if b.closed.Load() {
@@ -90,7 +94,25 @@ func (b *Backend) sweepSoon() {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), b.floorTimeout())
 		defer cancel()
-		_ = b.sweep(ctx)
+		for {
+			_ = b.sweep(ctx)
+			if b.orphans.Len() == 0 || b.closed.Load() || ctx.Err() != nil {
+				return
+			}
+			b.mu.Lock()
+			wait := max(time.Until(b.nextSweep), sweepMinWait)
+			b.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-b.done: // Close
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 	}()
 }
 
