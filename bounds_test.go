@@ -25,7 +25,7 @@ import (
 // has not returned by its bound plus the slack fails the test (after
 // the store's hanging requests are let go and the client is closed).
 
-const boundSlack = time.Second
+const boundSlack = fakebackend.BoundSlack
 
 // refused is the error of a store with nothing listening on its port.
 var refused = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
@@ -79,30 +79,10 @@ func boundOpts() *fencelock.Options {
 	return &fencelock.Options{TTL: 15 * time.Second, ReleaseTimeout: 2 * time.Second}
 }
 
-// within runs call and reports how long it took. If it has not returned
-// by bound plus boundSlack, b's hanging requests are let go, c is closed
-// to end the call, and the test fails.
+// within is fakebackend.Within for a client under test.
 func within(t *testing.T, b *fakebackend.Fake, c *fencelock.Client, bound time.Duration, what string, call func()) time.Duration {
 	t.Helper()
-	done := make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(done)
-		call()
-	}()
-	timer := time.NewTimer(bound + boundSlack)
-	defer timer.Stop()
-	select {
-	case <-done:
-		return time.Since(start)
-	case <-timer.C:
-		took := time.Since(start)
-		b.LetGo()
-		c.Close()
-		<-done
-		t.Fatalf("%s has not returned after %v; its bound is %v", what, took, bound)
-		return 0
-	}
+	return fakebackend.Within(t, b, c, bound, what, call)
 }
 
 // heldBy returns the owner of key in store ("" if free).

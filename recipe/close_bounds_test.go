@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
-	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
@@ -95,34 +93,9 @@ func TestCloseDuringNestedGateAttempt(t *testing.T) {
 	}
 }
 
-// lateStore makes f a store whose Acquire requests, from the nth on,
-// arrive only when gate opens, and are applied then whether or not their
-// sender still waits for the reply: a request delayed in flight, which a
-// server executes after its client gave up on it (by store, whose
-// backends Close does not close). sent is closed when the nth request is
-// on its way.
+// lateStore is f.LateAcquires, the late requests landing in store.
 func lateStore(f *fakebackend.Fake, store *memory.Store, n int, gate <-chan struct{}) (sent <-chan struct{}) {
-	var calls atomic.Int32
-	s := make(chan struct{})
-	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
-		switch k := calls.Add(1); {
-		case k < int32(n):
-			return next(ctx, r)
-		case k == int32(n):
-			close(s)
-		}
-		select {
-		case <-gate:
-			return next(context.WithoutCancel(ctx), r)
-		case <-ctx.Done():
-			go func() {
-				<-gate
-				_, _ = store.Backend().Acquire(context.Background(), r)
-			}()
-			return driver.Grant{}, ctx.Err()
-		}
-	})
-	return s
+	return f.LateAcquires(n, gate, store.Backend())
 }
 
 // revStoreEmpty fails the test if the store holds any record.
