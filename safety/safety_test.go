@@ -27,8 +27,7 @@ type backendDef struct {
 	ttl, slack   time.Duration
 }
 
-// The backends, in the order they run (one after another: store faults
-// must not hit another backend's cells). etcd lease TTLs are whole
+// The single-server backends (lanes_test.go says which run at once). etcd lease TTLs are whole
 // seconds of at least 1.5 election timeouts (2s for the test server);
 // ZooKeeper's TTL is its session timeout and its server expires sessions
 // on 200ms ticks.
@@ -126,8 +125,18 @@ func TestSafety(t *testing.T) {
 		}
 	}
 
-	for _, def := range backendDefs {
-		t.Run(def.name, func(t *testing.T) {
+	// The cells run in lanes, one goroutine each: a lane's backends run
+	// one after another, and the lanes at once. A fault on a server must
+	// not hit another backend's cells, so the backends that share a server
+	// share a lane (mongo-pg keeps its data on the postgres server), and
+	// dual, which holds every lease on Redis and on PostgreSQL, waits for
+	// both lanes to leave those servers. Most of a cell's time is spent
+	// waiting on TTLs and faults, not on the CPU.
+	sink := &reportSink{rep: &rep}
+	clusters := &clusterSet{}
+	defer clusters.down(t)
+	single := func(def backendDef) func(*testing.T) {
+		return func(t *testing.T) {
 			url := testenv.URL(t, def.envVar)
 			if strings.HasPrefix(def.name, "mongo") {
 				// A collection of this run's own: FerretDB reads the
@@ -136,31 +145,11 @@ func TestSafety(t *testing.T) {
 				url = withParam(t, url, "collection", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
 			}
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, url)}
-			runBackend(t, &rep, prof, b, backendFaults(def.envVar == mutantOn), true)
-		})
-	}
-	t.Run(dualDef.name, func(t *testing.T) {
-		url := migrate.DualURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"), testenv.URL(t, "FENCELOCK_TEST_POSTGRES"))
-		// Two stores behind one URL: no proxy.
-		b := suite.Backend{Name: dualDef.name, URL: url, TTL: dualDef.ttl, Slack: dualDef.slack, NoProxy: true}
-		rep.Env["left out: "+dualDef.name] = "every fault but " + strings.Join(dualFaults, ", ") + ": they are measured on redis and postgres alone"
-		runBackend(t, &rep, prof, b, dualFaults, false)
-	})
-	t.Run("postgres-faketime", func(t *testing.T) {
-		srv, err := startFaketimePostgres(t)
-		if err != nil {
-			if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
-				t.Fatal(err)
-			}
-			t.Skip(err)
+			runBackend(t, sink, prof, b, backendFaults(def.envVar == mutantOn), true)
 		}
-		b := suite.Backend{Name: "postgres-faketime", URL: srv.url, TTL: time.Second, Slack: 300 * time.Millisecond, Control: srv.control()}
-		runBackend(t, &rep, prof, b, []string{suite.FaultClockJump}, false)
-	})
-	clusters := &clusterSet{}
-	defer clusters.down(t)
-	for _, def := range clusterDefs {
-		t.Run(def.name, func(t *testing.T) {
+	}
+	clustered := func(def backendDef) func(*testing.T) {
+		return func(t *testing.T) {
 			url, ct := clusters.get(t, def)
 			// Several hosts, or a Sentinel that names the primary: no proxy.
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
@@ -168,10 +157,38 @@ func TestSafety(t *testing.T) {
 			if def.name != cluster.RedisHA {
 				faults = append(faults, suite.GroupMembers) // one member paused or isolated under its holder
 			}
-			runBackend(t, &rep, prof, b, faults, false)
-		})
+			runBackend(t, sink, prof, b, faults, false)
+		}
 	}
+	runs := map[string]func(*testing.T){
+		dualDef.name: func(t *testing.T) {
+			url := migrate.DualURL(testenv.URL(t, "FENCELOCK_TEST_REDIS"), testenv.URL(t, "FENCELOCK_TEST_POSTGRES"))
+			// Two stores behind one URL: no proxy.
+			b := suite.Backend{Name: dualDef.name, URL: url, TTL: dualDef.ttl, Slack: dualDef.slack, NoProxy: true}
+			sink.setEnv("left out: "+dualDef.name, "every fault but "+strings.Join(dualFaults, ", ")+": they are measured on redis and postgres alone")
+			runBackend(t, sink, prof, b, dualFaults, false)
+		},
+		"postgres-faketime": func(t *testing.T) {
+			srv, err := startFaketimePostgres(t)
+			if err != nil {
+				if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
+					t.Fatal(err)
+				}
+				t.Skip(err)
+			}
+			b := suite.Backend{Name: "postgres-faketime", URL: srv.url, TTL: time.Second, Slack: 300 * time.Millisecond, Control: srv.control()}
+			runBackend(t, sink, prof, b, []string{suite.FaultClockJump}, false)
+		},
+	}
+	for _, def := range backendDefs {
+		runs[def.name] = single(def)
+	}
+	for _, def := range clusterDefs {
+		runs[def.name] = clustered(def)
+	}
+	runLanes(t, runs)
 
+	sortCells(&rep)
 	rep.Duration = time.Since(began).Round(time.Second)
 	t.Logf("safety: %d cells in %v (seed %d)", len(rep.Cells), rep.Duration, seed)
 	if len(rep.Cells) > 0 {
@@ -185,7 +202,7 @@ func TestSafety(t *testing.T) {
 // runBackend runs one backend's cells with suite.Run, each cell a subtest,
 // adds them to rep, and (minimums) checks that a full run of them made
 // enough acquisitions and writes.
-func runBackend(t *testing.T, rep *report.Report, cfg suite.Config, b suite.Backend, faults []string, minimums bool) {
+func runBackend(t *testing.T, sink *reportSink, cfg suite.Config, b suite.Backend, faults []string, minimums bool) {
 	cfg.Backends = []suite.Backend{b}
 	cfg.Faults = faults
 	var acq, writes, ran, total int
@@ -217,11 +234,7 @@ func runBackend(t *testing.T, rep *report.Report, cfg suite.Config, b suite.Back
 		t.Fatal(err)
 	}
 	// Cell errors were reported by their subtests.
-	rep.Cells = append(rep.Cells, sub.Cells...)
-	rep.NotRun = append(rep.NotRun, sub.NotRun...)
-	for k, v := range sub.Env {
-		rep.Env[k] = v
-	}
+	sink.add(sub)
 	for _, n := range sub.NotRun {
 		t.Logf("%s: not run: %s: %s", n.Backend, n.Fault, n.Why)
 	}

@@ -1,0 +1,109 @@
+package safety
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/safety/cluster"
+	"github.com/fencelock/fencelock/safety/report"
+)
+
+// lanes are the backends of TestSafety, as the lanes they run in: a
+// lane's backends one after another, the lanes at once. Backends that
+// share a server share a lane: a server kill or pause must only hit the
+// cells of the backend it is measured on. mongo-pg keeps its data on the
+// postgres server; dual uses the redis and postgres servers and also
+// waits (laneAfter) for the redis lane to be done with redis. The lanes
+// are balanced on the quick profile's cell times.
+var lanes = [][]string{
+	{"postgres", "mongo-pg", "dual", "postgres-faketime", cluster.Etcd3},
+	{"redis", "etcd", cluster.RedisHA},
+	{"zookeeper", "mongo", cluster.ZooKeeper3},
+}
+
+// laneAfter names, for a backend, the backends of other lanes whose cells
+// must be over before its own start (they use the same servers).
+var laneAfter = map[string][]string{
+	dualDef.name: {"redis", "postgres"},
+}
+
+// runLanes runs each named function as the subtest of that name, in the
+// lanes above, and returns when all have returned. A name that no lane
+// lists fails the test: a new backend must be placed in a lane, next to
+// the backends it shares a server with.
+func runLanes(t *testing.T, runs map[string]func(*testing.T)) {
+	done := map[string]chan struct{}{}
+	for _, lane := range lanes {
+		for _, n := range lane {
+			done[n] = make(chan struct{})
+		}
+	}
+	for n := range runs {
+		if done[n] == nil {
+			t.Errorf("safety: backend %q is in no lane; add it to lanes in lanes_test.go, with the backends whose servers it uses", n)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Go(func() {
+			for _, n := range lane {
+				for _, dep := range laneAfter[n] {
+					<-done[dep]
+				}
+				if f := runs[n]; f != nil {
+					t.Run(n, f)
+				}
+				close(done[n])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// reportSink collects the cells of the lanes into one report.
+type reportSink struct {
+	mu  sync.Mutex
+	rep *report.Report
+}
+
+// add appends one backend's cells, not-run cells and environment.
+func (s *reportSink) add(sub report.Report) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rep.Cells = append(s.rep.Cells, sub.Cells...)
+	s.rep.NotRun = append(s.rep.NotRun, sub.NotRun...)
+	for k, v := range sub.Env {
+		s.rep.Env[k] = v
+	}
+}
+
+// setEnv records one line of the report's environment.
+func (s *reportSink) setEnv(k, v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rep.Env[k] = v
+}
+
+// sortCells puts the report's cells in the order of the matrix (the
+// single servers of backendDefs, dual, the fake-clock server, the
+// clusters), whichever lane ended first, keeping each backend's cells in
+// the order they ran.
+func sortCells(rep *report.Report) {
+	var order []string
+	for _, d := range backendDefs {
+		order = append(order, d.name)
+	}
+	order = append(order, dualDef.name, "postgres-faketime")
+	for _, d := range clusterDefs {
+		order = append(order, d.name)
+	}
+	rank := func(b string) int {
+		if i := slices.Index(order, b); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	slices.SortStableFunc(rep.Cells, func(a, b report.Cell) int { return rank(a.Backend) - rank(b.Backend) })
+	slices.SortStableFunc(rep.NotRun, func(a, b report.NotRun) int { return rank(a.Backend) - rank(b.Backend) })
+}
