@@ -105,6 +105,40 @@ func testTokenFloor(t *testing.T, s *suite) {
 
 	t.Run("RaisedBetweenHolders", func(t *testing.T) { testFloorBetweenHolders(t, s) })
 	t.Run("ConcurrentRaises", func(t *testing.T) { testFloorConcurrentRaises(t, s) })
+	t.Run("SeenByAcquireWithLockDelay", func(t *testing.T) { testFloorLockDelay(t, s) })
+}
+
+// testFloorLockDelay: a floor raised through one backend holds for an
+// acquire with a lock delay through another, which reads and writes more
+// than a plain acquire (the delay's record), on a backend that has read
+// no floor yet and on one that has: each grant's token is above the
+// floor raised before it.
+func testFloorLockDelay(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "delay")
+	raiser := s.backend(t).(driver.TokenFloorer)
+	b := s.backend(t)
+	var floor driver.Token = 1 << 40
+	for round := range 3 {
+		if err := raiser.RaiseFloor(ctx, key, floor); err != nil {
+			t.Fatalf("RaiseFloor(%q, %d): %v", key, floor, err)
+		}
+		req := driver.AcquireRequest{Key: key, Owner: fmt.Sprintf("floor-delay-%d-%s", round, randHex()), TTL: s.h.TTL, LockDelay: s.h.TTL}
+		g, err := grantWaiting(ctx, b, round == 2, req)
+		if errors.Is(err, driver.ErrUnsupported) {
+			t.Skipf("lock delay not supported by this backend: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("round %d: acquire with a lock delay: %v", round, err)
+		}
+		if g.Token <= floor {
+			t.Errorf("round %d: token %d granted with a lock delay after RaiseFloor(%q, %d): must be above the floor", round, g.Token, key, floor)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		floor = max(floor, g.Token) + 1<<20
+	}
 }
 
 // testFloorBetweenHolders: contenders, each on a backend of its own, take

@@ -257,6 +257,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		fmod, cached := b.fl.known()
 		cached = cached && !readFloor
+		floorAt := len(ops) // the index of the floor key's read among the responses
 		if cached {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(b.floorKey()), "=", fmod))
 		} else {
@@ -278,7 +279,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			// floor it read (floor.go).
 			if cached {
 				b.fl.held(resp.Header.Revision, fmod)
-			} else if err := b.fl.observe(resp.Header.Revision, firstOf(resp, 1)); err != nil {
+			} else if err := b.fl.observe(resp.Header.Revision, firstOf(resp, floorAt)); err != nil {
 				// A floor key that does not parse: no token can be
 				// mapped, and the entry just put must not stay.
 				b.dropEntry(me, resp.Header.Revision)
