@@ -100,6 +100,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -194,6 +195,10 @@ type Options struct {
 	// the Stall's clients, so every program that runs while it lasts,
 	// not only the one that drew it.
 	stalls *stallLog
+
+	// lockDelay asks the store once whether it keeps lock delays (set by
+	// resolve, shared by the streams).
+	lockDelay *lockDelayProbe
 }
 
 // Stream is how one stream of programs opens its clients and stalls
@@ -271,6 +276,7 @@ func (o *Options) resolve() Options {
 		}
 	}
 	r.logStalls()
+	r.lockDelay = &lockDelayProbe{}
 	return r
 }
 
@@ -554,6 +560,7 @@ type program struct {
 	stallAt   int // tenths of TTL: the store stalls then…
 	stallFor  int // …for this long (0: never)
 	highFloor bool
+	delays    []int // per key: every call's WithLockDelay in tenths of TTL (lock programs); 0: none
 	clients   []clientProg
 	forces    []forceOp
 	raises    []forceOp // RaiseFloor while the program runs (TokenFloorer backends)
@@ -561,7 +568,7 @@ type program struct {
 
 func (p program) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  keys %d, permits %d, floors near 2^53 %v, stall at %d/10 TTL for %d/10\n", p.keys, p.permits, p.highFloor, p.stallAt, p.stallFor)
+	fmt.Fprintf(&b, "  keys %d, permits %d, floors near 2^53 %v, stall at %d/10 TTL for %d/10, lock delays %v/10 TTL\n", p.keys, p.permits, p.highFloor, p.stallAt, p.stallFor, p.delays)
 	for i, c := range p.clients {
 		fmt.Fprintf(&b, "  client %d: rotate %v, %v, permits %d, faults %+v, end %d at %d/10 TTL\n", i, c.rotate, c.cfg, c.permits, c.faults, c.end, c.endAt)
 		for j, w := range c.workers {
@@ -598,6 +605,16 @@ func genProgram(t *rapid.T, o *Options) program {
 	// trips, is then stalled too).
 	if rapid.IntRange(0, 3).Draw(t, "semaphore") == 0 {
 		p.permits = rapid.IntRange(1, 2).Draw(t, "permits")
+	}
+	// A lock program gives each key a lock delay half the time, the same
+	// for every call on the key (WithLockDelay asks every client of a key
+	// to use one delay). A delay of a TTL or more outlasts the part of a
+	// crashed holder's TTL its last renewal left, so a store that ignored
+	// it would grant inside the gap LockDelayRespected checks.
+	if p.permits == 0 {
+		for range p.keys {
+			p.delays = append(p.delays, rapid.SampledFrom([]int{0, 0, 10, 15}).Draw(t, "lockDelay"))
+		}
 	}
 	stallOdds := 7
 	if o.Stall != nil {
@@ -671,6 +688,7 @@ type runner struct {
 	fence  fencelock.Fence
 	raw    driver.Backend
 	keys   []string
+	delays []time.Duration // per key: the lock delay of every call on it
 	prefix string
 	tenth  time.Duration
 	start  time.Time
@@ -725,6 +743,13 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 	}
 	r.raw = raw
 	defer raw.Close()
+	for _, d := range p.delays {
+		r.delays = append(r.delays, time.Duration(d)*r.tenth)
+	}
+	if slices.ContainsFunc(r.delays, func(d time.Duration) bool { return d > 0 }) && !o.lockDelay.supported(ctx, raw, r.prefix+"lock-delay-probe", h.TTL) {
+		r.rec.note("the backend refuses lock delays (ErrUnsupported): none asked")
+		r.delays = nil
+	}
 	if p.highFloor {
 		if f, ok := raw.(driver.TokenFloorer); ok {
 			for _, k := range r.keys {
@@ -783,6 +808,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		cl.once.Do(func() {
 			r.closed[i].Store(true)
 			if p.clients[i].end == endCrash {
+				r.rec.crashing(i)
 				r.rec.closing(i, "client %d crashes", i)
 				cl.w.die(h.Crash)
 			} else {
@@ -977,6 +1003,12 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 	if s.wait > 0 && s.kind != stepTry {
 		opts = append(opts, fencelock.WithWait(time.Duration(s.wait)*r.tenth))
 	}
+	var delay time.Duration
+	if sem == nil && s.key < len(r.delays) {
+		if delay = r.delays[s.key]; delay > 0 {
+			opts = append(opts, fencelock.WithLockDelay(delay))
+		}
+	}
 	invAt := time.Now()
 	inv := r.rec.tick()
 	register := func(l *fencelock.Lease, via string) *leaseRec {
@@ -986,6 +1018,7 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 			m = string(l.Metadata()) // the semaphore's header, then ours
 		}
 		r.rec.options(rec, invAt, l.MinHold(), label, m, inv)
+		r.rec.delayed(rec, delay)
 		return rec
 	}
 	switch s.kind {

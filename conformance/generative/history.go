@@ -45,6 +45,9 @@ type leaseRec struct {
 	gotAt   time.Time     // wall clock after it returned
 	heldMin bool          // released before its minimum hold could end: the record must stay until invAt + minHold at least
 	inHold  bool          // the engine says it went into its minimum hold
+
+	lockDelay    time.Duration // WithLockDelay of its call; 0: none
+	staleRelease bool          // a stale Release was sent with its grant (it may have freed the key)
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
@@ -119,12 +122,13 @@ type recorder struct {
 	notes   []string
 	direct  []violation                  // seen while the program ran (records left behind, …)
 	closed  map[int]int64                // seq when each client began to close or crashed
+	crashed map[int]bool                 // the clients that crashed (rather than closed)
 	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
 	sent    map[string]int64             // seq when the last acquire attempt was sent, per owner
 }
 
 func newRecorder() *recorder {
-	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), closeAt: make(map[int]time.Time), issued: make(map[string][]fencelock.Token), sent: make(map[string]int64)}
+	return &recorder{byOwner: make(map[string]*leaseRec), closed: make(map[int]int64), crashed: make(map[int]bool), closeAt: make(map[int]time.Time), issued: make(map[string][]fencelock.Token), sent: make(map[string]int64)}
 }
 
 func (r *recorder) tick() int64 { return r.seq.Add(1) }
@@ -263,6 +267,8 @@ func (r *recorder) stale(rec *leaseRec, kind staleKind, err error) {
 	name := "release"
 	if kind == staleRenew {
 		name = "renew"
+	} else {
+		rec.staleRelease = true
 	}
 	r.notes = append(r.notes, fmt.Sprintf("%5d stale %s by lease %d: %v", s, name, rec.id, err))
 	if err == nil && rec.gone {
@@ -651,6 +657,7 @@ func (r *recorder) check() []violation {
 		}
 	}
 	vs = append(vs, r.checkOptions(byKey)...)
+	vs = append(vs, r.checkLockDelay(byKey)...)
 	sort.Slice(vs, func(i, j int) bool { return vs[i].String() < vs[j].String() })
 	return slices.Compact(vs)
 }
