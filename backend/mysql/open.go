@@ -151,6 +151,9 @@ func parseURL(u *url.URL) (*mysql.Config, *Options, int, error) {
 		}
 		cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(u.Hostname(), port)
 	}
+	// The driver logs connection errors to stderr by default; a backend
+	// logs nothing unless given a logger, and the errors reach the caller.
+	cfg.Logger = mysql.Logger(discard{})
 	if !rest.Has("interpolateParams") {
 		// One round trip per statement; the driver escapes the values.
 		cfg.InterpolateParams = true
@@ -225,3 +228,8 @@ func applyTLS(cfg *mysql.Config, u *url.URL, mode, ca, cert, key, serverName str
 	cfg.TLS = c
 	return nil
 }
+
+// discard is the driver's logger: it drops everything.
+type discard struct{}
+
+func (discard) Print(...any) {}
