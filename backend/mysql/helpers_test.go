@@ -60,7 +60,11 @@ func dsnOf(t testing.TB, base string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mysql.DSN(u)
+	cfg, err := mysql.DriverConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.FormatDSN()
 }
 
 // withParams adds query parameters to a URL.

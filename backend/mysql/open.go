@@ -88,6 +88,25 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	return b, nil
 }
 
+// DriverConfig returns the github.com/go-sql-driver/mysql configuration
+// that Open makes of a mysql:// or mariadb:// URL (credentials, TLS, the
+// driver's parameters and session variables; this package's own, such as
+// table=, are left out), for a pool of your own to pass to New:
+//
+//	cfg, err := mysql.DriverConfig(u)
+//	connector, err := gomysql.NewConnector(cfg)
+//	b, err := mysql.New(ctx, sql.OpenDB(connector), &mysql.Options{Table: "locks"})
+func DriverConfig(u *url.URL) (*mysql.Config, error) {
+	if s := strings.ToLower(u.Scheme); s != "mysql" && s != "mariadb" {
+		return nil, driver.InvalidURL(u.String(), "scheme must be mysql or mariadb")
+	}
+	if err := driver.CheckPorts(u); err != nil {
+		return nil, err
+	}
+	cfg, _, _, err := parseURL(u)
+	return cfg, err
+}
+
 // parseURL turns the URL into the driver's configuration, the backend's
 // options and the pool size.
 func parseURL(u *url.URL) (*mysql.Config, *Options, int, error) {
