@@ -21,6 +21,7 @@ var packageOf = map[string]string{
 	"etcd": "backend/etcd", "etcds": "backend/etcd",
 	"zk":      "backend/zookeeper",
 	"mongodb": "backend/mongo", "mongodb+srv": "backend/mongo",
+	"mysql": "backend/mysql", "mariadb": "backend/mysql",
 	"file": "backend/file",
 	"dual": "migrate",
 	"mem":  "backend/memory",
@@ -73,6 +74,7 @@ func mainSchemes() string {
 var defaultPorts = map[string]string{
 	"5432": "postgres", "6379": "redis", "26379": "redis+sentinel",
 	"2379": "etcd", "2181": "zk", "27017": "mongodb",
+	"3306": "mysql",
 }
 
 // schemeFromPort completes the error for rawURL, a URL without a scheme:

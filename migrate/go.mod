@@ -6,6 +6,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/mongo v0.0.0-00010101000000-000000000000
+	github.com/fencelock/fencelock/backend/mysql v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/redis v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0-00010101000000-000000000000
@@ -17,9 +18,11 @@ require (
 require pgregory.net/rapid v1.3.0 // indirect
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
@@ -54,6 +57,7 @@ replace (
 	github.com/fencelock/fencelock => ..
 	github.com/fencelock/fencelock/backend/etcd => ../backend/etcd
 	github.com/fencelock/fencelock/backend/mongo => ../backend/mongo
+	github.com/fencelock/fencelock/backend/mysql => ../backend/mysql
 	github.com/fencelock/fencelock/backend/postgres => ../backend/postgres
 	github.com/fencelock/fencelock/backend/redis => ../backend/redis
 	github.com/fencelock/fencelock/backend/zookeeper => ../backend/zookeeper

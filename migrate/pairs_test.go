@@ -11,6 +11,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/etcd"
 	_ "github.com/fencelock/fencelock/backend/file"
 	_ "github.com/fencelock/fencelock/backend/mongo"
+	"github.com/fencelock/fencelock/backend/mysql"
 	_ "github.com/fencelock/fencelock/backend/zookeeper"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testenv"
@@ -49,6 +50,12 @@ var (
 		u := withParam(t, testenv.URL(t, "FENCELOCK_TEST_MONGO"), "database", "fencelock_test")
 		return withParam(t, u, "collection", "migrate_locks_"+randHex())
 	}}
+	mysqlSide = side{"MariaDB", func(t *testing.T) string {
+		base := testenv.URL(t, "FENCELOCK_TEST_MYSQL")
+		table := "fl_migrate_" + randHex()
+		t.Cleanup(func() { dropMySQLTable(t, base, table) })
+		return withParam(t, base, "table", table)
+	}}
 	fileSide = side{"file", func(t *testing.T) string {
 		return "file://" + t.TempDir()
 	}}
@@ -65,6 +72,23 @@ func dropTable(t *testing.T, base, table string) {
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS "`+table+`"; DROP SEQUENCE IF EXISTS "`+table+`_token_seq"`); err != nil {
 		t.Logf("cleanup: %v", err)
+	}
+}
+
+func dropMySQLTable(t *testing.T, base, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := mysql.Open(ctx, withParam(t, base, "table", table))
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer b.Close()
+	for _, s := range []string{"DROP TABLE IF EXISTS `" + table + "`, `" + table + "_tokens`",
+		"DROP PROCEDURE IF EXISTS `" + table + "_acquire`", "DROP PROCEDURE IF EXISTS `" + table + "_rotate`"} {
+		if _, err := b.DB().ExecContext(ctx, s); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
 	}
 }
 
@@ -85,6 +109,10 @@ func TestMigrationPairs(t *testing.T) {
 		{mongoSide, redisSide},
 		{fileSide, etcdSide},
 		{etcdSide, redisSide},
+		{mysqlSide, postgresSide},
+		{postgresSide, mysqlSide},
+		{mysqlSide, redisSide},
+		{redisSide, mysqlSide},
 	} {
 		t.Run(p.old.name+"→"+p.new.name, func(t *testing.T) {
 			w := &world{oldURL: p.old.url(t), newURL: p.new.url(t)}

@@ -38,6 +38,7 @@ var backendDefs = []backendDef{
 	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
 	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
+	{"mysql", "FENCELOCK_TEST_MYSQL", time.Second, 300 * time.Millisecond},
 }
 
 // dualDef is the dual backend of a migration's rolling deploy

@@ -6,6 +6,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/backend/etcd v0.0.0
 	github.com/fencelock/fencelock/backend/mongo v0.0.0
+	github.com/fencelock/fencelock/backend/mysql v0.0.0
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
@@ -15,9 +16,11 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/fencelock/fencelock/migrate v0.0.0
 	github.com/fencelock/fencelock/safety v0.0.0
 	github.com/go-zookeeper/zk v1.0.4 // indirect
@@ -56,6 +59,8 @@ replace github.com/fencelock/fencelock => ../..
 replace github.com/fencelock/fencelock/backend/etcd => ../../backend/etcd
 
 replace github.com/fencelock/fencelock/backend/mongo => ../../backend/mongo
+
+replace github.com/fencelock/fencelock/backend/mysql => ../../backend/mysql
 
 replace github.com/fencelock/fencelock/backend/postgres => ../../backend/postgres
 

@@ -110,6 +110,7 @@ func secretURLs(t *testing.T, secret string) []string {
 	etcdHost, _ := host("FENCELOCK_TEST_ETCD", "127.0.0.1:1")
 	zkHost, _ := host("FENCELOCK_TEST_ZOOKEEPER", "127.0.0.1:1")
 	mongoHost, _ := host("FENCELOCK_TEST_MONGO", "127.0.0.1:1")
+	mysqlHost, _ := host("FENCELOCK_TEST_MYSQL", "127.0.0.1:1")
 	if pgQuery != "" {
 		pgQuery += "&"
 	}
@@ -125,6 +126,7 @@ func secretURLs(t *testing.T, secret string) []string {
 		{"etcd", etcdHost, "/p/"}, {"etcds", "127.0.0.1:1", "/p/"},
 		{"zk", zkHost, "/c"},
 		{"mongodb", mongoHost, "/db"}, {"mongodb+srv", "fencelock-test.invalid", "/db"},
+		{"mysql", mysqlHost, "/fencelock"}, {"mariadb", mysqlHost, "/fencelock"},
 		{"mem", "X", ""}, {"file", "localhost", t.TempDir()},
 		{"nosuchscheme", "h", "/x"},
 	} {
@@ -164,6 +166,8 @@ func secretURLs(t *testing.T, secret string) []string {
 		"mongodb://"+mongoHost+"/db?tls=true&tlsCertificateKeyFile=/k&tlsCertificateKeyFilePassword="+S,
 		"mongodb://"+mongoHost+"/db?proxyHost=h&proxyUsername=u&proxyPassword="+S,
 		"mongodb+srv://u:"+S+"@fencelock-test.invalid/db",
+		"mysql://"+mysqlHost+"/fencelock?tls_key=/"+S+"&tls_cert=/c",
+		"mysql://fencelock:"+S+"@"+mysqlHost+"/fencelock?password="+S+"&timeout=1s",
 		"mem://u:"+S+"@X",
 		"file://u:"+S+"@localhost/tmp/x",
 		"nosuchscheme://h/x?password="+S,
@@ -265,6 +269,7 @@ func TestBadURLExitsUsage(t *testing.T) {
 		"etcd://h:99999", "etcds://h:99999",
 		"zk://h:99999", "zk://h:1,h:65536/c",
 		"mongodb://h:99999/db", "mongodb+srv://h:1/db",
+		"mysql://u@h:99999/db", "mariadb://u@h:1/db?table=a&table=b",
 		"mem://X:99999", "mem://X?x=1", "file://localhost:99999/tmp",
 		"dual://?old=" + url.QueryEscape("redis://:99999") + "&new=mem://b",
 		"nosuchscheme://h/x",

@@ -25,6 +25,7 @@ func init() {
 		etcdServer(), zookeeperServer("zookeeper", false), zookeeperServer("zookeeper-stock", true),
 		mongoServer(), mongoPGServer(),
 		etcd3Server(), zookeeper3Server(), redishaServer(),
+		mysqlServer("mysql", false), mysqlServer("mysql-stock", true),
 	} {
 		servers[s.name] = s
 	}

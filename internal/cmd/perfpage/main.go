@@ -105,6 +105,14 @@ var stores = []store{
 		},
 		noPeer: "No peer library is compared.",
 	},
+	{
+		file: "mysql", title: "MySQL/MariaDB",
+		raw: "one autocommit `INSERT … ON DUPLICATE KEY UPDATE` that takes a free or expired key with a per-key token, and a `DELETE` guarded by owner, on an InnoDB table and a pool of 16 connections: no stored procedure, no store-wide token counter, no lock delay, no renewal, no loss signal.",
+		libs: map[string]string{
+			"backend": "the backend's `Acquire` and `Release` alone, without the engine (no lease, renewal or loss watch).",
+		},
+		noPeer: "No peer library: the usual Go answer, `GET_LOCK()`, is tied to one connection and carries no fencing token.",
+	},
 }
 
 // workloadLabels names the workloads of the benchmarks bench/run runs.

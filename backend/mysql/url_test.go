@@ -1,0 +1,130 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/backend/mysql"
+	"github.com/fencelock/fencelock/driver"
+)
+
+const secret = "Sup3rS3cret"
+
+// A URL Open cannot use is an *InvalidOptionError that says what to fix,
+// before any connection, and never shows the password.
+func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct{ url, want string }{
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=a&table=b", `"table"`},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?charset=utf8mb4&charset=latin1", "more than once"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?password=" + secret + "&password=x", "more than once"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=1bad", "digit"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=" + strings.Repeat("t", 49), "48"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls=maybe", "skip-verify"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls=false&tls_ca=/x", "tls=true"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls_cert=/c", "tls_key"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls_ca=/nonexistent/ca.pem", "cannot be read"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?max_open_conns=0", "positive"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?create_table=perhaps", "create_table"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/", "database"},
+		{"mysql://u:" + secret + "@/db", "socket="},
+		{"mysql://u:" + secret + "@db.example/db?socket=/run/mysqld/mysqld.sock", "localhost"},
+		{"mysql://u:" + secret + "@127.0.0.1:99999/db", "port"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?timeout=soon", "driver"},
+		{"postgres://u:" + secret + "@127.0.0.1:1/db", "mysql or mariadb"},
+	} {
+		_, err := mysql.Open(ctx, c.url)
+		var ie *driver.InvalidOptionError
+		if !errors.As(err, &ie) {
+			t.Errorf("Open(%s) = %v; want *driver.InvalidOptionError", driver.RedactURL(c.url), err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%s) = %v; want it to name %q", driver.RedactURL(c.url), err, c.want)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%s) shows the password: %v", driver.RedactURL(c.url), err)
+		}
+	}
+}
+
+// A parameter that neither fencelock nor the driver knows reaches the
+// server as a session variable; the server refuses it, and Open returns
+// an *InvalidOptionError naming it, without the password.
+func TestOpenUnknownParameterRefusedByServer(t *testing.T) {
+	base := testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := mysql.Open(ctx, withParams(t, base, "no_such_setting", "1", "password", secret))
+	var ie *driver.InvalidOptionError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no_such_setting") {
+		t.Fatalf("Open with no_such_setting=1: %v; want *driver.InvalidOptionError naming it", err)
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("the error shows the password: %v", err)
+	}
+	// A session variable the server knows is set.
+	b, err := mysql.Open(ctx, withParams(t, base, "table", uniqueTable(t, base), "innodb_lock_wait_timeout", "7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var v int
+	if err := b.DB().QueryRowContext(ctx, "SELECT @@innodb_lock_wait_timeout").Scan(&v); err != nil || v != 7 {
+		t.Errorf("innodb_lock_wait_timeout = %d, %v; want 7 from the URL", v, err)
+	}
+}
+
+// A wrong password is refused by the server, and neither it nor the URL's
+// password appears in the error; both schemes open through fencelock.Open.
+func TestSchemesOpenAndPasswordRedacted(t *testing.T) {
+	base := testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	table := uniqueTable(t, base)
+	for _, scheme := range mysql.Schemes {
+		u := strings.Replace(withParams(t, base, "table", table), "mysql://", scheme+"://", 1)
+		c, err := fencelock.Open(ctx, u, nil)
+		if err != nil {
+			t.Fatalf("fencelock.Open(%s): %v", u, err)
+		}
+		c.Close()
+	}
+	bad := strings.Replace(base, "mysql://fencelock@", "mysql://fencelock:"+secret+"@", 1)
+	_, err := mysql.Open(ctx, bad)
+	if err == nil {
+		t.Fatal("Open with a wrong password succeeded")
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
+
+// New works on a pool of the caller's, which Close leaves open.
+func TestNewOnCallersPoolLeavesItOpen(t *testing.T) {
+	base := testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db := rawDB(t, base)
+	defer db.Close()
+	b, err := mysql.New(ctx, db, &mysql.Options{Table: uniqueTable(t, base)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second})
+	if err != nil || g.Token == 0 {
+		t.Fatalf("Acquire: %+v, %v", g, err)
+	}
+	b.Close()
+	if err := db.PingContext(ctx); err != nil {
+		t.Errorf("the caller's pool after Close: %v; want it open", err)
+	}
+	if _, err := mysql.New(ctx, nil, nil); err == nil {
+		t.Error("New with a nil pool succeeded")
+	}
+}
