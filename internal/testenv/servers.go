@@ -25,6 +25,7 @@ func init() {
 		etcdServer(), zookeeperServer("zookeeper", false), zookeeperServer("zookeeper-stock", true),
 		mongoServer(), mongoPGServer(),
 		etcd3Server(), zookeeper3Server(), redishaServer(),
+		natsServer("nats", false), natsServer("nats-stock", true),
 	} {
 		servers[s.name] = s
 	}
