@@ -352,6 +352,9 @@ func (b *Backend) request(ctx context.Context, m *natsgo.Msg) (*natsgo.Msg, erro
 	}
 	resp, err := b.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
+		if errors.Is(err, natsgo.ErrReconnectBufExceeded) || errors.Is(err, natsgo.ErrConnectionClosed) {
+			return nil, fmt.Errorf("nats: not connected to the server (the connection was lost or closed; the client reconnects): %s: %w", m.Subject, err)
+		}
 		if errors.Is(err, natsgo.ErrNoResponders) {
 			return nil, fmt.Errorf("nats: no JetStream server answered on %s (the bucket's stream has no leader now, or JetStream is not enabled): %w", m.Subject, err)
 		}

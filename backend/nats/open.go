@@ -57,6 +57,9 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		natsgo.ReconnectJitter(100*time.Millisecond, 100*time.Millisecond),
 		natsgo.ReconnectBufSize(-1),
 		natsgo.NoCallbacksAfterClientClose(),
+		// The servers are those the URL lists, not those the cluster
+		// announces: what the URL names is what the program reaches.
+		natsgo.IgnoreDiscoveredServers(),
 	}, cfg.opts...)
 	nc, err := natsgo.Connect(strings.Join(cfg.servers, ","), opts...)
 	if err != nil {

@@ -27,8 +27,10 @@ type dispatch struct {
 	cc      jetstream.ConsumeContext
 
 	mu      sync.Mutex
-	stopped bool
-	done    chan struct{} // closed by stop
+	stopped  bool
+	running  bool // the consumer runs
+	starting bool // kick's goroutine is starting it
+	done     chan struct{} // closed by stop
 	waiters map[string]map[chan struct{}]struct{}
 	losers  map[string]map[*loser]struct{}
 	wg      sync.WaitGroup
@@ -40,20 +42,41 @@ type loser struct {
 	lost  func(error)
 }
 
-// start starts the consumer if it is not running, delivering from
-// sequence from (0: new messages only).
+// kick starts the consumer in the background if it is neither running
+// nor starting, delivering from sequence from (0: new messages only):
+// Watch and NotifyLoss never wait for it (a call's bound must not include
+// the consumer's creation). If it cannot start, the waiters' channels are
+// closed (they poll) and holders learn of loss at their renewals; the
+// next Watch or NotifyLoss tries again.
+func (d *dispatch) kick(from uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped || d.running || d.starting {
+		return
+	}
+	d.starting = true
+	d.wg.Go(func() {
+		err := d.start(from)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.starting = false
+		if err == nil {
+			d.running = true
+			return
+		}
+		for key, chs := range d.waiters {
+			for ch := range chs {
+				close(ch)
+			}
+			delete(d.waiters, key)
+		}
+	})
+}
+
+// start creates the ordered consumer and starts consuming.
 func (d *dispatch) start(from uint64) error {
 	d.startMu.Lock()
 	defer d.startMu.Unlock()
-	if d.cc != nil {
-		return nil
-	}
-	d.mu.Lock()
-	stopped := d.stopped
-	d.mu.Unlock()
-	if stopped {
-		return driver.ErrClosed
-	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{d.b.subj + "l.>"},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
@@ -64,9 +87,22 @@ func (d *dispatch) start(from uint64) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-d.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	cons, err := d.b.js.OrderedConsumer(ctx, d.b.stream, cfg)
 	if err != nil {
 		return err
+	}
+	d.mu.Lock()
+	stopped := d.stopped
+	d.mu.Unlock()
+	if stopped {
+		return driver.ErrClosed
 	}
 	cc, err := cons.Consume(d.deliver, jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) {}))
 	if err != nil {
@@ -116,8 +152,11 @@ func (d *dispatch) deliver(m jetstream.Msg) {
 // stop ends the consumer and every Watch, and waits for loss callbacks
 // under way.
 func (d *dispatch) stop() {
-	d.startMu.Lock()
 	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return
+	}
 	d.stopped = true
 	close(d.done)
 	for _, chs := range d.waiters {
@@ -127,11 +166,12 @@ func (d *dispatch) stop() {
 	}
 	d.waiters, d.losers = nil, nil
 	d.mu.Unlock()
+	d.wg.Wait() // a start under way ends (done is closed)
+	d.startMu.Lock()
 	if d.cc != nil {
 		d.cc.Stop()
 	}
 	d.startMu.Unlock()
-	d.wg.Wait()
 }
 
 // Watch implements driver.Watcher: the channel receives a value when a
@@ -143,9 +183,6 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error
 	}
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
-	}
-	if err := b.w.start(0); err != nil {
-		return nil, err
 	}
 	d := &b.w
 	ch := make(chan struct{}, 1)
@@ -162,6 +199,7 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, error
 	}
 	d.waiters[key][ch] = struct{}{}
 	d.mu.Unlock()
+	d.kick(0)
 	d.wg.Go(func() {
 		select {
 		case <-ctx.Done():
@@ -187,10 +225,8 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 	if !ok || b.closed.Load() {
 		return func() {}
 	}
-	if err := b.w.start(hd.seq + 1); err != nil {
-		return func() {}
-	}
 	d := &b.w
+	d.kick(hd.seq + 1)
 	l := &loser{owner: g.Owner, seq: hd.seq, lost: lost}
 	d.mu.Lock()
 	defer d.mu.Unlock()
