@@ -26,14 +26,14 @@ type dispatch struct {
 	startMu sync.Mutex // serialises starting
 	cc      jetstream.ConsumeContext
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	stopped  bool
-	running  bool // the consumer runs
-	starting bool // kick's goroutine is starting it
+	running  bool          // the consumer runs
+	starting bool          // kick's goroutine is starting it
 	done     chan struct{} // closed by stop
-	waiters map[string]map[chan struct{}]struct{}
-	losers  map[string]map[*loser]struct{}
-	wg      sync.WaitGroup
+	waiters  map[string]map[chan struct{}]struct{}
+	losers   map[string]map[*loser]struct{}
+	wg       sync.WaitGroup
 }
 
 type loser struct {
