@@ -6,6 +6,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/backend/etcd v0.0.0
 	github.com/fencelock/fencelock/backend/mongo v0.0.0
+	github.com/fencelock/fencelock/backend/nats v0.0.0
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
@@ -53,6 +54,7 @@ replace (
 	github.com/fencelock/fencelock => ..
 	github.com/fencelock/fencelock/backend/etcd => ../backend/etcd
 	github.com/fencelock/fencelock/backend/mongo => ../backend/mongo
+	github.com/fencelock/fencelock/backend/nats => ../backend/nats
 	github.com/fencelock/fencelock/backend/postgres => ../backend/postgres
 	github.com/fencelock/fencelock/backend/redis => ../backend/redis
 	github.com/fencelock/fencelock/backend/zookeeper => ../backend/zookeeper

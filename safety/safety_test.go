@@ -39,6 +39,7 @@ var backendDefs = []backendDef{
 	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
 	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
+	{"nats", "FENCELOCK_TEST_NATS", 2 * time.Second, 700 * time.Millisecond},
 }
 
 // dualDef is the dual backend of a migration's rolling deploy
@@ -129,13 +130,20 @@ func TestSafety(t *testing.T) {
 	for _, def := range backendDefs {
 		t.Run(def.name, func(t *testing.T) {
 			url := testenv.URL(t, def.envVar)
+			ownedURL := url // the URL testenv started, for the server's control
 			if strings.HasPrefix(def.name, "mongo") {
 				// A collection of this run's own: FerretDB reads the
 				// whole collection for most operations, so what earlier
 				// runs left there would slow this one's waiters.
 				url = withParam(t, url, "collection", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
 			}
-			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, url)}
+			if def.name == "nats" {
+				// A bucket of this run's own.
+				url = withParam(t, url, "bucket", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
+			} else {
+				ownedURL = url
+			}
+			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, ownedURL)}
 			runBackend(t, &rep, prof, b, backendFaults(def.envVar == mutantOn), true)
 		})
 	}
@@ -163,6 +171,10 @@ func TestSafety(t *testing.T) {
 		t.Run(def.name, func(t *testing.T) {
 			url, ct := clusters.get(t, def)
 			// Several hosts, or a Sentinel that names the primary: no proxy.
+			if def.name == "nats3" {
+				// A bucket of this run's own, on all three servers.
+				url = withParam(t, withParam(t, url, "bucket", fmt.Sprintf("safety_%d", time.Now().UnixNano())), "replicas", "3")
+			}
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
 			faults := []string{suite.FaultFailover}
 			if def.name != cluster.RedisHA {

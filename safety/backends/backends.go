@@ -6,6 +6,7 @@ package backends
 import (
 	_ "github.com/fencelock/fencelock/backend/etcd"      // etcd://
 	_ "github.com/fencelock/fencelock/backend/mongo"     // mongodb://
+	_ "github.com/fencelock/fencelock/backend/nats"      // nats://
 	_ "github.com/fencelock/fencelock/backend/postgres"  // postgres://
 	_ "github.com/fencelock/fencelock/backend/redis"     // redis://
 	_ "github.com/fencelock/fencelock/backend/zookeeper" // zk://
