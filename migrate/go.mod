@@ -6,6 +6,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/backend/etcd v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/mongo v0.0.0-00010101000000-000000000000
+	github.com/fencelock/fencelock/backend/nats v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/postgres v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/redis v0.0.0-00010101000000-000000000000
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0-00010101000000-000000000000
@@ -54,6 +55,7 @@ replace (
 	github.com/fencelock/fencelock => ..
 	github.com/fencelock/fencelock/backend/etcd => ../backend/etcd
 	github.com/fencelock/fencelock/backend/mongo => ../backend/mongo
+	github.com/fencelock/fencelock/backend/nats => ../backend/nats
 	github.com/fencelock/fencelock/backend/postgres => ../backend/postgres
 	github.com/fencelock/fencelock/backend/redis => ../backend/redis
 	github.com/fencelock/fencelock/backend/zookeeper => ../backend/zookeeper

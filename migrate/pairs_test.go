@@ -11,6 +11,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/etcd"
 	_ "github.com/fencelock/fencelock/backend/file"
 	_ "github.com/fencelock/fencelock/backend/mongo"
+	_ "github.com/fencelock/fencelock/backend/nats"
 	_ "github.com/fencelock/fencelock/backend/zookeeper"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testenv"
@@ -49,6 +50,9 @@ var (
 		u := withParam(t, testenv.URL(t, "FENCELOCK_TEST_MONGO"), "database", "fencelock_test")
 		return withParam(t, u, "collection", "migrate_locks_"+randHex())
 	}}
+	natsSide = side{"NATS", func(t *testing.T) string {
+		return withParam(t, testenv.URL(t, "FENCELOCK_TEST_NATS"), "bucket", "fencelock-migrate-"+randHex())
+	}}
 	fileSide = side{"file", func(t *testing.T) string {
 		return "file://" + t.TempDir()
 	}}
@@ -85,6 +89,8 @@ func TestMigrationPairs(t *testing.T) {
 		{mongoSide, redisSide},
 		{fileSide, etcdSide},
 		{etcdSide, redisSide},
+		{natsSide, postgresSide},
+		{redisSide, natsSide},
 	} {
 		t.Run(p.old.name+"→"+p.new.name, func(t *testing.T) {
 			w := &world{oldURL: p.old.url(t), newURL: p.new.url(t)}
