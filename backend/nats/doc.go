@@ -22,7 +22,7 @@
 //
 // Open, OpenURL and fencelock.Open take
 //
-//	nats://[user:password@|token@]host[:port][,host[:port]...][?params]
+//	nats://[user:password@]host[:port][,host[:port]...][?params]
 //	nats+tls://… (the same over TLS)
 //
 // for example
@@ -30,8 +30,10 @@
 //	nats+tls://app:s3cret@n1:4222,n2:4222,n3:4222?bucket=myapp-locks&replicas=3&ca_file=/etc/ssl/nats-ca.pem
 //
 // Schemes are case-insensitive. Each host's port defaults to 4222. A user
-// and password in the URL authenticate with them; a user name alone is a
-// token (nats://TOKEN@host, as NATS writes it). The path must be empty.
+// and password in the URL authenticate with them; a user name without a
+// password is refused (NATS reads nats://TOKEN@host as a token, but a
+// URL's user name is not redacted where the URL is shown): give a token
+// as token=. The path must be empty.
 // Parameters:
 //
 //   - bucket: Options.Bucket, the key-value bucket (default "fencelock").

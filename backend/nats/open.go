@@ -164,11 +164,14 @@ func parseURL(u *url.URL) (config, error) {
 	if u.User != nil {
 		kinds++
 		user := u.User.Username()
-		if pw, ok := u.User.Password(); ok {
-			cfg.opts = append(cfg.opts, natsgo.UserInfo(user, pw))
-		} else {
-			cfg.opts = append(cfg.opts, natsgo.Token(user)) // nats://TOKEN@host, as NATS writes it
+		pw, ok := u.User.Password()
+		if !ok {
+			// NATS reads nats://TOKEN@host as a token, but a URL's user
+			// name is shown wherever the URL is (only passwords are
+			// redacted): a token goes in token=.
+			return config{}, bad("a user name without a password; write user:password@, or give a token as ?token=")
 		}
+		cfg.opts = append(cfg.opts, natsgo.UserInfo(user, pw))
 	}
 	if token != "" {
 		kinds++

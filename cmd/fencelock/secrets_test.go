@@ -110,6 +110,7 @@ func secretURLs(t *testing.T, secret string) []string {
 	etcdHost, _ := host("FENCELOCK_TEST_ETCD", "127.0.0.1:1")
 	zkHost, _ := host("FENCELOCK_TEST_ZOOKEEPER", "127.0.0.1:1")
 	mongoHost, _ := host("FENCELOCK_TEST_MONGO", "127.0.0.1:1")
+	natsHost, _ := host("FENCELOCK_TEST_NATS", "127.0.0.1:1")
 	if pgQuery != "" {
 		pgQuery += "&"
 	}
@@ -125,6 +126,7 @@ func secretURLs(t *testing.T, secret string) []string {
 		{"etcd", etcdHost, "/p/"}, {"etcds", "127.0.0.1:1", "/p/"},
 		{"zk", zkHost, "/c"},
 		{"mongodb", mongoHost, "/db"}, {"mongodb+srv", "fencelock-test.invalid", "/db"},
+		{"nats", natsHost, ""}, {"nats+tls", "127.0.0.1:1", ""},
 		{"mem", "X", ""}, {"file", "localhost", t.TempDir()},
 		{"nosuchscheme", "h", "/x"},
 	} {
@@ -164,6 +166,9 @@ func secretURLs(t *testing.T, secret string) []string {
 		"mongodb://"+mongoHost+"/db?tls=true&tlsCertificateKeyFile=/k&tlsCertificateKeyFilePassword="+S,
 		"mongodb://"+mongoHost+"/db?proxyHost=h&proxyUsername=u&proxyPassword="+S,
 		"mongodb+srv://u:"+S+"@fencelock-test.invalid/db",
+		"nats://"+natsHost+"?token="+S+"&connect_timeout=1s",
+		"nats://u:"+S+"@"+natsHost+"?creds=/"+S+"&nkey=/"+S,
+		"nats+tls://u:"+S+"@127.0.0.1:1?key_file=/"+S+"&cert_file=/c&connect_timeout=500ms",
 		"mem://u:"+S+"@X",
 		"file://u:"+S+"@localhost/tmp/x",
 		"nosuchscheme://h/x?password="+S,
@@ -263,6 +268,7 @@ func TestBadURLExitsUsage(t *testing.T) {
 		"redis://:99999", "rediss://h:99999/0", "redis+sentinel://h:1,h:99999/m", "redis+cluster://h:0",
 		"postgres://u@127.0.0.1:99999/db", "postgresql://h:70000/db",
 		"etcd://h:99999", "etcds://h:99999",
+		"nats://h:99999", "nats+tls://h:0", "nats://h:1?bucket=a.b",
 		"zk://h:99999", "zk://h:1,h:65536/c",
 		"mongodb://h:99999/db", "mongodb+srv://h:1/db",
 		"mem://X:99999", "mem://X?x=1", "file://localhost:99999/tmp",
