@@ -21,6 +21,7 @@ var packageOf = map[string]string{
 	"etcd": "backend/etcd", "etcds": "backend/etcd",
 	"zk":      "backend/zookeeper",
 	"mongodb": "backend/mongo", "mongodb+srv": "backend/mongo",
+	"nats": "backend/nats", "nats+tls": "backend/nats",
 	"file": "backend/file",
 	"dual": "migrate",
 	"mem":  "backend/memory",

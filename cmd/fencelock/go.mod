@@ -6,6 +6,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0
 	github.com/fencelock/fencelock/backend/etcd v0.0.0
 	github.com/fencelock/fencelock/backend/mongo v0.0.0
+	github.com/fencelock/fencelock/backend/nats v0.0.0
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/fencelock/fencelock/backend/redis v0.0.0
 	github.com/fencelock/fencelock/backend/zookeeper v0.0.0
@@ -56,6 +57,8 @@ replace github.com/fencelock/fencelock => ../..
 replace github.com/fencelock/fencelock/backend/etcd => ../../backend/etcd
 
 replace github.com/fencelock/fencelock/backend/mongo => ../../backend/mongo
+
+replace github.com/fencelock/fencelock/backend/nats => ../../backend/nats
 
 replace github.com/fencelock/fencelock/backend/postgres => ../../backend/postgres
 
