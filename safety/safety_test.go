@@ -171,10 +171,6 @@ func TestSafety(t *testing.T) {
 		t.Run(def.name, func(t *testing.T) {
 			url, ct := clusters.get(t, def)
 			// Several hosts, or a Sentinel that names the primary: no proxy.
-			if def.name == "nats3" {
-				// A bucket of this run's own, on all three servers.
-				url = withParam(t, withParam(t, url, "bucket", fmt.Sprintf("safety_%d", time.Now().UnixNano())), "replicas", "3")
-			}
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
 			faults := []string{suite.FaultFailover}
 			if def.name != cluster.RedisHA {
