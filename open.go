@@ -214,6 +214,7 @@ var networkSchemes = map[string]bool{
 	"postgres": true, "postgresql": true, "redis": true, "rediss": true,
 	"redis+cluster": true, "rediss+cluster": true, "redis+sentinel": true, "rediss+sentinel": true,
 	"etcd": true, "etcds": true, "zk": true, "mongodb": true, "mongodb+srv": true,
+	"nats": true, "nats+tls": true,
 }
 
 // checkSlashes refuses a URL of a network backend written with one slash

@@ -22,6 +22,7 @@ var packageOf = map[string]string{
 	"zk":      "backend/zookeeper",
 	"mongodb": "backend/mongo", "mongodb+srv": "backend/mongo",
 	"mysql": "backend/mysql", "mariadb": "backend/mysql",
+	"nats": "backend/nats", "nats+tls": "backend/nats",
 	"file": "backend/file",
 	"dual": "migrate",
 	"mem":  "backend/memory",

@@ -12,6 +12,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/file"
 	_ "github.com/fencelock/fencelock/backend/mongo"
 	"github.com/fencelock/fencelock/backend/mysql"
+	_ "github.com/fencelock/fencelock/backend/nats"
 	_ "github.com/fencelock/fencelock/backend/zookeeper"
 	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/testenv"
@@ -55,6 +56,9 @@ var (
 		table := "fl_migrate_" + randHex()
 		t.Cleanup(func() { dropMySQLTable(t, base, table) })
 		return withParam(t, base, "table", table)
+	}}
+	natsSide = side{"NATS", func(t *testing.T) string {
+		return withParam(t, testenv.URL(t, "FENCELOCK_TEST_NATS"), "bucket", "fencelock-migrate-"+randHex())
 	}}
 	fileSide = side{"file", func(t *testing.T) string {
 		return "file://" + t.TempDir()
@@ -113,6 +117,8 @@ func TestMigrationPairs(t *testing.T) {
 		{postgresSide, mysqlSide},
 		{mysqlSide, redisSide},
 		{redisSide, mysqlSide},
+		{natsSide, postgresSide},
+		{redisSide, natsSide},
 	} {
 		t.Run(p.old.name+"→"+p.new.name, func(t *testing.T) {
 			w := &world{oldURL: p.old.url(t), newURL: p.new.url(t)}

@@ -20,6 +20,7 @@ var lanes = [][]string{
 	{"postgres", "mongo-pg", "dual", "postgres-faketime", cluster.Etcd3},
 	{"redis", "etcd", cluster.RedisHA},
 	{"zookeeper", "mongo", cluster.ZooKeeper3},
+	{"mysql", "nats"},
 }
 
 // laneAfter names, for a backend, the backends of other lanes whose cells

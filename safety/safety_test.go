@@ -39,6 +39,7 @@ var backendDefs = []backendDef{
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
 	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
 	{"mysql", "FENCELOCK_TEST_MYSQL", time.Second, 300 * time.Millisecond},
+	{"nats", "FENCELOCK_TEST_NATS", 2 * time.Second, 700 * time.Millisecond},
 }
 
 // dualDef is the dual backend of a migration's rolling deploy
@@ -139,13 +140,20 @@ func TestSafety(t *testing.T) {
 	single := func(def backendDef) func(*testing.T) {
 		return func(t *testing.T) {
 			url := testenv.URL(t, def.envVar)
+			ownedURL := url // the URL testenv started, for the server's control
 			if strings.HasPrefix(def.name, "mongo") {
 				// A collection of this run's own: FerretDB reads the
 				// whole collection for most operations, so what earlier
 				// runs left there would slow this one's waiters.
 				url = withParam(t, url, "collection", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
 			}
-			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, url)}
+			if def.name == "nats" {
+				// A bucket of this run's own.
+				url = withParam(t, url, "bucket", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
+			} else {
+				ownedURL = url
+			}
+			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, ownedURL)}
 			runBackend(t, sink, prof, b, backendFaults(def.envVar == mutantOn), true)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/memory" // mem://
 	_ "github.com/fencelock/fencelock/backend/mongo"
 	_ "github.com/fencelock/fencelock/backend/mysql"
+	_ "github.com/fencelock/fencelock/backend/nats"
 	_ "github.com/fencelock/fencelock/backend/postgres"
 	_ "github.com/fencelock/fencelock/backend/redis"
 	_ "github.com/fencelock/fencelock/backend/zookeeper"

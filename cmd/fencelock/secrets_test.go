@@ -111,6 +111,7 @@ func secretURLs(t *testing.T, secret string) []string {
 	zkHost, _ := host("FENCELOCK_TEST_ZOOKEEPER", "127.0.0.1:1")
 	mongoHost, _ := host("FENCELOCK_TEST_MONGO", "127.0.0.1:1")
 	mysqlHost, _ := host("FENCELOCK_TEST_MYSQL", "127.0.0.1:1")
+	natsHost, _ := host("FENCELOCK_TEST_NATS", "127.0.0.1:1")
 	if pgQuery != "" {
 		pgQuery += "&"
 	}
@@ -127,6 +128,7 @@ func secretURLs(t *testing.T, secret string) []string {
 		{"zk", zkHost, "/c"},
 		{"mongodb", mongoHost, "/db"}, {"mongodb+srv", "fencelock-test.invalid", "/db"},
 		{"mysql", mysqlHost, "/fencelock"}, {"mariadb", mysqlHost, "/fencelock"},
+		{"nats", natsHost, ""}, {"nats+tls", "127.0.0.1:1", ""},
 		{"mem", "X", ""}, {"file", "localhost", t.TempDir()},
 		{"nosuchscheme", "h", "/x"},
 	} {
@@ -168,6 +170,9 @@ func secretURLs(t *testing.T, secret string) []string {
 		"mongodb+srv://u:"+S+"@fencelock-test.invalid/db",
 		"mysql://"+mysqlHost+"/fencelock?tls_key=/"+S+"&tls_cert=/c",
 		"mysql://fencelock:"+S+"@"+mysqlHost+"/fencelock?password="+S+"&timeout=1s",
+		"nats://"+natsHost+"?token="+S+"&connect_timeout=1s",
+		"nats://u:"+S+"@"+natsHost+"?creds=/"+S+"&nkey=/"+S,
+		"nats+tls://u:"+S+"@127.0.0.1:1?key_file=/"+S+"&cert_file=/c&connect_timeout=500ms",
 		"mem://u:"+S+"@X",
 		"file://u:"+S+"@localhost/tmp/x",
 		"nosuchscheme://h/x?password="+S,
@@ -267,6 +272,7 @@ func TestBadURLExitsUsage(t *testing.T) {
 		"redis://:99999", "rediss://h:99999/0", "redis+sentinel://h:1,h:99999/m", "redis+cluster://h:0",
 		"postgres://u@127.0.0.1:99999/db", "postgresql://h:70000/db",
 		"etcd://h:99999", "etcds://h:99999",
+		"nats://h:99999", "nats+tls://h:0", "nats://h:1?bucket=a.b",
 		"zk://h:99999", "zk://h:1,h:65536/c",
 		"mongodb://h:99999/db", "mongodb+srv://h:1/db",
 		"mysql://u@h:99999/db", "mariadb://u@h:1/db?table=a&table=b",

@@ -61,12 +61,12 @@ func (e *StepError) Unwrap() error { return e.Err }
 // Names of the servers.
 var (
 	// Defaults is what Up starts when no name is given.
-	Defaults = []string{"postgres", "redis", "etcd", "zookeeper", "mongo", "mongo-pg", "mysql"}
+	Defaults = []string{"postgres", "redis", "etcd", "zookeeper", "mongo", "mongo-pg", "mysql", "nats"}
 	// Clusters start only when named: loopback clusters for fault injection.
 	Clusters = []string{"etcd3", "zookeeper3", "redisha"}
 	// Stock start only when named: servers in their distribution's default
 	// configuration.
-	Stock = []string{"zookeeper-stock", "redis-stock", "postgres-stock", "mysql-stock"}
+	Stock = []string{"zookeeper-stock", "redis-stock", "postgres-stock", "mysql-stock", "nats-stock"}
 )
 
 // Names returns every server name, in the order Up exports them.

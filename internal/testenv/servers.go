@@ -26,6 +26,7 @@ func init() {
 		mongoServer(), mongoPGServer(),
 		etcd3Server(), zookeeper3Server(), redishaServer(),
 		mysqlServer("mysql", false), mysqlServer("mysql-stock", true),
+		natsServer("nats", false), natsServer("nats-stock", true),
 	} {
 		servers[s.name] = s
 	}

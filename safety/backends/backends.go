@@ -7,6 +7,7 @@ import (
 	_ "github.com/fencelock/fencelock/backend/etcd"      // etcd://
 	_ "github.com/fencelock/fencelock/backend/mongo"     // mongodb://
 	_ "github.com/fencelock/fencelock/backend/mysql"     // mysql://, mariadb://
+	_ "github.com/fencelock/fencelock/backend/nats"      // nats://
 	_ "github.com/fencelock/fencelock/backend/postgres"  // postgres://
 	_ "github.com/fencelock/fencelock/backend/redis"     // redis://
 	_ "github.com/fencelock/fencelock/backend/zookeeper" // zk://

@@ -113,6 +113,14 @@ var stores = []store{
 		},
 		noPeer: "No peer library: the usual Go answer, `GET_LOCK()`, is tied to one connection and carries no fencing token.",
 	},
+	{
+		file: "nats", title: "NATS",
+		raw: "a key-value `Create` with a per-key TTL and a `Delete` guarded by the revision it returned, on a bucket of the same shape (one value per key, per-message TTLs): no fencing token beyond the revision, no token floor, no renewal, no loss signal.",
+		libs: map[string]string{
+			"fencelock-backend-only": "the backend's `Acquire` and `Release` alone, without the engine, a backend (and connection) per goroutine.",
+		},
+		noPeer: "No peer library is compared.",
+	},
 }
 
 // workloadLabels names the workloads of the benchmarks bench/run runs.
