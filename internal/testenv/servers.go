@@ -25,6 +25,7 @@ func init() {
 		etcdServer(), zookeeperServer("zookeeper", false), zookeeperServer("zookeeper-stock", true),
 		mongoServer(), mongoPGServer(),
 		etcd3Server(), zookeeper3Server(), redishaServer(),
+		postgresHAServer("postgresha", false), postgresHAServer("postgresha-sync", true),
 	} {
 		servers[s.name] = s
 	}
