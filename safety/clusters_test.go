@@ -271,3 +271,15 @@ func addMembers(ct *cluster.Testenv, name string, ctl *suite.Control) {
 	ctl.PauseMember = func(ctx context.Context, i int) error { return ct.PauseMember(ctx, name, ids[i]) }
 	ctl.ResumeMember = func(ctx context.Context, i int) error { return ct.ResumeMember(ctx, name, ids[i]) }
 }
+
+// clusterFaults are the faults of a cluster row: the failover, and for
+// the ensembles (etcd3, zookeeper3) the member faults too (one member
+// paused or isolated under its holder). The primary/replica rows have no
+// member a contender could be served by alone.
+func clusterFaults(name string) []string {
+	faults := []string{suite.FaultFailover}
+	if name == cluster.Etcd3 || name == cluster.ZooKeeper3 {
+		faults = append(faults, suite.GroupMembers)
+	}
+	return faults
+}
