@@ -26,8 +26,9 @@ const (
 	// or leader: every acknowledged grant is on a majority (or a
 	// synchronous standby) that takes over. Met by an etcd or ZooKeeper
 	// ensemble of three or more members, PostgreSQL with a synchronous
-	// standby, MongoDB replica sets with w:majority and journaling; never
-	// by Redis (asynchronous replication) or a single server.
+	// standby, MongoDB replica sets with w:majority and journaling, Redis
+	// only with grants that wait for every replica (wait_replicas); never
+	// by a single server.
 	Failover Guarantee = "failover"
 	// ServerClock: lock expiry is judged by one clock that every holder
 	// shares (the store server's, or the one machine's for in-process and

@@ -13,14 +13,15 @@ import (
 // lane's backends one after another, the lanes at once. Backends that
 // share a server share a lane: a server kill or pause must only hit the
 // cells of the backend it is measured on. mongo-pg keeps its data on the
-// postgres server; dual uses the redis and postgres servers and also
+// postgres server, and redisha-acked is the redisha cluster again with
+// another URL; dual uses the redis and postgres servers and also
 // waits (laneAfter) for the redis lane to be done with redis. The lanes
 // are balanced on the quick profile's cell times.
 var lanes = [][]string{
 	{"postgres", "mongo-pg", "dual", "postgres-faketime", cluster.Etcd3},
-	{"redis", "etcd", cluster.RedisHA},
-	{"zookeeper", "mongo", cluster.ZooKeeper3},
-	{"mysql", "nats"},
+	{"redis", "etcd", cluster.RedisHA, redisHAAcked}, // both redisha rows on one cluster
+	{"zookeeper", "mongo", cluster.ZooKeeper3, postgresHA},
+	{"mysql", "nats", postgresHASync},
 }
 
 // laneAfter names, for a backend, the backends of other lanes whose cells

@@ -162,11 +162,7 @@ func TestSafety(t *testing.T) {
 			url, ct := clusters.get(t, def)
 			// Several hosts, or a Sentinel that names the primary: no proxy.
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, NoProxy: true, Control: clusterControl(ct, def.name)}
-			faults := []string{suite.FaultFailover}
-			if def.name != cluster.RedisHA {
-				faults = append(faults, suite.GroupMembers) // one member paused or isolated under its holder
-			}
-			runBackend(t, sink, prof, b, faults, false)
+			runBackend(t, sink, prof, b, clusterFaults(def.name), false)
 		}
 	}
 	runs := map[string]func(*testing.T){

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,11 +51,16 @@ type Backend struct {
 	n         names
 	q         queries
 	warnings  []string
-	closed    atomic.Bool
-	lis       *listener // nil when NoListen
-	batches   coalescer
-	rot       rotations
-	held      heldHints
+	// failoverSafe and failover are Describe's FailoverSafe and Failover
+	// as the standbys were at Open (describeReplication); failover ""
+	// means the default text.
+	failoverSafe bool
+	failover     string
+	closed       atomic.Bool
+	lis          *listener // nil when NoListen
+	batches      coalescer
+	rot          rotations
+	held         heldHints
 }
 
 var (
@@ -302,6 +308,29 @@ func (b *Backend) setup(ctx context.Context, create bool) error {
 	}
 	if syncCommit == "off" {
 		b.warnings = append(b.warnings, "synchronous_commit=off: a server crash can lose the last acknowledged acquisitions and their tokens; tokens may repeat after a crash")
+	}
+	return b.describeReplication(ctx, fsync, syncCommit)
+}
+
+// describeReplication reads the primary's standbys (pg_stat_replication)
+// for Describe: FailoverSafe when every standby is synchronous and commits
+// wait for it, a warning for each asynchronous one (judgeReplication).
+func (b *Backend) describeReplication(ctx context.Context, fsync, syncCommit string) error {
+	var standbys string
+	if err := b.pool.QueryRow(ctx, "SELECT current_setting('synchronous_standby_names')").Scan(&standbys); err != nil {
+		return err
+	}
+	reps, err := readStandbys(ctx, b.pool)
+	if err != nil {
+		return err
+	}
+	r := judgeReplication(fsync, syncCommit, standbys, reps)
+	b.warnings = append(b.warnings, r.warnings...)
+	b.failoverSafe = r.met
+	if r.met {
+		b.failover = "durable on one server, and on every standby before a commit returns: " + r.observed
+	} else if len(reps) > 0 {
+		b.failover = "a standby promoted after a failover may lack the latest grants and sequence values: " + r.observed
 	}
 	return nil
 }
@@ -623,7 +652,8 @@ func (b *Backend) Describe() driver.Description {
 		Clock:         "server (now() of each statement)",
 		Liveness:      "TTL (expires_at, judged by the server's clock)",
 		Scope:         driver.ScopeStore,
-		Failover:      "durable on one server (fsync and synchronous_commit on); a streaming replica promoted after asynchronous replication may lack the latest grants and sequence values",
+		FailoverSafe:  b.failoverSafe,
+		Failover:      cmp.Or(b.failover, "durable on one server (fsync and synchronous_commit on); a streaming replica promoted after asynchronous replication may lack the latest grants and sequence values"),
 		LossDetection: driver.LossByRenewal,
 		Warnings:      append([]string(nil), b.warnings...),
 	}

@@ -25,10 +25,25 @@ func (b *Backend) describe(ctx context.Context, o Options) {
 		Failover:      "replication is asynchronous: a promoted replica may lack the latest lock (a second holder) and counter values (tokens repeat); a restart keeps them only with appendonly yes and appendfsync always",
 		LossDetection: driver.LossByRenewal,
 	}
+	if b.waitReplicas > 0 {
+		b.desc.Failover = fmt.Sprintf("each grant and renewal counts only once %d replicas acknowledged it (WAIT, timeout %v): a replica promoted after a failover has every grant a holder was told of, if every replica is counted and the promoted one did not restart in between", b.waitReplicas, b.waitFor)
+	}
 	if o.SkipChecks {
 		b.desc.Warnings = []string{"server settings not checked (SkipChecks): persistence, eviction and replication unknown"}
 	} else {
-		b.desc.Warnings = serverWarnings(ctx, b.c)
+		b.desc.Warnings = serverWarnings(ctx, b.c, b.waitReplicas)
+	}
+	if b.waitReplicas > 0 {
+		var mu sync.Mutex
+		var counts []int
+		err := forEachPrimary(ctx, b.c, func(ctx context.Context, node goredis.Cmdable) error {
+			_, n := readReplication(ctx, node)
+			mu.Lock()
+			counts = append(counts, n)
+			mu.Unlock()
+			return nil
+		})
+		b.desc.FailoverSafe = err == nil && judgeFailover("", nil, counts, b.waitReplicas, b.waitFor).Met
 	}
 	for _, w := range b.desc.Warnings {
 		b.log.Warn("fencelock/redis: "+w, "prefix", o.Prefix)
@@ -48,7 +63,7 @@ func (b *Backend) Describe() driver.Description {
 // It returns one warning per finding; a server that refuses CONFIG
 // (renamed or disabled, as managed services do) gets a warning that its
 // settings are unknown, not an error.
-func serverWarnings(ctx context.Context, c goredis.UniversalClient) []string {
+func serverWarnings(ctx context.Context, c goredis.UniversalClient, wait int) []string {
 	var (
 		mu   sync.Mutex
 		seen = map[string]bool{}
@@ -66,12 +81,15 @@ func serverWarnings(ctx context.Context, c goredis.UniversalClient) []string {
 	}
 	switch c.(type) {
 	case *goredis.ClusterClient:
+		if wait > 0 {
+			break // judged per primary, with its replicas
+		}
 		add([]string{"Redis Cluster replicates asynchronously: a failover can lose recently issued tokens and lock records, so tokens can repeat and two holders can overlap"})
 	case *goredis.Ring:
 		add([]string{"Ring shards keys by client-side hashing: a shard added, removed or marked down moves keys to another shard, where a lock and its counter start afresh (two holders, tokens restart)"})
 	}
 	err := forEachPrimary(ctx, c, func(ctx context.Context, node goredis.Cmdable) error {
-		add(nodeWarnings(ctx, node))
+		add(nodeWarnings(ctx, node, wait))
 		return nil
 	})
 	if err != nil {
@@ -102,7 +120,7 @@ func readConfig(ctx context.Context, c goredis.Cmdable) (map[string]string, erro
 	return conf, nil
 }
 
-func nodeWarnings(ctx context.Context, c goredis.Cmdable) []string {
+func nodeWarnings(ctx context.Context, c goredis.Cmdable, wait int) []string {
 	var ws []string
 	conf, confErr := readConfig(ctx, c)
 	if confErr != nil {
@@ -114,7 +132,7 @@ func nodeWarnings(ctx context.Context, c goredis.Cmdable) []string {
 	if err != nil {
 		ws = append(ws, fmt.Sprintf("could not read INFO replication (%v): replication unknown", oneLine(err)))
 	} else {
-		ws = append(ws, replicationWarnings(info)...)
+		ws = append(ws, replicationWarnings(info, wait)...)
 	}
 	return ws
 }
@@ -153,14 +171,24 @@ func infoFields(info string) map[string]string {
 	return fields
 }
 
-// replicationWarnings judges INFO replication.
-func replicationWarnings(info string) []string {
+// replicationWarnings judges INFO replication; wait is
+// Options.WaitReplicas.
+func replicationWarnings(info string, wait int) []string {
 	fields := infoFields(info)
 	switch fields["role"] {
 	case "slave", "replica":
 		return []string{"connected to a replica (role:slave): lock writes go to a copy that the primary overwrites; connect to the primary"}
 	case "master":
-		if n, _ := strconv.Atoi(fields["connected_slaves"]); n > 0 {
+		n, _ := strconv.Atoi(fields["connected_slaves"])
+		switch {
+		case wait > 0 && wait > n:
+			return []string{fmt.Sprintf("wait_replicas=%d but only %d replicas are connected: every grant will be refused until enough replicas are connected", wait, n)}
+		case wait > 0 && wait < n:
+			return []string{fmt.Sprintf("wait_replicas=%d but %d replicas are connected: a grant acknowledged by %d of them can be missing on the replica a failover promotes (two holders, tokens that repeat); set wait_replicas=%d", wait, n, wait, n)}
+		case wait > 0:
+			return nil
+		}
+		if n > 0 {
 			return []string{fmt.Sprintf("replication is asynchronous (%d replicas connected): a failover can lose recently issued tokens and lock records, so tokens can repeat and two holders can overlap", n)}
 		}
 	}

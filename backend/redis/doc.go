@@ -35,6 +35,11 @@
 //   - prefix: Options.Prefix (default "fencelock"; may not be empty).
 //   - skip_checks: Options.SkipChecks (default false: New reads the
 //     server's settings; see below).
+//   - wait_replicas: Options.WaitReplicas (default 0): each grant and
+//     renewal counts only once that many replicas acknowledged it (WAIT);
+//     a grant they do not acknowledge in time is refused, its record
+//     removed, with a *ReplicaAckError.
+//   - wait_timeout: Options.WaitTimeout, a Go duration (default 1s).
 //   - sentinel_username and sentinel_password: the Sentinels' own
 //     credentials (Sentinel schemes only; default none).
 //

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	goredis "github.com/redis/go-redis/v9"
@@ -21,8 +23,10 @@ var _ driver.Guarantor = (*Backend)(nil)
 //   - durable-tokens: met only with appendonly yes, appendfsync always and
 //     no allkeys-* eviction on every primary (a server that refuses CONFIG
 //     is unknown, hence not met);
-//   - failover: never met (replication is asynchronous; without replicas
-//     there is nothing to fail over to);
+//   - failover: met only with Options.WaitReplicas equal to the replicas
+//     connected to every primary (judgeFailover); without it never
+//     (replication is asynchronous; without replicas there is nothing to
+//     fail over to);
 //   - server-clock: met (PEXPIRE/PTTL on the server).
 func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
 	if err := b.check(ctx); err != nil {
@@ -34,18 +38,16 @@ func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.M
 		fixes   = map[string]bool{}
 		met     = true
 		repl    []string
+		counts  []int // connected replicas per primary (-1: unknown)
 	)
 	err := forEachPrimary(ctx, b.c, func(ctx context.Context, node goredis.Cmdable) error {
 		obs, fix, ok := judgeDurable(readConfig(ctx, node))
-		role := "replication unknown"
-		if info, err := node.Info(ctx, "replication").Result(); err == nil {
-			f := infoFields(info)
-			role = "role:" + f["role"] + ", " + f["connected_slaves"] + " replicas"
-		}
+		role, count := readReplication(ctx, node)
 		mu.Lock()
 		defer mu.Unlock()
 		durable = append(durable, obs)
 		repl = append(repl, role)
+		counts = append(counts, count)
 		met = met && ok
 		for _, f := range fix {
 			fixes[f] = true
@@ -79,12 +81,58 @@ func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.M
 	}
 	return map[driver.Guarantee]driver.Measurement{
 		driver.DurableTokens: d,
-		driver.Failover: {
-			Observed: "Redis, " + topology + ", " + strings.Join(dedupe(repl), "; ") + ": replication is asynchronous, so a promoted replica can lack the latest locks and token increments",
-			Fix:      "no Redis setting meets it (WAIT does not make a failover safe): use etcd or ZooKeeper (3 or more members), or PostgreSQL with a synchronous standby",
-		},
-		driver.ServerClock: {Met: true, Observed: "expiry judged by the Redis server's clock (PEXPIRE/PTTL)"},
+		driver.Failover:      judgeFailover(topology, dedupe(repl), counts, b.waitReplicas, b.waitFor),
+		driver.ServerClock:   {Met: true, Observed: "expiry judged by the Redis server's clock (PEXPIRE/PTTL)"},
 	}, nil
+}
+
+// readReplication reads one primary's INFO replication: a description
+// and its connected replicas (-1 when unknown).
+func readReplication(ctx context.Context, node goredis.Cmdable) (string, int) {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return "replication unknown", -1
+	}
+	f := infoFields(info)
+	n, err := strconv.Atoi(f["connected_slaves"])
+	if err != nil {
+		n = -1
+	}
+	return "role:" + f["role"] + ", " + f["connected_slaves"] + " replicas", n
+}
+
+// judgeFailover judges the failover guarantee. Without WaitReplicas it
+// is never met: replication is asynchronous, so a promoted replica can
+// lack the latest grants. With it, met when every primary has at least
+// one replica connected and wait counts all of them: each grant and
+// renewal a holder was told of was then acknowledged by every replica,
+// one of which a failover promotes. Caveats, in Observed: a replica
+// acknowledges what it received, in memory, so it must not restart
+// between acknowledgement and promotion (WAITAOF would cover that); and a
+// replica that was disconnected (and so not counted) must not be
+// promoted, which the Sentinel's replica-validity rules see to for long
+// disconnections only.
+func judgeFailover(topology string, repl []string, counts []int, wait int, timeout time.Duration) driver.Measurement {
+	obs := "Redis, " + topology + ", " + strings.Join(repl, "; ")
+	if wait == 0 {
+		return driver.Measurement{
+			Observed: obs + ": replication is asynchronous, so a promoted replica can lack the latest locks and token increments",
+			Fix:      "set wait_replicas to the number of replicas of each primary (each grant then waits for their acknowledgement), or use etcd or ZooKeeper (3 or more members), or PostgreSQL with a synchronous standby",
+		}
+	}
+	obs += fmt.Sprintf("; each grant and renewal waits for %d replica acknowledgements (WAIT, timeout %v)", wait, timeout)
+	met := len(counts) > 0
+	for _, n := range counts {
+		met = met && n == wait
+	}
+	if !met {
+		return driver.Measurement{
+			Observed: obs + ": not every primary has exactly that many replicas connected",
+			Fix:      "set wait_replicas to the number of replicas connected to each primary (INFO replication: connected_slaves): fewer leaves a replica that may not have a grant, more refuses every grant",
+		}
+	}
+	return driver.Measurement{Met: true, Observed: obs + ": every replica acknowledges each grant before it counts, so the one a failover promotes has it " +
+		"(as long as that replica does not restart between acknowledgement and promotion, and a replica that was disconnected is not promoted)"}
 }
 
 // judgeDurable judges durable-tokens from one server's CONFIG GET results:

@@ -58,6 +58,10 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 	opts := &Options{
 		Prefix:     p.String("prefix", DefaultPrefix),
 		SkipChecks: p.Bool("skip_checks", false),
+		// wait_replicas=N and wait_timeout=DURATION: Options.WaitReplicas
+		// and WaitTimeout (replica-acknowledged grants).
+		WaitReplicas: p.Int("wait_replicas", 0),
+		WaitTimeout:  p.Duration("wait_timeout", 0),
 	}
 	var sentinelUser, sentinelPass string
 	if kind == "sentinel" {
@@ -91,7 +95,7 @@ func clientFromURL(u *url.URL) (goredis.UniversalClient, *Options, error) {
 			// go-redis names the parameters it does not know, and no
 			// others: list them, with the one probably meant.
 			first, _, _ := strings.Cut(names, ",")
-			known := append([]string{"prefix", "skip_checks"}, goredisParams[kind]...)
+			known := append([]string{"prefix", "skip_checks", "wait_replicas", "wait_timeout"}, goredisParams[kind]...)
 			if kind == "sentinel" {
 				known = append(known, "sentinel_username", "sentinel_password")
 			}

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -66,6 +67,24 @@ type Options struct {
 	// replication). Describe then carries a warning that nothing was
 	// checked. Default false: check.
 	SkipChecks bool
+
+	// WaitReplicas, if positive, makes a grant count only once that
+	// many replicas have acknowledged it: every acquisition and renewal
+	// is followed by WAIT WaitReplicas WaitTimeout on the same
+	// connection. A grant acknowledged by fewer in time is refused and
+	// its record removed (owner- and token-guarded), a renewal is not
+	// counted; both fail with a *ReplicaAckError. Releases do not wait
+	// (a release a promoted replica lacks only keeps the lock until its
+	// TTL). With every replica of the primary counted, a replica the
+	// Sentinel promotes has every grant and renewal a holder was told
+	// of (see Guarantees). Default 0: no waiting (replication is
+	// asynchronous). Not supported on a Ring.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT (cut to what is left of the call's
+	// context). Default DefaultWaitTimeout. Keep it below the client's
+	// read timeout.
+	WaitTimeout time.Duration
 }
 
 // Validate reports the first option out of range as a
@@ -73,6 +92,12 @@ type Options struct {
 func (o *Options) Validate() error {
 	if o == nil {
 		return nil
+	}
+	if o.WaitReplicas < 0 {
+		return &driver.InvalidOptionError{Option: "WaitReplicas", Value: strconv.Itoa(o.WaitReplicas), Reason: "must be 0 (do not wait) or the number of replicas that must acknowledge each grant"}
+	}
+	if o.WaitTimeout < 0 {
+		return &driver.InvalidOptionError{Option: "WaitTimeout", Value: o.WaitTimeout.String(), Reason: "must not be negative"}
 	}
 	if o.Prefix != "" {
 		return validatePrefix(o.Prefix)
@@ -91,6 +116,9 @@ type Backend struct {
 	log    *slog.Logger
 	desc   driver.Description
 	closed atomic.Bool
+
+	waitReplicas int           // Options.WaitReplicas
+	waitFor      time.Duration // Options.WaitTimeout or its default
 
 	w watchHub
 }
@@ -130,14 +158,19 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, owned bool,
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := validateWait(o, client); err != nil {
+		return nil, err
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
 	b := &Backend{
-		c:     client,
-		owned: owned,
-		ks:    keyspace{prefix: o.Prefix},
-		log:   o.Logger,
+		c:            client,
+		owned:        owned,
+		ks:           keyspace{prefix: o.Prefix},
+		log:          o.Logger,
+		waitReplicas: o.WaitReplicas,
+		waitFor:      cmp.Or(o.WaitTimeout, DefaultWaitTimeout),
 	}
 	b.w.b = b
 	b.describe(ctx, o)
@@ -181,7 +214,24 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	lock, counter, _ := b.ks.names(req.Key)
 	// Whole milliseconds, rounded up: never a shorter gap than asked.
 	delay := int64((req.LockDelay + time.Millisecond - 1) / time.Millisecond)
-	v, err := acquireScript.Run(ctx, b.c, []string{lock, counter, b.ks.marker(req.Key)}, req.Owner, ms, metaArg(req.Metadata), delay).Result()
+	keys, args := []string{lock, counter, b.ks.marker(req.Key)}, []any{req.Owner, ms, metaArg(req.Metadata), delay}
+	var v any
+	var err error
+	acked := 0
+	if b.waitReplicas > 0 {
+		v, acked, err = b.runAcked(ctx, acquireScript, keys, args...)
+	} else {
+		v, err = acquireScript.Run(ctx, b.c, keys, args...).Result()
+	}
+	if _, ok := v.(string); ok && err != nil {
+		// Granted, but the WAIT failed: nobody knows whether the
+		// replicas have it.
+		g := driver.Grant{Key: req.Key, Owner: req.Owner}
+		if tok, perr := parseToken(req.Key, v.(string)); perr == nil {
+			g.Token = tok
+			return driver.Grant{}, errors.Join(err, b.refuseGrant(ctx, g, 0, b.waitTimeout(ctx)))
+		}
+	}
 	if err != nil {
 		return driver.Grant{}, scriptError(req.Key, err)
 	}
@@ -191,7 +241,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}, nil
+		g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}
+		if b.waitReplicas > 0 && acked < b.waitReplicas {
+			return driver.Grant{}, b.refuseGrant(ctx, g, acked, b.waitFor)
+		}
+		return g, nil
 	case []any:
 		if len(v) == 2 && v[0] == "DELAY" {
 			left, ok := v[1].(int64)
@@ -409,7 +463,16 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	ms, granted := ttlMillis(req.TTL)
 	lock, counter, _ := b.ks.names(g.Key)
-	v, err := renewScript.Run(ctx, b.c, []string{lock, counter, b.ks.marker(g.Key)}, renewArgs(g, ms, req.Rotate, req.SetMetadata, req.Metadata)...).Result()
+	keys, args := []string{lock, counter, b.ks.marker(g.Key)}, renewArgs(g, ms, req.Rotate, req.SetMetadata, req.Metadata)
+	if b.waitReplicas > 0 {
+		v, acked, err := b.runAcked(ctx, renewScript, keys, args...)
+		ng, err := renewResult(g, granted, v, err)
+		if err == nil && acked < b.waitReplicas {
+			return driver.Grant{}, &ReplicaAckError{Op: "renew", Key: g.Key, Want: b.waitReplicas, Acked: acked, Timeout: b.waitFor}
+		}
+		return ng, err
+	}
+	v, err := renewScript.Run(ctx, b.c, keys, args...).Result()
 	return renewResult(g, granted, v, err)
 }
 
@@ -424,6 +487,15 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 	if err := driver.CheckRenew(req); err != nil {
 		return nil, err
 	}
+	if _, cluster := b.c.(*goredis.ClusterClient); cluster && b.waitReplicas > 0 {
+		// WAIT must follow the writes on each primary's connection:
+		// one renewal (and its WAIT) at a time.
+		out := make([]driver.RenewResult, len(grants))
+		for i, g := range grants {
+			out[i].Grant, out[i].Err = b.Renew(ctx, g, driver.RenewRequest{TTL: req.TTL, Rotate: req.Rotate})
+		}
+		return out, nil
+	}
 	ms, granted := ttlMillis(req.TTL)
 	out := make([]driver.RenewResult, len(grants))
 	calls := make([]scriptCall, 0, len(grants))
@@ -437,13 +509,23 @@ func (b *Backend) RenewBatch(ctx context.Context, grants []driver.Grant, req dri
 		calls = append(calls, scriptCall{keys: []string{lock, counter, b.ks.marker(g.Key)}, args: renewArgs(g, ms, req.Rotate, false, nil)})
 		idx = append(idx, i)
 	}
-	cmds, err := runPipelined(ctx, b.c, renewScript, calls)
+	var cmds []*goredis.Cmd
+	var err error
+	acked := 0
+	if b.waitReplicas > 0 {
+		cmds, acked, err = b.runPipelinedAcked(ctx, renewScript, calls)
+	} else {
+		cmds, err = runPipelined(ctx, b.c, renewScript, calls)
+	}
 	if err != nil {
 		return nil, err
 	}
 	for j, cmd := range cmds {
 		i := idx[j]
 		out[i].Grant, out[i].Err = renewResult(grants[i], granted, cmd.Val(), cmd.Err())
+		if out[i].Err == nil && b.waitReplicas > 0 && acked < b.waitReplicas {
+			out[i] = driver.RenewResult{Err: &ReplicaAckError{Op: "renew", Key: grants[i].Key, Want: b.waitReplicas, Acked: acked, Timeout: b.waitFor}}
+		}
 	}
 	return out, nil
 }

@@ -366,3 +366,17 @@ sentinel known-replica %[3]s 127.0.0.1 %[5]d
 	s.version = func(ctx context.Context, u *unit) string { return cmdOutput(ctx, u.get("REDIS_BIN"), "--version") }
 	return s
 }
+
+// WaitReady returns once a started server or cluster passes its readiness
+// probe again: for a cluster every member serves and one leads, and
+// redisha's replica and the PostgreSQL clusters' standby are linked to
+// the primary. It fails if a member exits or after Timeout. Use it after
+// a fault that the cluster heals by itself (a killed primary started
+// again becomes a replica or standby).
+func (e *Env) WaitReady(ctx context.Context, name string) error {
+	u, err := e.started(name)
+	if err != nil {
+		return err
+	}
+	return u.waitReady(ctx, e.Timeout)
+}

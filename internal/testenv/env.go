@@ -63,7 +63,7 @@ var (
 	// Defaults is what Up starts when no name is given.
 	Defaults = []string{"postgres", "redis", "etcd", "zookeeper", "mongo", "mongo-pg", "mysql", "nats"}
 	// Clusters start only when named: loopback clusters for fault injection.
-	Clusters = []string{"etcd3", "zookeeper3", "redisha"}
+	Clusters = []string{"etcd3", "zookeeper3", "redisha", "postgresha", "postgresha-sync"}
 	// Stock start only when named: servers in their distribution's default
 	// configuration.
 	Stock = []string{"zookeeper-stock", "redis-stock", "postgres-stock", "mysql-stock", "nats-stock"}
@@ -676,7 +676,8 @@ func (e *Env) Leader(ctx context.Context, name string) (string, error) {
 }
 
 // Failover moves leadership to another member while all run and returns
-// once the new leader serves. Only redisha has it (SENTINEL FAILOVER).
+// once the new leader serves. Only redisha (SENTINEL FAILOVER) and the
+// PostgreSQL clusters (a switchover: stop, promote, start as standby) have it.
 func (e *Env) Failover(ctx context.Context, name string) error {
 	u, err := e.cluster(name)
 	if err != nil {

@@ -27,6 +27,7 @@ func init() {
 		etcd3Server(), zookeeper3Server(), redishaServer(),
 		mysqlServer("mysql", false), mysqlServer("mysql-stock", true),
 		natsServer("nats", false), natsServer("nats-stock", true),
+		postgresHAServer("postgresha", false), postgresHAServer("postgresha-sync", true),
 	} {
 		servers[s.name] = s
 	}

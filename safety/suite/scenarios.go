@@ -82,6 +82,17 @@ var expectations = report.Table{
 			"(a restart keeps every lock and token), or a consensus store (etcd, ZooKeeper) when the lock must survive " +
 			"the loss of a server. WAIT / min-replicas-to-write narrow the window but do not close it.",
 	}},
+	{Backend: "postgresha", Fault: "primary-kill-failover", Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P1", "P2", "P3", "P4"},
+		Why: "The standby replicates asynchronously, and the backend warns about it (Describe, doctor). A grant, renewal " +
+			"or sequence value the primary acknowledged just before it died may be missing on the promoted standby: a " +
+			"second contender acquires a lock whose holder still believes it holds it, and a token can be issued again " +
+			"(the sequence is WAL-logged 32 values ahead, so only a lost log record lets it go back). Whether a run shows " +
+			"it depends on the replication lag at the kill.",
+		Fix: "Make the standby synchronous: synchronous_standby_names naming it, synchronous_commit = on or remote_apply " +
+			"(the postgresha-sync row), and fail over only to a synchronous standby.",
+	}},
 	{Backend: "*", Fault: fFencingOff, Expectation: report.Expectation{
 		Control:    true,
 		Properties: []string{"P1"},

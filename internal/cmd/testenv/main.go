@@ -39,7 +39,8 @@ const usage = `usage:
   scripts/testenv member CLUSTER VERB [ID]   one member of a cluster, VERB one of:
       kill ID | start ID | stop ID | restart ID | pause ID | resume ID
       pid ID | addr ID (its client host:port) | leader (ID of the leader/primary)
-      members (one line per member: ID STATE PID ADDR) | failover (redisha only)
+      members (one line per member: ID STATE PID ADDR) | failover (redisha, postgresha*)
+      promote ID (postgresha*: make the standby ID the primary, e.g. after killing the primary)
   scripts/testenv status             show what runs in $FENCELOCK_TESTENV_STATE
   scripts/testenv env                print the export lines of the servers that run there
   eval "$(scripts/testenv down)"     stop all servers of the state dir, remove it
@@ -170,12 +171,12 @@ func member(ctx context.Context, e *testenv.Env, args []string) error {
 		if err := need(rest, 0, "member "+name+" "+verb); err != nil {
 			return err
 		}
-	case "kill", "start", "stop", "restart", "pause", "resume", "pid", "addr":
+	case "kill", "start", "stop", "restart", "pause", "resume", "pid", "addr", "promote":
 		if err := need(rest, 1, "member "+name+" "+verb+" ID"); err != nil {
 			return err
 		}
 	default:
-		return usageError(fmt.Sprintf("unknown member command %q (kill start stop restart pause resume pid addr leader members failover)", verb))
+		return usageError(fmt.Sprintf("unknown member command %q (kill start stop restart pause resume pid addr leader members failover promote)", verb))
 	}
 	switch verb {
 	case "leader":
@@ -211,6 +212,8 @@ func member(ctx context.Context, e *testenv.Env, args []string) error {
 		return e.PauseMember(ctx, name, id)
 	case "resume":
 		return e.ResumeMember(ctx, name, id)
+	case "promote":
+		return e.Promote(ctx, name, id)
 	case "pid":
 		pid, err := e.MemberPID(name, id)
 		if err == nil {
