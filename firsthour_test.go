@@ -72,7 +72,7 @@ func TestOpenURLWithoutSchemeGuessesFromThePort(t *testing.T) {
 // scheme with no near miss lists one scheme per backend, not every
 // variant.
 func TestOpenUnknownSchemeListsOnlyTheMainSchemes(t *testing.T) {
-	checkOpenError(t, "qwertyuiop://h", fencelock.ErrUnknownScheme, "known schemes: postgres, redis, etcd, zk, mongodb, file, mem, dual")
+	checkOpenError(t, "qwertyuiop://h", fencelock.ErrUnknownScheme, "known schemes: postgres, redis, etcd, zk, mongodb, mysql, nats, file, mem, dual")
 	_, err := fencelock.Open(context.Background(), "qwertyuiop://h", nil)
 	if err != nil && strings.Contains(err.Error(), "rediss+cluster") {
 		t.Errorf("%q lists every scheme variant", err)

@@ -61,7 +61,7 @@ func unknownScheme(scheme, rawURL string) error {
 // backend (not every variant, such as rediss+sentinel), plus any scheme a
 // third-party backend registered: short enough for a one-line error.
 func mainSchemes() string {
-	names := []string{"postgres", "redis", "etcd", "zk", "mongodb", "file", "mem", "dual"}
+	names := []string{"postgres", "redis", "etcd", "zk", "mongodb", "mysql", "nats", "file", "mem", "dual"}
 	for _, s := range Schemes() {
 		if _, ours := packageOf[s]; !ours {
 			names = append(names, s)
@@ -74,7 +74,7 @@ func mainSchemes() string {
 // written without a scheme ("localhost:6379") is told the one it lacks.
 var defaultPorts = map[string]string{
 	"5432": "postgres", "6379": "redis", "26379": "redis+sentinel",
-	"2379": "etcd", "2181": "zk", "27017": "mongodb",
+	"2379": "etcd", "2181": "zk", "27017": "mongodb", "4222": "nats",
 	"3306": "mysql",
 }
 
