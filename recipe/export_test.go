@@ -26,3 +26,10 @@ func (rw *RWLock) IntentKey() string { return rw.intent }
 
 // SlotKey returns the key of reader slot i.
 func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
+
+// SetMultiTestHookTaken sets the hook a multi-key call runs after each key
+// it took; the returned function removes it.
+func SetMultiTestHookTaken(f func(taken []*fencelock.Lease)) (restore func()) {
+	multiTestHookTaken = f
+	return func() { multiTestHookTaken = nil }
+}
