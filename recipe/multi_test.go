@@ -167,7 +167,11 @@ func TestMultiGrantLostTogether(t *testing.T) {
 		t.Fatalf("grant after y was lost: Err %v, cause %v; want ErrLeaseLost", g.Err(), context.Cause(g.Context()))
 	}
 	for _, l := range g.Leases() {
-		<-l.Done() // every lease ends with the grant
+		select { // every lease ends with the grant
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("lease on %s still held 10s after the grant was lost; want every lease released with it", l.Key())
+		}
 	}
 	// The others were released, not left to expire: they are free far
 	// sooner than the 20s TTL.
