@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,7 @@ import (
 )
 
 // testReadWrite checks recipe.RWLock, which is generic (a gate lease
-// and MaxReaders reader slot leases), through the store: its subtests
+// and a reader slot lease per reader), through the store: its subtests
 // each carry their own rule.
 func testReadWrite(t *testing.T, s *suite) {
 	runCases(t, s, rwCases)
@@ -24,7 +25,7 @@ const readWriteRule = "recipe.RWLock, generic over every backend (a gate lease a
 
 var rwCases = []testCase{
 	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
-	{"WriterNeedsEverySlot", "a writer holds every reader slot: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
+	{"WriterWaitsForEverySlot", "a writer waits for every reader slot, however high its number: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
 	{"WriterNotStarved", "a writer waiting for readers holds the gate, and one waiting for the gate holds the intent that every reader looks at first, so a stream of overlapping readers cannot keep it out: it gets the lock before any reader has done a bounded number of rounds.", testRWStarve},
 	{"CancelledWaitLeavesNothing", "a Lock that waits for a reader, or an RLock that waits for a writer, whose context ends returns the context's error and leaves no record or queue entry: the holder is the only holder, and once it releases the lock is free at once.", testRWCancelled},
 	{"HoldersListEveryHolder", "RWLock.Holders reports every reader (slot, owner, grant token, its own metadata) and a writer as one holder (its gate, every slot, its metadata).", testRWHolders},
@@ -147,8 +148,8 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	key := s.key(t, "rw")
 	c := s.client(t)
 	w := s.rwlock(t, s.client(t), key)
-	for i := range recipe.MaxReaders {
-		l, err := c.TryAcquire(ctx, rwRecords(key)[2+i]) // a reader's slot, as the writer sees it
+	for _, i := range []int{0, 1, 15, 16, 39, 1000, recipe.DefaultMaxReaders - 1} {
+		l, err := c.TryAcquire(ctx, rwSlot(key, i)) // a reader's slot, as the writer sees it
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,8 +264,8 @@ func testRWCancelled(t *testing.T, s *suite) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RLock with an expiring context while a writer holds = %v; want context.DeadlineExceeded", err)
 	}
-	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != recipe.MaxReaders {
-		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer, with every slot", hs, err)
+	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != 0 {
+		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer", hs, err)
 	}
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -325,8 +326,8 @@ func testRWHolders(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rwRecords(rw.Key())[0] || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
-		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "writer" {
-		t.Errorf("Holders = %+v; want the writer %s (grant token %d) with every slot and metadata %q", hs, w.Owner(), w.Token(), "writer")
+		hs[0].Slots != 0 || string(hs[0].Metadata) != "writer" {
+		t.Errorf("Holders = %+v; want the writer %s (grant token %d), its gate and metadata %q", hs, w.Owner(), w.Token(), "writer")
 	}
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -358,9 +359,6 @@ func testRWCrash(t *testing.T, s *suite) {
 	cb.crash()
 	crashed := time.Now()
 	bound := s.expiryBound(cb.last(rwRecords(dw.Key())[0]), s.h.TTL)
-	for i := range recipe.MaxReaders {
-		bound = max(bound, s.expiryBound(cb.last(rwRecords(dw.Key())[2+i]), s.h.TTL))
-	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	g, err := live.RLock(actx, s.patient())
@@ -467,8 +465,12 @@ func rwPrefix(key string) string {
 }
 
 // rwRecords are the records of the read-write lock on key: its gate, its
-// intent, then its reader slots (see recipe.Keys).
+// intent and its upgrade record (see recipe.Keys).
 func rwRecords(key string) []string {
 	_, r := recipe.Keys(key, 0)
 	return r
 }
+
+// rwSlot is the key of reader slot i of the read-write lock on key (see
+// recipe.Keys).
+func rwSlot(key string, i int) string { return rwPrefix(key) + "r/" + strconv.Itoa(i) }

@@ -160,7 +160,7 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return err
 	})
 	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(recipe.MaxPermits)+")")
-	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(recipe.MaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
+	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: any number of --shared runs at once\n(up to "+strconv.Itoa(recipe.DefaultMaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
 	pos, argv, exit, stop := e.parse(fset, args, 1)
 	if stop {
@@ -205,8 +205,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		}
 	}
 	if rf.shared {
-		_, records := recipe.Keys(rf.key, 0)
-		longest := 0
+		prefix, records := recipe.Keys(rf.key, 0)
+		longest := len(prefix + "r/" + strconv.Itoa(recipe.DefaultMaxReaders-1)) // the last reader slot
 		for _, r := range records {
 			longest = max(longest, len(r))
 		}
