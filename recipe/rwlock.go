@@ -162,13 +162,16 @@ func NewRWLock(c *fencelock.Client, key string, opts ...RWOption) (*RWLock, erro
 // slotKey returns the key of reader slot i.
 func (rw *RWLock) slotKey(i int) string { return rw.slots + strconv.Itoa(i) }
 
-// slotIndex returns the number of the reader slot whose key is key.
+// slotIndex returns the number of the reader slot whose key is key: any
+// number, so that a writer waits for readers that entered under a larger
+// WithMaxReaders too.
 func (rw *RWLock) slotIndex(key string) (int, bool) {
 	rest, ok := strings.CutPrefix(key, rw.slots)
-	if !ok {
+	if !ok || rest == "" || len(rest) > 18 || len(rest) > 1 && rest[0] == '0' {
 		return 0, false
 	}
-	return slotNumber(rest)
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0 && rest[0] != '+' && rest[0] != '-'
 }
 
 // Key returns the read-write lock's key.
