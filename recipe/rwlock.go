@@ -103,7 +103,7 @@ func WithMaxReaders(n int) RWOption { return func(c *rwConfig) { c.maxReaders = 
 // resource therefore accepts a read whose token is at least the highest
 // writer's token it has seen, and a write whose token is greater than
 // every token it has seen (or equal to the highest, from the same
-// writer): RWFence implements that rule, and docs/semaphores.md states it
+// writer): RWFence implements that rule, and docs/primitives.md states it
 // for a database.
 //
 // # Implementation

@@ -19,7 +19,7 @@ import (
 // A semaphore cell runs semPermits+1 contenders on one semaphore of
 // semPermits permits (contender.Config.Permits): each takes a permit,
 // writes to the fenced resource with the permit's slot key and token
-// (the resource fences each slot key on its own, docs/semaphores.md),
+// (the resource fences each slot key on its own, docs/primitives.md),
 // and releases it. The checker judges every slot as a lock (P1..P8, the
 // semaphore's waiters counting as waiting for each slot) and the
 // semaphore as a whole: never more than semPermits believers (S1), and
