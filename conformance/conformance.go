@@ -123,6 +123,7 @@ var cases = []testCase{
 	{"ManyLeasesOneClient", "one client can hold many leases at once and keep all of them alive through renewals.", testManyLeases},
 	{"Semaphore", "recipe.Semaphore, generic over every backend (each permit a lease on a slot key), through the store: at most N holders, cancelled waits leave nothing, a different N is refused, Holders lists every holder, crashed holders' permits return within TTL (subtests, each with its own rule).", testSemaphore},
 	{"ReadWrite", readWriteRule, testReadWrite},
+	{"MultiKey", multiKeyRule, testMultiKey},
 	{"LockDelay", lockDelayRule, testLockDelay},
 	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
 	{"Election", electionRule, testElection},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,23 +15,26 @@ import (
 )
 
 // testReadWrite checks recipe.RWLock, which is generic (a gate lease
-// and MaxReaders reader slot leases), through the store: its subtests
+// and a reader slot lease per reader), through the store: its subtests
 // each carry their own rule.
 func testReadWrite(t *testing.T, s *suite) {
 	runCases(t, s, rwCases)
 }
 
-const readWriteRule = "recipe.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL, a refused or given-up grant keeps no minimum hold, readers do not refuse each other's TryRLock (subtests, each with its own rule)."
+const readWriteRule = "recipe.RWLock, generic over every backend (a gate lease and reader slot leases), through the store: many readers at once, no reader beside a writer, no two writers, writers not starved by readers, tokens never go backwards, cancelled waits leave nothing, Holders lists every holder, a crashed holder's grant returns within TTL, a refused or given-up grant keeps no minimum hold, readers do not refuse each other's TryRLock, readers are uncapped, an upgradeable reader excludes writers and upgrades without letting one in (subtests, each with its own rule)."
 
 var rwCases = []testCase{
 	{"ReadersShareWritersExclude", "many clients, each with reading and writing goroutines on one RWLock: one reader per client holds it at once; no reader holds it while a writer does; never two writers; a writer's token is above every grant's before it, a reader's above the last writer's; a fenced resource (RWFence) admits every live grant's reads and writes.", testRWMutex},
-	{"WriterNeedsEverySlot", "a writer holds every reader slot: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
+	{"WriterWaitsForEverySlot", "a writer waits for every reader slot, however high its number: while any one slot is held, TryLock fails, and leaves nothing behind.", testRWEverySlot},
 	{"WriterNotStarved", "a writer waiting for readers holds the gate, and one waiting for the gate holds the intent that every reader looks at first, so a stream of overlapping readers cannot keep it out: it gets the lock before any reader has done a bounded number of rounds.", testRWStarve},
 	{"CancelledWaitLeavesNothing", "a Lock that waits for a reader, or an RLock that waits for a writer, whose context ends returns the context's error and leaves no record or queue entry: the holder is the only holder, and once it releases the lock is free at once.", testRWCancelled},
 	{"HoldersListEveryHolder", "RWLock.Holders reports every reader (slot, owner, grant token, its own metadata) and a writer as one holder (its gate, every slot, its metadata).", testRWHolders},
 	{"CrashedHolderFreedWithinTTL", "a writer that died without releasing frees the lock within the TTL the store granted plus slack: a waiting reader gets a grant, with a token above the dead writer's.", testRWCrash},
 	{"RefusalKeepsNoMinimumHold", "a TryLock refused beside a reader, and a Lock whose WithWait bound passed, with a minimum hold (WithMinHold, Options.MinHold) leave nothing held: the hold belongs to a grant handed out, so once the reader leaves the lock is free at once.", testRWRefusalNoHold},
 	{"TryRLockBesideReaders", "concurrent TryRLock calls on a lock that no writer holds or waits for, with slots to spare, are all granted: a reader passing the gate does not refuse another.", testRWTryReaders},
+	{"ReadersUncapped", "40 readers from several clients hold read grants at once (more than any fixed number of slots the lock once had); a writer is refused beside them and, once they left, gets a token above every one of theirs.", testRWUncapped},
+	{"UpgradeExcludesWriters", "an upgradeable reader shares the lock with readers but not with a writer (TryLock refused, Lock waits out its bound) nor another upgradeable reader; its Upgrade waits for the other readers, keeps new readers out meanwhile, beats a writer that was waiting, and its write token is above every earlier grant's; the writer after it gets a token above it.", testRWUpgrade},
+	{"UpgradeableCrashFreed", "an upgradeable reader that died without releasing frees the lock within the TTL the store granted plus slack: a waiting writer gets the write grant, with a token above the dead reader's.", testRWUpgradeCrash},
 }
 
 func (s *suite) rwlock(t *testing.T, c *fencelock.Client, key string) *recipe.RWLock {
@@ -147,8 +151,8 @@ func testRWEverySlot(t *testing.T, s *suite) {
 	key := s.key(t, "rw")
 	c := s.client(t)
 	w := s.rwlock(t, s.client(t), key)
-	for i := range recipe.MaxReaders {
-		l, err := c.TryAcquire(ctx, rwRecords(key)[2+i]) // a reader's slot, as the writer sees it
+	for _, i := range []int{0, 1, 15, 16, 39, 1000, recipe.DefaultMaxReaders - 1} {
+		l, err := c.TryAcquire(ctx, rwSlot(key, i)) // a reader's slot, as the writer sees it
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,8 +267,8 @@ func testRWCancelled(t *testing.T, s *suite) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RLock with an expiring context while a writer holds = %v; want context.DeadlineExceeded", err)
 	}
-	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != recipe.MaxReaders {
-		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer, with every slot", hs, err)
+	if hs, err := a.Holders(ctx); err != nil || len(hs) != 1 || !hs[0].Write || hs[0].Owner != w.Owner() || hs[0].Slots != 0 {
+		t.Fatalf("Holders after the cancelled RLock = %+v, %v; want only the writer", hs, err)
 	}
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -325,8 +329,8 @@ func testRWHolders(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rwRecords(rw.Key())[0] || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
-		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "writer" {
-		t.Errorf("Holders = %+v; want the writer %s (grant token %d) with every slot and metadata %q", hs, w.Owner(), w.Token(), "writer")
+		hs[0].Slots != 0 || string(hs[0].Metadata) != "writer" {
+		t.Errorf("Holders = %+v; want the writer %s (grant token %d), its gate and metadata %q", hs, w.Owner(), w.Token(), "writer")
 	}
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -358,9 +362,6 @@ func testRWCrash(t *testing.T, s *suite) {
 	cb.crash()
 	crashed := time.Now()
 	bound := s.expiryBound(cb.last(rwRecords(dw.Key())[0]), s.h.TTL)
-	for i := range recipe.MaxReaders {
-		bound = max(bound, s.expiryBound(cb.last(rwRecords(dw.Key())[2+i]), s.h.TTL))
-	}
 	actx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	g, err := live.RLock(actx, s.patient())
@@ -467,8 +468,207 @@ func rwPrefix(key string) string {
 }
 
 // rwRecords are the records of the read-write lock on key: its gate, its
-// intent, then its reader slots (see recipe.Keys).
+// intent and its upgrade record (see recipe.Keys).
 func rwRecords(key string) []string {
 	_, r := recipe.Keys(key, 0)
 	return r
+}
+
+// rwSlot is the key of reader slot i of the read-write lock on key (see
+// recipe.Keys).
+func rwSlot(key string, i int) string { return rwPrefix(key) + "r/" + strconv.Itoa(i) }
+
+func testRWUncapped(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	const clients, readers = 4, 40
+	rws := make([]*recipe.RWLock, clients)
+	for i := range rws {
+		rws[i] = s.rwlock(t, s.client(t), key)
+	}
+	var (
+		mu sync.Mutex
+		gs []*recipe.RWGrant
+		wg sync.WaitGroup
+	)
+	for i := range readers {
+		wg.Go(func() {
+			g, err := rws[i%clients].RLock(ctx, fencelock.WithWait(20*s.h.TTL))
+			if err != nil {
+				t.Errorf("reader %d: %v; want readers uncapped", i, err)
+				return
+			}
+			mu.Lock()
+			gs = append(gs, g)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	live := 0
+	var top fencelock.Token
+	for _, g := range gs {
+		if g.Err() == nil {
+			live++
+		}
+		top = max(top, g.Token())
+	}
+	if live != readers {
+		t.Fatalf("%d of %d read grants held at once; want all", live, readers)
+	}
+	if hs, err := rws[0].Holders(ctx); err != nil || len(hs) != readers {
+		t.Errorf("Holders lists %d (%v); want %d readers", len(hs), err, readers)
+	}
+	if _, err := rws[1].TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryLock beside %d readers = %v; want ErrNotAcquired", readers, err)
+	}
+	for _, g := range gs {
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := rws[1].TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock once the readers left: %v", err)
+	}
+	if w.Token() <= top {
+		t.Errorf("writer token %d, not above the readers' (highest %d)", w.Token(), top)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
+}
+
+func testRWUpgrade(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	a, b := s.rwlock(t, s.client(t), key), s.rwlock(t, s.client(t), key)
+	w0, err := b.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u, err := a.TryUpgradeableRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("TryRLock beside an upgradeable reader = %v; want a grant", err)
+	}
+	if _, err := b.TryUpgradeableRLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Errorf("a second TryUpgradeableRLock = %v; want ErrNotAcquired", err)
+	}
+	if _, err := b.TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Errorf("TryLock beside an upgradeable reader = %v; want ErrNotAcquired", err)
+	}
+	if _, err := b.Lock(ctx, fencelock.WithWait(s.h.TTL/2)); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Errorf("Lock beside an upgradeable reader = %v; want its wait bound (ErrNotAcquired)", err)
+	}
+	writer := make(chan *recipe.RWGrant, 1)
+	go func() {
+		g, err := b.Lock(ctx, fencelock.WithWait(20*s.h.TTL))
+		if err != nil {
+			t.Errorf("the writer waiting behind the upgradeable reader: %v", err)
+		}
+		writer <- g
+	}()
+	if err := u.TryUpgrade(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Errorf("TryUpgrade beside a reader = %v; want ErrNotAcquired", err)
+	}
+	upgraded := make(chan error, 1)
+	go func() { upgraded <- u.Upgrade(ctx) }()
+	// The upgrade holds the gate as soon as it waits for r: a new reader
+	// is refused from then on (it may pass before).
+	deadline := time.Now().Add(10 * s.h.TTL)
+	for {
+		g, err := b.TryRLock(ctx)
+		if err != nil {
+			break
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readers still let in 10 TTLs after Upgrade began; want the upgrade to close the gate")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-upgraded:
+		t.Fatalf("Upgrade returned %v while another reader holds the lock; want it to wait", err)
+	default:
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-upgraded; err != nil {
+		t.Fatalf("Upgrade once the reader left: %v", err)
+	}
+	if u.Shared() || u.Token() <= w0.Token() || u.Token() <= r.Token() {
+		t.Errorf("upgraded grant: shared %v, token %d; want a write grant above the earlier writer's %d and reader's %d", u.Shared(), u.Token(), w0.Token(), r.Token())
+	}
+	var fence recipe.RWFence
+	for _, g := range []*recipe.RWGrant{w0, r, u} {
+		_ = fence.Admit(key, g)
+	}
+	if err := fence.Admit(key, u); err != nil {
+		t.Errorf("the upgraded grant's write refused by the fence: %v", err)
+	}
+	select {
+	case g := <-writer:
+		t.Fatalf("a writer (token %d) got the lock while the upgraded grant holds it", g.Token())
+	default:
+	}
+	if err := u.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := <-writer
+	if g == nil {
+		return
+	}
+	if g.Token() <= u.Token() {
+		t.Errorf("the writer after the upgrade carries token %d, not above the upgraded grant's %d", g.Token(), u.Token())
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkEmpty(t, ctx, s.client(t), rwPrefix(key))
+}
+
+func testRWUpgradeCrash(t *testing.T, s *suite) {
+	ctx := s.ctx(t)
+	key := s.key(t, "rw")
+	dead, cb := s.crashableClient(t, s.options())
+	du := s.rwlock(t, dead, key)
+	u, err := du.TryUpgradeableRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := s.rwlock(t, s.client(t), key)
+	if _, err := live.TryLock(ctx); !errors.Is(err, fencelock.ErrNotAcquired) {
+		t.Fatalf("TryLock beside an upgradeable reader = %v; want ErrNotAcquired", err)
+	}
+	cb.crash()
+	crashed := time.Now()
+	bound := s.expiryBound(cb.last(rwRecords(key)[2]), s.h.TTL)
+	bound = max(bound, s.expiryBound(cb.last(u.Lease().Key()), s.h.TTL))
+	actx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	w, err := live.Lock(actx, s.patient())
+	if err != nil {
+		t.Fatalf("no write grant within %v of the upgradeable reader's crash (the granted TTL plus slack): %v", bound, err)
+	}
+	t.Logf("crashed upgradeable reader's lock returned after %v (bound %v)", time.Since(crashed), bound)
+	if w.Token() <= u.Token() {
+		t.Errorf("write grant after the crash carries token %d, not above the dead reader's %d", w.Token(), u.Token())
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

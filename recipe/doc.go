@@ -1,6 +1,8 @@
 // Package recipe builds distributed primitives out of fencelock's leases:
-// a counting Semaphore, a read-write lock (RWLock) and leader election
-// (Elect, CurrentLeader, Observe). They work on every backend, and every
+// a counting Semaphore, a read-write lock (RWLock, with uncapped readers
+// and an upgradeable read), grants of several keys all or nothing
+// (AcquireAll, TryAcquireAll) and leader election (Elect, CurrentLeader,
+// Observe). They work on every backend, and every
 // grant they hand out is fenced.
 //
 //	sem, err := recipe.NewSemaphore(c, "jobs", 4)
@@ -8,6 +10,8 @@
 //
 //	rw, err := recipe.NewRWLock(c, "config")
 //	g, err := rw.RLock(ctx)
+//
+//	all, err := recipe.AcquireAll(ctx, c, []string{"account/42", "account/7"})
 //
 //	err = recipe.Elect(ctx, c, "scheduler", hostname, addr, lead, nil)
 //

@@ -52,6 +52,42 @@ func ExampleRWLock() {
 	// writer refused while readers hold it
 	// 2 holders
 	// true <nil>
-	// 1 holder: write true, 16 slots, "reindex"
+	// 1 holder: write true, 0 slots, "reindex"
 	// true
+}
+
+func ExampleRWGrant_Upgrade() {
+	ctx := context.Background()
+	store := memory.NewStore()
+	a, _ := fencelock.New(store.Backend(), &fencelock.Options{Owner: "migrator"})
+	b, _ := fencelock.New(store.Backend(), &fencelock.Options{Owner: "others"})
+	defer a.Close()
+	defer b.Close()
+	ra, _ := recipe.NewRWLock(a, "schema")
+	rb, _ := recipe.NewRWLock(b, "schema")
+	var fence recipe.RWFence
+
+	// A writer before, then a reader that may decide to write.
+	w, _ := rb.Lock(ctx)
+	fence.Admit("schema", w)
+	w.Release(ctx)
+	u, _ := ra.UpgradeableRLock(ctx)
+	r, _ := rb.RLock(ctx) // ordinary readers still enter beside it
+	fmt.Println(u.Shared(), fence.Admit("schema", u), fence.Admit("schema", r))
+	if _, err := rb.TryLock(ctx); errors.Is(err, fencelock.ErrNotAcquired) {
+		fmt.Println("no writer while an upgradeable reader holds it")
+	}
+
+	// Upgrade waits for the other readers to leave; no writer gets in
+	// between the read and the write.
+	go r.Release(ctx)
+	if err := u.Upgrade(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(u.Shared(), u.Token() > w.Token(), fence.Admit("schema", u))
+	u.Release(ctx)
+	// Output:
+	// true <nil> <nil>
+	// no writer while an upgradeable reader holds it
+	// false true <nil>
 }

@@ -25,4 +25,21 @@ func (rw *RWLock) GateKey() string { return rw.gate }
 func (rw *RWLock) IntentKey() string { return rw.intent }
 
 // SlotKey returns the key of reader slot i.
-func (rw *RWLock) SlotKey(i int) string { return rw.readers.slots[i] }
+func (rw *RWLock) SlotKey(i int) string { return rw.slotKey(i) }
+
+// UpgradeKey returns the key of the lock's upgrade record.
+func (rw *RWLock) UpgradeKey() string { return rw.upgrade }
+
+// SetRWTestHookDrain sets the hook a writer runs before it waits for a
+// reader it found; the returned function removes it.
+func SetRWTestHookDrain(f func(readers []fencelock.Info)) (restore func()) {
+	rwTestHookDrain = f
+	return func() { rwTestHookDrain = nil }
+}
+
+// SetMultiTestHookTaken sets the hook a multi-key call runs after each key
+// it took; the returned function removes it.
+func SetMultiTestHookTaken(f func(taken []*fencelock.Lease)) (restore func()) {
+	multiTestHookTaken = f
+	return func() { multiTestHookTaken = nil }
+}

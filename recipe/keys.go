@@ -13,8 +13,10 @@ import "strconv"
 // lease on records[i]: Lease.Key, the key a fenced resource checks the
 // permit's token against). With permits == 0 they are an RWLock's: prefix
 // is what each of its records starts with (RWLock.Holders lists it), and
-// records are its gate, a waiting writer's intent, then its MaxReaders
-// reader slots, in that order.
+// records are its gate (a writer's grant), a waiting writer's intent and
+// its upgrade record, in that order. Its reader slots, as many as it has
+// readers, are prefix + "r/" + i for i from 0 (a reader's grant is a
+// lease on one).
 //
 // Keys that contain a recipe's separator (the prefix of Keys("", n)) are
 // reserved for that recipe: a plain lock on such a key occupies one of
@@ -30,10 +32,5 @@ func Keys(key string, permits int) (prefix string, records []string) {
 		return prefix, records
 	}
 	prefix = key + rwSeparator
-	records = make([]string, 0, 2+MaxReaders)
-	records = append(records, prefix+"gate", prefix+"w")
-	for i := range MaxReaders {
-		records = append(records, prefix+"r/"+strconv.Itoa(i))
-	}
-	return prefix, records
+	return prefix, []string{prefix + "gate", prefix + "w", prefix + "u"}
 }

@@ -122,11 +122,11 @@ func TestMinHoldNotKeptByRefusedReadGrant(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					store := memory.NewStore()
 					ro, callOpts := way.set("refused")
-					refused := rwlock(t, newClient(t, sb.wrap(store.Backend()), ro), "k")
-					others := rwlock(t, newClient(t, sb.wrap(store.Backend()), plainOpts("others")), "k")
+					refused := rwlock(t, newClient(t, sb.wrap(store.Backend()), ro), "k", recipe.WithMaxReaders(4))
+					others := rwlock(t, newClient(t, sb.wrap(store.Backend()), plainOpts("others")), "k", recipe.WithMaxReaders(4))
 
 					var readers []*recipe.RWGrant
-					for range recipe.MaxReaders {
+					for range 4 {
 						g, err := others.TryRLock(t.Context())
 						if err != nil {
 							t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 // per resource it remembers the highest token any grant presented, and the
 // highest token a writer presented and which grant that was. It admits
 // reads and writes by the rule CheckRead and CheckWrite state, which
-// docs/semaphores.md also states for a database. A grant that was lost
+// docs/primitives.md also states for a database. A grant that was lost
 // while its holder was paused still carries its old token: its late read
 // is refused once a writer after it has written, and its late write once
 // any grant after it has read or written.

@@ -18,9 +18,9 @@ import (
 	"github.com/fencelock/fencelock/recipe"
 )
 
-func rwlock(t *testing.T, c *fencelock.Client, key string) *recipe.RWLock {
+func rwlock(t *testing.T, c *fencelock.Client, key string, opts ...recipe.RWOption) *recipe.RWLock {
 	t.Helper()
-	rw, err := recipe.NewRWLock(c, key)
+	rw, err := recipe.NewRWLock(c, key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,8 +320,8 @@ func TestRWLockCancelledIntentLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(infos) != 1+recipe.MaxReaders {
-			t.Errorf("the store holds %d records; want w1's %d: %v", len(infos), 1+recipe.MaxReaders, infos)
+		if len(infos) != 1 {
+			t.Errorf("the store holds %d records; want w1's gate only: %v", len(infos), infos)
 		}
 		if err := w1.Release(t.Context()); err != nil {
 			t.Fatal(err)
@@ -430,8 +430,8 @@ func TestRWLockCancelledWaitsLeaveNothing(t *testing.T) {
 				if _, err := a.TryRLock(t.Context()); !errors.Is(err, fencelock.ErrNotAcquired) {
 					t.Fatalf("TryRLock while a writer holds: %v; want ErrNotAcquired", err)
 				}
-				if hs := rwHolders(t, a); len(hs) != 1 || !hs[0].Write || hs[0].Slots != recipe.MaxReaders || hs[0].Owner != w.Owner() {
-					t.Fatalf("holders %+v; want only b's writer, with every slot", hs)
+				if hs := rwHolders(t, a); len(hs) != 1 || !hs[0].Write || hs[0].Slots != 0 || hs[0].Owner != w.Owner() {
+					t.Fatalf("holders %+v; want only b's writer, its gate", hs)
 				}
 				if err := w.Release(t.Context()); err != nil {
 					t.Fatal(err)
@@ -461,7 +461,7 @@ func TestRWLockLossOfAnyLeaseEndsGrant(t *testing.T) {
 					t.Fatal(err)
 				}
 				ls := g.Leases()
-				if want := map[bool]int{false: 1, true: 1 + recipe.MaxReaders}[write]; len(ls) != want {
+				if want := 1; len(ls) != want {
 					t.Fatalf("%d leases; want %d", len(ls), want)
 				}
 				victim := ls[len(ls)-1]
@@ -549,8 +549,8 @@ func TestRWLockHolders(t *testing.T) {
 	}
 	hs = rwHolders(t, rw)
 	if len(hs) != 1 || !hs[0].Write || hs[0].Key != rw.GateKey() || hs[0].Owner != w.Owner() || hs[0].Grant != w.Token() ||
-		hs[0].Slots != recipe.MaxReaders || string(hs[0].Metadata) != "reindex" {
-		t.Errorf("holders %+v; want the writer %s with token %d, every slot and its metadata", hs, w.Owner(), w.Token())
+		hs[0].Slots != 0 || string(hs[0].Metadata) != "reindex" {
+		t.Errorf("holders %+v; want the writer %s with token %d, its gate and its metadata", hs, w.Owner(), w.Token())
 	}
 	if w.Token() <= readers[len(readers)-1].Token() {
 		t.Errorf("writer token %d not above the readers' before it", w.Token())
@@ -559,7 +559,7 @@ func TestRWLockHolders(t *testing.T) {
 
 func TestRWLockBadKey(t *testing.T) {
 	c := newClient(t, memory.New(), nil)
-	longest := driver.MaxKeyLen - len(recipe.RWSeparator+"r/15")
+	longest := driver.MaxKeyLen - len(recipe.RWSeparator+"r/"+fmt.Sprint(recipe.DefaultMaxReaders-1))
 	for _, key := range []string{"", "a\x00b", strings.Repeat("k", longest+1)} {
 		if _, err := recipe.NewRWLock(c, key); !errors.Is(err, fencelock.ErrInvalidKey) {
 			t.Errorf("RWLock(%.20q…): %v; want ErrInvalidKey", key, err)
@@ -620,17 +620,18 @@ func TestRWFence(t *testing.T) {
 	}
 }
 
-// A writer needs every reader slot: with one reader inside, in any of
+// A writer waits for every reader: with one reader inside, in any of
 // the slots, TryLock fails.
 func TestRWLockWriterWaitsForEveryReader(t *testing.T) {
 	store := memory.NewStore()
-	r := rwlock(t, newClient(t, store.Backend(), nil), "catalog")
+	const n = 6
+	r := rwlock(t, newClient(t, store.Backend(), nil), "catalog", recipe.WithMaxReaders(n))
 	w := rwlock(t, newClient(t, store.Backend(), nil), "catalog")
-	for slot := range recipe.MaxReaders {
+	for slot := range n {
 		// Fill every slot, then keep only the reader in this one.
 		var keep *recipe.RWGrant
 		var others []*recipe.RWGrant
-		for range recipe.MaxReaders {
+		for range n {
 			g, err := r.TryRLock(t.Context())
 			if err != nil {
 				t.Fatal(err)

@@ -25,15 +25,16 @@ func TestRWLockTryRLockBesideNearlyFullSlots(t *testing.T) {
 		o := func(owner string) *fencelock.Options {
 			return &fencelock.Options{TTL: 3 * time.Second, Owner: owner, MaxBackoff: 20 * time.Millisecond}
 		}
-		holders := rwlock(t, newClient(t, store.Backend(), o("holders")), "k")
-		for range recipe.MaxReaders - tries {
+		const slots = 16
+		holders := rwlock(t, newClient(t, store.Backend(), o("holders")), "k", recipe.WithMaxReaders(slots))
+		for range slots - tries {
 			if _, err := holders.TryRLock(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		}
 		var rws []*recipe.RWLock
 		for i := range tries {
-			rws = append(rws, rwlock(t, newClient(t, slowStore(store.Backend(), fakebackend.Plain, 4*time.Millisecond).Backend(), o(fmt.Sprint("try", i))), "k"))
+			rws = append(rws, rwlock(t, newClient(t, slowStore(store.Backend(), fakebackend.Plain, 4*time.Millisecond).Backend(), o(fmt.Sprint("try", i))), "k", recipe.WithMaxReaders(slots)))
 		}
 		for round := range rounds {
 			grants := make([]*recipe.RWGrant, tries)

@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 
 // child is the command run under the lock.
 //
+//	barrier:  write "token entered" to $OUT/PID, wait until $N such files are
+//	          in $OUT, then write the time it leaves to $OUT/PID.saw
 //	interval: append "start end token" (UnixNano) to $OUT, sleeping in between
 //	trap:     write $OUT.ready, wait for SIGTERM (write $OUT "terminated", exit 42)
 //	ignore:   ignore SIGTERM, write $OUT.ready, sleep
@@ -82,6 +84,34 @@ func child(mode string) int {
 			f.Close()
 			return 2
 		}
+	case "barrier":
+		// Arrive (a file named by the pid, holding the token), then wait
+		// until $N runs have arrived, each still inside its run: that is
+		// the overlap, proved from the runs' own records.
+		n, _ := strconv.Atoi(os.Getenv("N"))
+		me := filepath.Join(out, strconv.Itoa(os.Getpid()))
+		entered := time.Now().UnixNano()
+		if err := os.WriteFile(me, []byte(os.Getenv("FENCELOCK_TOKEN")+" "+strconv.FormatInt(entered, 10)), 0o644); err != nil {
+			return 1
+		}
+		deadline := time.Now().Add(45 * time.Second)
+		for time.Now().Before(deadline) {
+			ents, err := os.ReadDir(out)
+			if err != nil {
+				return 1
+			}
+			arrived := 0
+			for _, e := range ents {
+				if !strings.HasSuffix(e.Name(), ".saw") {
+					arrived++
+				}
+			}
+			if arrived >= n {
+				return writeErr(os.WriteFile(me+".saw", []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644))
+			}
+			time.Sleep(10 * time.Millisecond) // polls the directory: the event is other processes' files
+		}
+		return 2
 	case "interval":
 		start := time.Now().UnixNano()
 		time.Sleep(100 * time.Millisecond)
@@ -627,4 +657,11 @@ func TestRunSummary(t *testing.T) {
 	if s := e.String(); !strings.Contains(s, "end=lost") || !strings.Contains(s, "not held") || strings.Contains(s, "held=0s") {
 		t.Fatalf("summary after a lost lease:\n%s", s)
 	}
+}
+
+func writeErr(err error) int {
+	if err != nil {
+		return 1
+	}
+	return 0
 }

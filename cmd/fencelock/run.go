@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ const runUsage = `
 Usage: fencelock run [flags] KEY -- COMMAND [ARG...]
        fencelock run --permits N [flags] KEY -- COMMAND [ARG...]
        fencelock run --shared [flags] KEY -- COMMAND [ARG...]
+       fencelock run [flags] KEY1 KEY2... -- COMMAND [ARG...]
 
 Acquire the lock KEY (waiting while someone else holds it, unless --no-wait),
 run COMMAND while holding it, release it when COMMAND exits, and exit with
@@ -36,6 +38,14 @@ COMMAND gets these environment variables:
                     protected resource, which should refuse tokens lower
                     than the highest it has seen
   FENCELOCK_OWNER   the holder's name, as 'fencelock status' shows it
+
+With several keys (fencelock run K1 K2 K3 -- COMMAND), run takes every one
+of them or none (recipe.AcquireAll: in sorted order, so runs naming
+overlapping keys never deadlock; a run that gives up leaves none held), and
+COMMAND gets FENCELOCK_KEYS (the number of keys), FENCELOCK_KEY_I and
+FENCELOCK_TOKEN_I for I = 1..n in the order the keys were named, and
+FENCELOCK_KEY and FENCELOCK_TOKEN for the first. A lost key stops COMMAND
+as a lost lock does, and every key is released together.
 
 If the lease is lost while COMMAND runs (the store no longer has it, or it
 could not be renewed in time), or is about to be (no renewal confirmed by the store in time,
@@ -59,7 +69,7 @@ checks FENCELOCK_TOKEN against it. A run whose N differs from the one a
 holder recorded is refused (exit 64).
 
 With --shared, KEY is a read-write lock and the run holds a read (shared)
-grant: many --shared runs of KEY at once (at most 16), none while a writer
+grant: any number of --shared runs of KEY at once, none while a writer
 (a program using fencelock's RWLock.Lock) holds KEY or waits for it. A
 plain run KEY is not a writer: it locks the key KEY itself, and the
 read-write lock uses other keys (KEY/.rw/gate, KEY/.rw/r/I), so the two do
@@ -130,8 +140,28 @@ type runFlags struct {
 	permits   int  // 0: a plain lock; else a semaphore of this many permits
 	shared    bool // a read grant of the read-write lock KEY
 
-	grant *recipe.RWGrant // with shared: the read grant, once acquired
+	keys  []string           // every KEY named, in the order given (one for a plain lock)
+	grant *recipe.RWGrant    // with shared: the read grant, once acquired
+	multi *recipe.MultiGrant // with several keys: the grant, once acquired
 }
+
+// held is what run supervises while COMMAND runs: a lease, or a grant of
+// several keys (every lease of which ends with any one).
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Remaining() time.Duration
+	Key() string
+	Token() fencelock.Token
+	Release(ctx context.Context) error
+}
+
+// multiHeld is a multi-key grant as run supervises it: named by its keys.
+type multiHeld struct{ *recipe.MultiGrant }
+
+func (m multiHeld) Key() string { return strings.Join(m.Keys(), ", ") }
+
+func (m multiHeld) Token() fencelock.Token { return m.Leases()[0].Token() }
 
 func cmdRun(e *env, args []string) int {
 	rf, exit, stop := e.parseRun(args)
@@ -160,9 +190,9 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return err
 	})
 	fset.IntVar(&rf.permits, "permits", 0, "treat KEY as a semaphore of `N` permits: at most N concurrent runs hold one\n(each permit a lock on the slot key KEY/.permit/I; at most "+strconv.Itoa(recipe.MaxPermits)+")")
-	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: many --shared runs at once\n(at most "+strconv.Itoa(recipe.MaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
+	fset.BoolVar(&rf.shared, "shared", false, "take a read (shared) hold of the read-write lock KEY: any number of --shared runs at once\n(up to "+strconv.Itoa(recipe.DefaultMaxReaders)+"), none beside a writer (recipe.RWLock.Lock); not exclusive against a plain run KEY")
 	fset.BoolVar(&rf.summary, "summary", false, "on exit, print one line to stderr: token, wait and hold time, renewals,\nrenewal failures, danger-zone entries, and how the lease ended")
-	pos, argv, exit, stop := e.parse(fset, args, 1)
+	pos, argv, exit, stop := e.parse(fset, args, keysBeforeDash(fset, args))
 	if stop {
 		return rf, exit, true
 	}
@@ -191,10 +221,19 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		return rf, e.usageError("run", "--permits must be between 1 and %d", recipe.MaxPermits), true
 	case rf.shared && explicit["permits"]:
 		return rf, e.usageError("run", "--shared and --permits are exclusive"), true
+	case len(pos) > 1 && (rf.shared || explicit["permits"]):
+		return rf, e.usageError("run", "several keys take plain locks: --shared and --permits take one KEY"), true
+	case len(pos) > recipe.MaxKeys:
+		return rf, e.usageError("run", "at most %d keys at once", recipe.MaxKeys), true
 	}
-	rf.key = pos[0]
-	if err := driver.ValidateKey(rf.key); err != nil {
-		return rf, e.usageError("run", "%v", err), true
+	rf.key, rf.keys = pos[0], pos
+	for i, k := range pos {
+		if err := driver.ValidateKey(k); err != nil {
+			return rf, e.usageError("run", "%v", err), true
+		}
+		if slices.Contains(pos[:i], k) {
+			return rf, e.usageError("run", "key %s named twice", strconv.Quote(k)), true
+		}
 	}
 	if rf.permits > 0 {
 		_, slots := recipe.Keys(rf.key, rf.permits)
@@ -205,8 +244,8 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		}
 	}
 	if rf.shared {
-		_, records := recipe.Keys(rf.key, 0)
-		longest := 0
+		prefix, records := recipe.Keys(rf.key, 0)
+		longest := len(prefix + "r/" + strconv.Itoa(recipe.DefaultMaxReaders-1)) // the last reader slot
 		for _, r := range records {
 			longest = max(longest, len(r))
 		}
@@ -217,6 +256,31 @@ func (e *env) parseRun(args []string) (rf runFlags, exit int, stop bool) {
 		}
 	}
 	return rf, 0, false
+}
+
+// keysBeforeDash returns how many KEY arguments run's args name: those
+// that follow the leading flags, one after another, up to a "--" (run
+// K1 K2 K3 -- COMMAND); 1 otherwise (run KEY COMMAND, and run KEY
+// [flags] -- COMMAND).
+func keysBeforeDash(fset *flag.FlagSet, args []string) int {
+	i := 0
+	for i < len(args) && len(args[i]) > 1 && args[i][0] == '-' && args[i] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		i++
+		if f := fset.Lookup(name); f != nil && !hasValue {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the flag's value
+			}
+		}
+	}
+	n := 0
+	for i+n < len(args) && args[i+n] != "--" && !strings.HasPrefix(args[i+n], "-") {
+		n++
+	}
+	if n > 1 && i+n < len(args) && args[i+n] == "--" {
+		return n
+	}
+	return 1
 }
 
 // killAllowance is how long before the end of a lease's local validity
@@ -288,8 +352,12 @@ func (e *env) run(rf runFlags) int {
 	// From now on signals are COMMAND's: stop the watcher first, so that
 	// it eats none of them, and honour one that arrived meanwhile.
 	stopWatcher()
+	var h held = l
+	if rf.multi != nil {
+		h = multiHeld{rf.multi}
+	}
 	if code, ok := interrupted(); ok {
-		if err := releaseWithin(l, o.ReleaseTimeout); errors.Is(err, errNoAnswer) {
+		if err := releaseWithin(h, o.ReleaseTimeout); errors.Is(err, errNoAnswer) {
 			closeWait = 0
 		}
 		return code
@@ -300,7 +368,12 @@ func (e *env) run(rf runFlags) int {
 		// gate token it entered under, not its slot lease's.
 		vars.key, vars.token = rf.key, rf.grant.Token()
 	}
-	code, silent := e.runChild(l, vars, rf.argv, sigs, danger, rf.grace, killAllowance(o), o.ReleaseTimeout)
+	if rf.multi != nil {
+		for _, k := range rf.keys {
+			vars.multi = append(vars.multi, fmt.Sprintf("%s\x00%d", k, rf.multi.Token(k)))
+		}
+	}
+	code, silent := e.runChild(h, vars, rf.argv, sigs, danger, rf.grace, killAllowance(o), o.ReleaseTimeout)
 	if silent {
 		closeWait = 0
 	}
@@ -401,6 +474,9 @@ func (e *env) acquireForRun(ctx context.Context, c *fencelock.Client, rf *runFla
 	if rf.shared {
 		return e.acquireShared(ctx, c, rf, u, interrupted)
 	}
+	if len(rf.keys) > 1 {
+		return e.acquireMulti(ctx, c, rf, u, interrupted)
+	}
 	var err error
 	if rf.noWait {
 		l, err = c.TryAcquire(ctx, rf.key)
@@ -473,6 +549,49 @@ func (e *env) acquirePermit(ctx context.Context, c *fencelock.Client, rf *runFla
 	return nil, e.fail("run", err, u), false
 }
 
+// acquireMulti is acquireForRun with several keys: all of them, or none.
+// l is the first key's lease (for the summary and the minimum hold); run
+// supervises rf.multi.
+func (e *env) acquireMulti(ctx context.Context, c *fencelock.Client, rf *runFlags, u *url.URL, interrupted func() (int, bool)) (l *fencelock.Lease, code int, ok bool) {
+	var g *recipe.MultiGrant
+	var err error
+	if rf.noWait {
+		g, err = recipe.TryAcquireAll(ctx, c, rf.keys)
+	} else {
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if rf.timeout > 0 {
+			actx, acancel = context.WithTimeout(ctx, rf.timeout)
+		}
+		g, err = recipe.AcquireAll(actx, c, rf.keys)
+		acancel()
+		if err != nil && ctx.Err() == nil && actx.Err() != nil {
+			fmt.Fprintf(e.stderr, "fencelock run: gave up waiting for all of %s after %v (--timeout); none is held\n", quoteAll(rf.keys), rf.timeout)
+			return nil, exitNotAcquired, false
+		}
+	}
+	if err == nil {
+		rf.multi = g
+		return g.Lease(rf.keys[0]), 0, true
+	}
+	if code, ok := interrupted(); ok {
+		return nil, code, false
+	}
+	if errors.Is(err, fencelock.ErrNotAcquired) {
+		fmt.Fprintf(e.stderr, "fencelock run: %s; not waiting (--no-wait), none of %s is held\n", scrub(err.Error(), u), quoteAll(rf.keys))
+		return nil, exitNotAcquired, false
+	}
+	return nil, e.fail("run", err, u), false
+}
+
+// quoteAll quotes every key of keys, comma-separated.
+func quoteAll(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	return strings.Join(q, ", ")
+}
+
 // acquireShared is acquireForRun with --shared: a read grant of the
 // read-write lock KEY. Its only lease is its reader slot's, which run
 // supervises as it would a lock's; rf.grant keeps the grant for its token.
@@ -524,7 +643,7 @@ var errNoAnswer = errors.New("no answer from the store within the lease's local 
 // command should wait for. It does not rely on the backend's client library
 // to honour the context's deadline (go-redis, by default, does not): a
 // release still running at the deadline goes on in the background.
-func releaseWithin(l *fencelock.Lease, d time.Duration) error {
+func releaseWithin(l held, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(d, l.Remaining()))
 	errc := make(chan error, 1)
 	go func() {
@@ -572,7 +691,7 @@ func closeClient(c *fencelock.Client, wait time.Duration) {
 type runningCmd struct {
 	e         *env
 	cmd       *exec.Cmd
-	l         *fencelock.Lease
+	l         held
 	group     bool          // COMMAND has a process group of its own
 	grace     time.Duration // between SIGTERM and SIGKILL
 	allowance time.Duration // SIGKILL at least this long before local validity ends
@@ -587,7 +706,7 @@ type runningCmd struct {
 // runChild runs argv while l is held and returns fencelock's exit status,
 // and whether the store failed to answer the release (silent). danger
 // receives the lease's entry into its danger zone.
-func (e *env) runChild(l *fencelock.Lease, vars childVars, argv []string, sigs <-chan os.Signal, danger <-chan struct{}, grace, allowance, releaseTimeout time.Duration) (code int, silent bool) {
+func (e *env) runChild(l held, vars childVars, argv []string, sigs <-chan os.Signal, danger <-chan struct{}, grace, allowance, releaseTimeout time.Duration) (code int, silent bool) {
 	ch, err := e.startChild(l, vars, argv, grace, allowance)
 	if err != nil {
 		rerr := releaseWithin(l, releaseTimeout)
@@ -607,17 +726,25 @@ type childVars struct {
 	key   string
 	token fencelock.Token
 	owner string
+	multi []string // with several keys: "KEY\x00TOKEN" of each, in the order named
 }
 
 // startChild starts argv with vars in its environment; l is the lease it
 // runs under.
-func (e *env) startChild(l *fencelock.Lease, vars childVars, argv []string, grace, allowance time.Duration) (*runningCmd, error) {
+func (e *env) startChild(l held, vars childVars, argv []string, grace, allowance time.Duration) (*runningCmd, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(),
 		"FENCELOCK_KEY="+vars.key,
 		"FENCELOCK_TOKEN="+strconv.FormatUint(uint64(vars.token), 10),
 		"FENCELOCK_OWNER="+vars.owner)
+	if len(vars.multi) > 0 {
+		cmd.Env = append(cmd.Env, "FENCELOCK_KEYS="+strconv.Itoa(len(vars.multi)))
+		for i, kt := range vars.multi {
+			k, t, _ := strings.Cut(kt, "\x00")
+			cmd.Env = append(cmd.Env, fmt.Sprintf("FENCELOCK_KEY_%d=%s", i+1, k), fmt.Sprintf("FENCELOCK_TOKEN_%d=%s", i+1, t))
+		}
+	}
 	ch := &runningCmd{e: e, cmd: cmd, l: l, group: !stdinIsTerminal(), grace: grace, allowance: allowance, done: make(chan struct{})}
 	setProcAttr(cmd, ch.group)
 	if err := cmd.Start(); err != nil {

@@ -182,11 +182,25 @@ func rwRecord(key string) (lock string, write, ok bool) {
 	}
 	lock = key[:i]
 	_, records := recipe.Keys(lock, 0)
-	switch {
+	switch rest := key[i+len(sep):]; {
 	case key == records[0]:
 		return lock, true, true
-	case slices.Contains(records[2:], key):
+	case strings.HasPrefix(rest, "r/") && isDecimal(rest[len("r/"):]):
 		return lock, false, true
 	}
 	return "", false, false
+}
+
+// isDecimal reports whether s is a reader slot's number: decimal digits,
+// without a leading zero unless it is "0".
+func isDecimal(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -14,8 +14,8 @@ import (
 // r1 (slot 1, token 3) from 100 on; each accesses the resource while it
 // holds, and r0 reads late at 120.
 func rwReplay() Replay {
-	_, recs := recipe.Keys("L", 0)
-	gate, slot0, slot1 := recs[0], recs[2], recs[3]
+	prefix, recs := recipe.Keys("L", 0)
+	gate, slot0, slot1 := recs[0], prefix+"r/0", prefix+"r/1"
 	lease := func(client int, key, owner string, tok fencelock.Token, inv, got, end int64) ReplayLease {
 		return ReplayLease{Client: client, Key: key, Owner: owner, Inv: inv, Got: got, End: end, Tokens: []ReplayToken{{tok, got}}}
 	}

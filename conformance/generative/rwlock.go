@@ -53,9 +53,10 @@ const (
 	rwTryWrite
 	rwReadCancelled
 	rwWriteCancelled
+	rwUpgrade // an upgradeable read grant, then Upgrade (bounded by a TTL) before its release
 )
 
-var rwStepNames = [...]string{"rlock", "lock", "try-rlock", "try-lock", "rlock-cancelled", "lock-cancelled"}
+var rwStepNames = [...]string{"rlock", "lock", "try-rlock", "try-lock", "rlock-cancelled", "lock-cancelled", "upgrade"}
 
 func (k rwStepKind) write() bool { return k == rwWrite || k == rwTryWrite || k == rwWriteCancelled }
 
@@ -396,6 +397,10 @@ func (run *rwRun) step(ctx context.Context, i, j, k int, rw *recipe.RWLock, s rw
 		err error
 	)
 	switch s.kind {
+	case rwUpgrade:
+		actx, cancel := context.WithTimeout(ctx, 3*ttl)
+		g, err = rw.UpgradeableRLock(actx, opts...)
+		cancel()
 	case rwRead, rwWrite, rwReadCancelled, rwWriteCancelled:
 		wait := 3 * ttl
 		if s.kind == rwReadCancelled || s.kind == rwWriteCancelled {
@@ -456,17 +461,58 @@ func (run *rwRun) step(ctx context.Context, i, j, k int, rw *recipe.RWLock, s rw
 		t.Stop()
 	}
 	run.accessWith(g, gr, false)
-	gr.end.CompareAndSwap(0, run.rec.tick())
+	cur := gr // the grant as recorded: after an upgrade, its write grant's record
+	if s.kind == rwUpgrade {
+		cur = run.upgrade(ctx, i, j, g, gr, ttl, minHold)
+	}
+	cur.end.CompareAndSwap(0, run.rec.tick())
 	rerr := g.Release(ctx)
 	call.end = time.Now()
 	run.mu.Lock()
 	run.calls = append(run.calls, call)
 	run.mu.Unlock()
-	run.rec.note("grant %d released: %v (err %v)", gr.id, rerr, g.Err())
+	run.rec.note("grant %d released: %v (err %v)", cur.id, rerr, g.Err())
 	if s.late {
 		sleepCtx(ctx, tenth)
-		run.accessWith(g, gr, true)
+		run.accessWith(g, cur, true)
 	}
+}
+
+// upgrade upgrades the upgradeable read grant g, recorded as gr, waiting
+// at most ttl. On success the read grant's window ends and a write grant's
+// begins, recorded as a grant of its own (its token and owner are the
+// upgraded grant's), which it returns after a write; else it returns gr.
+// minHold is the grant's minimum hold.
+func (run *rwRun) upgrade(ctx context.Context, i, j int, g *recipe.RWGrant, gr *rwGrantRec, ttl, minHold time.Duration) *rwGrantRec {
+	uctx, cancel := context.WithTimeout(ctx, ttl)
+	inv := run.rec.tick()
+	err := g.Upgrade(uctx)
+	cancel()
+	if err != nil {
+		run.rec.note("client %d worker %d grant %d: upgrade: %v", i, j, gr.id, err)
+		return gr
+	}
+	gr.end.CompareAndSwap(0, run.rec.tick())
+	w := &rwGrantRec{client: i, write: true, owner: g.Owner(), token: g.Token(), inv: inv, got: run.rec.tick()}
+	for _, l := range g.Leases() {
+		w.owners = append(w.owners, l.Owner())
+	}
+	if g.Shared() {
+		run.rec.violate("GrantKind", "Upgrade returned nil with Shared() = true")
+	}
+	stop := context.AfterFunc(g.Context(), func() { w.end.CompareAndSwap(0, run.rec.tick()) })
+	defer stop()
+	run.mu.Lock()
+	w.id = len(run.grants) + 1
+	run.grants = append(run.grants, w)
+	// The write grant's minimum hold counts from the upgrade.
+	if end := time.Now().Add(minHold); minHold > 0 && end.After(run.holdsEnd) {
+		run.holdsEnd = end
+	}
+	run.mu.Unlock()
+	run.rec.note("client %d worker %d grant %d: upgraded grant %d, token %d (%s)", i, j, w.id, gr.id, w.token, w.owner)
+	run.accessWith(g, w, false)
+	return w
 }
 
 // leftByRefused checks, in a clean program, that a call that returned
@@ -588,7 +634,7 @@ func (run *rwRun) check() []violation {
 // checkTryRLock checks TryRLockBesideReaders in a clean program: a
 // TryRLock refused (ErrNotAcquired) while no writer was about — no Lock
 // or TryLock called and not yet ended (with its grant's minimum hold
-// after its release), and fewer readers than MaxReaders — is refused
+// after its release) — is refused
 // by readers alone, which share the lock. Called with run.mu held.
 func (run *rwRun) checkTryRLock() []violation {
 	if !run.clean {
@@ -604,13 +650,13 @@ func (run *rwRun) checkTryRLock() []violation {
 			if w.start.After(r.ret) || !w.end.Add(w.minHold).Add(run.tenth).After(r.start) {
 				continue // no overlap, with a tenth of the TTL to spare
 			}
-			if w.kind.write() {
+			if w.kind.write() || w.kind == rwUpgrade {
 				writer = true
 			} else if w.granted {
 				readers++
 			}
 		}
-		if !writer && readers < recipe.MaxReaders {
+		if !writer {
 			vs = append(vs, violation{"TryRLockBesideReaders", fmt.Sprintf("client %d's TryRLock (%s) was refused with no writer about and %d readers: %v", r.client, r.label, readers, r.err)})
 		}
 	}

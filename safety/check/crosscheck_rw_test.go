@@ -134,8 +134,8 @@ func genRWHistory(t *rapid.T, m rwMutation) history.History {
 		}
 	)
 	for _, name := range names {
-		_, recs := recipe.Keys(name, 0)
-		locks[name] = &lockState{gate: recs[:1], slots: recs[2:4], readers: make([]*grant, 2)}
+		prefix, recs := recipe.Keys(name, 0)
+		locks[name] = &lockState{gate: recs[:1], slots: []string{prefix + "r/0", prefix + "r/1"}, readers: make([]*grant, 2)}
 	}
 	end := func(g *grant) {
 		ls := locks[g.lock]
@@ -314,8 +314,8 @@ func TestCheckersAgreeOnGeneratedRWHistories(t *testing.T) {
 // sent, and flags r1's read; NoStaleAccessAccepted counts accepted
 // ones, and the resource never changed after r1 last held.
 func TestCheckersDifferOnAccessAfterRefusedNewerOne(t *testing.T) {
-	_, recs := recipe.Keys("L", 0)
-	gate, slot := recs[0], recs[2]
+	prefix, recs := recipe.Keys("L", 0)
+	gate, slot := recs[0], prefix+"r/0"
 	var b events
 	b.lease(10, "c1", history.AcquireStart, "L", "r1", 0, 0)
 	b.lease(12, "c1", history.Acquired, slot, "r1", 1, 0)

@@ -17,7 +17,7 @@ import (
 // semaphore's key, and everything from Acquired on names the permit's
 // slot key (Lease.Key): Belief, Lost, the releases, and the writes to the
 // fenced resource, which fences each slot key on its own with the slot's
-// token, as docs/semaphores.md says a resource must. The checker groups
+// token, as docs/primitives.md says a resource must. The checker groups
 // the slot keys by their semaphore (safety/check, S1 and S2).
 //
 // With Config.RW, every key is a read-write lock (recipe.NewRWLock).

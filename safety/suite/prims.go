@@ -19,7 +19,7 @@ import (
 // A semaphore cell runs semPermits+1 contenders on one semaphore of
 // semPermits permits (contender.Config.Permits): each takes a permit,
 // writes to the fenced resource with the permit's slot key and token
-// (the resource fences each slot key on its own, docs/semaphores.md),
+// (the resource fences each slot key on its own, docs/primitives.md),
 // and releases it. The checker judges every slot as a lock (P1..P8, the
 // semaphore's waiters counting as waiting for each slot) and the
 // semaphore as a whole: never more than semPermits believers (S1), and
@@ -55,9 +55,10 @@ var primExpectations = func() report.Table {
 			"three contenders at TTL 1 s makes a handful of grants per cell (a semaphore on the same server: about " +
 			"25), and after a writer's grant ends without a release (its holder killed, or paused past the TTL) the " +
 			"waiters, writers and readers alike, mostly time out: the freed lock is not taken within TTL + poll + " +
-			"slack (P5), nor is any grant made within the progress bound (P6). A write grant is 17 leases (the gate " +
-			"and 16 reader slots), each waited for by polling (the backend can neither queue nor notify), on a " +
-			"handler that serialises every write. Exclusion and fencing (P1-P4, W1-W3) hold; only progress fails. " +
+			"slack (P5), nor is any grant made within the progress bound (P6). Measured when a write grant was 17 " +
+			"leases (the gate and 16 reader slots), each waited for by polling (the backend can neither queue nor " +
+			"notify), on a handler that serialises every write; a write grant is now the gate alone, and a writer " +
+			"polls the reader slots until none is held. Exclusion and fencing (P1-P4, W1-W3) hold; only progress fails. " +
 			"The same cells pass on FerretDB's PostgreSQL handler (mongo-pg).",
 		Fix: "Use FerretDB's PostgreSQL handler (or MongoDB itself) for read-write locks until the cause is found (issue 22).",
 	}
@@ -68,8 +69,8 @@ var primExpectations = func() report.Table {
 		Why: "A liveness tail, measured on FerretDB's PostgreSQL handler in the 91-round soak (docs/safety-soak.md): run " +
 			"alone, 3 of 91 kills of a read-write lock's holder were followed by the next grant of its key more than TTL + " +
 			"poll + slack (2.3 s) later (p50 1.56 s, max 2.61 s; with five other soaks on the machine, 39 of 91, max 16.8 s). " +
-			"A killed writer leaves 17 records (the gate and 16 reader slots); the next writer takes each over after it " +
-			"expires, polling (the backend can neither queue nor notify), one after another, at tens of milliseconds a " +
+			"Measured when a killed writer left 17 records (the gate and 16 reader slots; it now leaves the gate alone), " +
+			"the next writer taking each over after it expired, polling (the backend can neither queue nor notify), one after another, at tens of milliseconds a " +
 			"take-over. Trying every slot at once first measured no better (1 violation in 91, p50 1.43 s, max 2.92 s) and " +
 			"was not kept. Exclusion and fencing hold (no stale write accepted).",
 		Fix: "Where a crashed writer must be replaced within about TTL + 1 s, use a backend that queues or notifies waiters.",
