@@ -59,3 +59,73 @@ func TestAcquireRetryBySameOwnerRestartsTTL(t *testing.T) {
 			exp.Format(time.StampMilli), want.Sub(exp), ttl)
 	}
 }
+
+// TestWatchSeesReleaseRightAfterSubscribing: a release stored just after
+// Watch returns (the engine tries once more right after subscribing,
+// then waits) wakes the waiter, though the bucket's watch was not yet
+// running when Watch returned.
+func TestWatchSeesReleaseRightAfterSubscribing(t *testing.T) {
+	u := testURL(t)
+	holder := openTest(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		waiter := openTest(t, u) // its watch not yet started
+		key := "w" + string(rune('a'+i))
+		g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "h", TTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		ch, err := waiter.Watch(wctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: a release stored after Watch returned did not wake the waiter in 5s", i)
+		}
+		wcancel()
+		waiter.Close()
+	}
+}
+
+// TestLossSeenWhileWatchStarts: a holder registered for loss while the
+// bucket's watch is being started by a waiter (so from the stream's end
+// then, not from the holder's write) learns of a force release stored
+// before the watch ran.
+func TestLossSeenWhileWatchStarts(t *testing.T) {
+	u := testURL(t)
+	other := openTest(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		b := openTest(t, u) // its watch not yet started
+		key := "l" + string(rune('a'+i))
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "h", TTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		if _, err := b.Watch(wctx, "elsewhere"); err != nil { // starts the watch from the stream's end
+			t.Fatal(err)
+		}
+		lost := make(chan error, 1)
+		stop := b.NotifyLoss(g, func(err error) { lost <- err })
+		if _, err := other.ForceRelease(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lost:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: a force release stored while the watch started was not reported as loss in 5s", i)
+		}
+		stop()
+		wcancel()
+		b.Close()
+	}
+}
