@@ -1,7 +1,6 @@
 package nats
 
 import (
-	"bytes"
 	"context"
 	"strconv"
 	"time"
@@ -89,21 +88,22 @@ func (b *Backend) granted(ctx context.Context, key, owner string, hd handle, sec
 }
 
 // again answers an Acquire by the owner of the key's live record: a retry
-// of an acquisition that succeeded. The grant is the record's, with this
-// request's metadata (replacing it is a renewal, which keeps the token).
+// of an acquisition that succeeded. The grant is the record's token, with
+// this request's metadata, and the record is written again (a renewal,
+// compared on its sequence, which keeps the token): the engine counts the
+// grant's TTL from this call, so the server's expiry must be counted from
+// it too, not from the first write, which may be a lost reply's timeout
+// ago.
 func (b *Backend) again(ctx context.Context, req driver.AcquireRequest, rec, fl *record, secs int64) (driver.Grant, error) {
 	hd := handle{owner: ownerHash(req.Owner), seq: max(rec.seq, seqOf(fl)), native: rec.native, off: rec.off, foff: floorOf(fl), delay: req.LockDelay, md: rec.md}
-	if !bytes.Equal(rec.md, req.Metadata) {
-		nh, err := b.put(ctx, req.Key, req.Owner, hd, secs, false, req.Metadata)
-		if err != nil {
-			if conflict(err) {
-				return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
-			}
-			return driver.Grant{}, err
+	nh, err := b.put(ctx, req.Key, req.Owner, hd, secs, false, req.Metadata)
+	if err != nil {
+		if conflict(err) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key}}
 		}
-		hd = nh
+		return driver.Grant{}, err
 	}
-	return b.granted(ctx, req.Key, req.Owner, hd, secs, req.TTL)
+	return b.granted(ctx, req.Key, req.Owner, nh, secs, req.TTL)
 }
 
 // read returns a key's lock record and floor record (nil if absent).

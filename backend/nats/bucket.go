@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,6 +68,12 @@ func (b *Backend) ensureBucket(ctx context.Context, o Options) error {
 		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 			return &driver.UnsupportedError{Backend: "nats", Feature: "a server without per-message TTLs",
 				Instead: "the backend needs NATS Server " + minServer + " or later with JetStream: upgrade the server"}
+		}
+		var ae *jetstream.APIError
+		if errors.As(err, &ae) && (ae.ErrorCode == errCodeReplicasNotSupported || ae.ErrorCode == errCodeNoPeers) && o.Replicas > 1 {
+			// Nothing was created.
+			return &driver.InvalidOptionError{Option: "Replicas", Value: strconv.Itoa(o.Replicas),
+				Reason: fmt.Sprintf("the server cannot place %d replicas of the bucket %q (%s): use replicas=1 on a single server, or at most the number of servers in the JetStream cluster", o.Replicas, o.Bucket, ae.Description)}
 		}
 		return fmt.Errorf("nats: creating the bucket %q: %w", o.Bucket, err)
 	}

@@ -330,6 +330,10 @@ const (
 	errCodeWrongLastSeqConst = 10164
 	errCodeNoMessage         = 10037
 	errCodeStreamNotFound    = 10059
+	// A bucket's replicas the server cannot place: more than one on a
+	// server outside a cluster, more than the cluster's servers.
+	errCodeReplicasNotSupported = 10074
+	errCodeNoPeers              = 10005
 )
 
 // conflict reports whether err is a failed compare of a last sequence.

@@ -63,7 +63,15 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	}, cfg.opts...)
 	nc, err := natsgo.Connect(strings.Join(cfg.servers, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats: connect to %s: %w", driver.RedactURL(raw), driver.RedactError(err, raw))
+		if errors.Is(err, natsgo.ErrNoServers) {
+			// The client keeps no server's own error: dial them to name
+			// the cause (a refused connection, a name that does not
+			// resolve).
+			if cause := dialCause(ctx, cfg.servers, cfg.connectTimeout); cause != nil {
+				err = fmt.Errorf("%w: %w", err, cause)
+			}
+		}
+		return nil, fmt.Errorf("nats: connect to %s (is the NATS server running, and are the hosts and ports right?): %w", driver.RedactURL(raw), driver.RedactError(err, raw))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -222,3 +230,38 @@ func parseURL(u *url.URL) (config, error) {
 	}
 	return cfg, nil
 }
+
+// dialCause dials each server (scheme://host:port) once, within timeout
+// in all, and returns the errors of those that cannot be reached, or nil.
+func dialCause(ctx context.Context, servers []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	var errs []error
+	for _, s := range servers {
+		_, hp, _ := strings.Cut(s, "://")
+		c, err := d.DialContext(ctx, "tcp", hp)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Close()
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return &joined{msg: strings.Join(msgs, "; "), errs: errs}
+}
+
+// joined is errors.Join's error on one line.
+type joined struct {
+	msg  string
+	errs []error
+}
+
+func (e *joined) Error() string   { return e.msg }
+func (e *joined) Unwrap() []error { return e.errs }

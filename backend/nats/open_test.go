@@ -3,11 +3,14 @@ package nats
 import (
 	"context"
 	"errors"
+	"io"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/deadstore"
 )
 
 // TestURLRefusedWithTypedError: every URL the backend cannot use is an
@@ -69,5 +72,38 @@ func TestHandleBindsOwner(t *testing.T) {
 	g.Owner, g.Token = "a", 8
 	if _, ok := grantHandle(g); ok {
 		t.Fatal("a grant with another token is trusted on its handle")
+	}
+}
+
+// TestOpenRefusedConnectionFailsAtOnce: Open on an address where nothing
+// listens fails within a second, naming the refused connection (the
+// client's own error says only that no server was available).
+func TestOpenRefusedConnectionFailsAtOnce(t *testing.T) {
+	u := "nats://app:" + "Hunter2s3cret" + "@" + deadstore.RefusingAddr(t)
+	deadstore.RefusedOpen{
+		Open:  func(ctx context.Context) (io.Closer, error) { return Open(ctx, u) },
+		Bound: time.Second,
+		Refused: func(err error) bool {
+			return deadstore.IsRefusal(err) && !strings.Contains(err.Error(), "Hunter2s3cret")
+		},
+		Want: "the refused connection, without the password",
+	}.Check(t)
+}
+
+// TestReplicasTheServerCannotPlace: replicas=3 on a server outside a
+// cluster is an *driver.InvalidOptionError naming Replicas and the fix,
+// and creates no bucket.
+func TestReplicasTheServerCannotPlace(t *testing.T) {
+	u := testURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Open(ctx, u+"&replicas=3")
+	var oe *driver.InvalidOptionError
+	if !errors.As(err, &oe) || oe.Option != "Replicas" || !strings.Contains(err.Error(), "replicas=1") {
+		t.Fatalf("Open with replicas=3 on one server = %v; want an *driver.InvalidOptionError for Replicas saying to use replicas=1", err)
+	}
+	b := openTest(t, u) // creates the bucket: it did not exist
+	if b.cfg.Replicas != 1 {
+		t.Fatalf("the bucket has %d replicas after the refused Open; want 1 (a fresh one)", b.cfg.Replicas)
 	}
 }

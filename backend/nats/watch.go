@@ -62,6 +62,7 @@ func (d *dispatch) kick(from uint64) {
 		d.starting = false
 		if err == nil {
 			d.running = true
+			d.caughtUp()
 			return
 		}
 		for key, chs := range d.waiters {
@@ -71,6 +72,60 @@ func (d *dispatch) kick(from uint64) {
 			delete(d.waiters, key)
 		}
 	})
+}
+
+// caughtUp covers what the consumer, just started (d.mu held), may have
+// missed: it delivers from where kick asked, which may be after a
+// waiter's or a holder's registration (a Watch starts it at the
+// stream's end, and Watch returns before it runs). Every waiter
+// registered so far is woken (it tries the key again; a spurious wake
+// costs one attempt), and every holder registered so far has its record
+// read, and its loss reported if the record is no longer its own.
+func (d *dispatch) caughtUp() {
+	for _, chs := range d.waiters {
+		for ch := range chs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for key, ls := range d.losers {
+		for l := range ls {
+			d.wg.Go(func() { d.check(key, l) })
+		}
+	}
+}
+
+// check reads key's record and reports l's loss if a newer record than
+// l's last write is not of l's owner. A failed read reports nothing: the
+// holder learns at its renewal.
+func (d *dispatch) check(key string, l *loser) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rec, err := d.b.last(ctx, d.b.lockSubj(key))
+	if err != nil || rec == nil || rec.seq <= l.seq || (rec.held() && rec.owner == l.owner) {
+		return
+	}
+	d.mu.Lock()
+	_, ok := d.losers[key][l]
+	if ok {
+		delete(d.losers[key], l)
+		if len(d.losers[key]) == 0 {
+			delete(d.losers, key)
+		}
+	}
+	d.mu.Unlock()
+	if ok {
+		l.lost(lossCause(key))
+	}
 }
 
 // start creates the ordered consumer and starts consuming.
@@ -143,7 +198,7 @@ func (d *dispatch) deliver(m jetstream.Msg) {
 		delete(d.losers, key)
 	}
 	for _, l := range fire {
-		cause := fmt.Errorf("nats: %w: the record of %q was replaced (it expired and the server removed it, or it was released by force)", driver.ErrNotHeld, key)
+		cause := lossCause(key)
 		d.wg.Go(func() { l.lost(cause) })
 	}
 	d.mu.Unlock()
@@ -248,4 +303,9 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 			delete(d.losers, g.Key)
 		}
 	}
+}
+
+// lossCause is the error a holder's loss is reported with.
+func lossCause(key string) error {
+	return fmt.Errorf("nats: %w: the record of %q was replaced (it expired and the server removed it, or it was released by force)", driver.ErrNotHeld, key)
 }
