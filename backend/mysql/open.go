@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -64,7 +65,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if err != nil {
 		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by the MySQL driver: " + driver.RedactText(err.Error(), raw)}
 	}
-	db := sql.OpenDB(connector)
+	db := sql.OpenDB(boundedConnector{Connector: connector, addr: cfg.Addr, timeout: cfg.Timeout})
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	// Below the servers' default wait_timeout (8 hours) and any
@@ -246,6 +247,30 @@ func applyTLS(cfg *mysql.Config, u *url.URL, mode, ca, cert, key, serverName str
 	}
 	cfg.TLS = c
 	return nil
+}
+
+// boundedConnector bounds a connection's whole establishment (dial,
+// handshake, authentication and the session variables) by the URL's
+// timeout=: the driver bounds only the dial with it, and a server that
+// accepts the connection but never answers (paused, or not MySQL) would
+// otherwise hold a call without a deadline for ever.
+type boundedConnector struct {
+	sqldriver.Connector
+	addr    string
+	timeout time.Duration
+}
+
+func (c boundedConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	if c.timeout <= 0 {
+		return c.Connector.Connect(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	conn, err := c.Connector.Connect(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		return nil, fmt.Errorf("no answer from %s within timeout=%s (connecting, handshake and login): the server accepts connections but does not reply (paused, overloaded, or not MySQL); check it, or raise timeout= in the URL: %w", c.addr, c.timeout, err)
+	}
+	return conn, err
 }
 
 // discard is the driver's logger: it drops everything.
