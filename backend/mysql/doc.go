@@ -59,7 +59,8 @@
 // connection's whole establishment (dial, handshake and login). One
 // the driver does not know becomes a session variable, and Open fails
 // with an *InvalidOptionError when the server does not know it either. A
-// parameter given twice is an *InvalidOptionError. fencelock.Open also
+// parameter given twice is an *InvalidOptionError, and so is password= or
+// user= (credentials go in the URL's user information). fencelock.Open also
 // accepts the engine's parameters (ttl, renew_interval, margin,
 // rotate_every, owner, lock_delay, require) and removes them before this
 // package sees the URL.

@@ -126,6 +126,17 @@ func parseURL(u *url.URL) (*mysql.Config, *Options, int, error) {
 		return nil, nil, 0, err
 	}
 	for k, vs := range rest {
+		switch strings.ToLower(k) {
+		case "password", "user", "username":
+			// The driver would send SET password = … (which, given a
+			// hash, changes the account's password) or SET user = ….
+			shown := strings.Join(vs, ",")
+			if driver.IsSecretParam(k) {
+				shown = driver.Redacted
+			}
+			return nil, nil, 0, &driver.InvalidOptionError{Option: "URL parameter " + strconv.Quote(k), Value: shown,
+				Reason: "credentials go in the URL's user information, percent-encoded: mysql://USER:PASSWORD@host:3306/database"}
+		}
 		if len(vs) > 1 {
 			shown := strings.Join(vs, ",")
 			if driver.IsSecretParam(k) {

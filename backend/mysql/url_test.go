@@ -22,7 +22,9 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 	for _, c := range []struct{ url, want string }{
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=a&table=b", `"table"`},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?charset=utf8mb4&charset=latin1", "more than once"},
-		{"mysql://u:" + secret + "@127.0.0.1:1/db?password=" + secret + "&password=x", "more than once"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?password=" + secret + "&password=x", "USER:PASSWORD@"},
+		{"mysql://u@127.0.0.1:1/db?password=" + secret, "USER:PASSWORD@"},
+		{"mysql://127.0.0.1:1/db?user=u", "USER:PASSWORD@"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=1bad", "digit"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=" + strings.Repeat("t", 49), "48"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls=maybe", "skip-verify"},
@@ -60,10 +62,10 @@ func TestOpenUnknownParameterRefusedByServer(t *testing.T) {
 	base := testURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := mysql.Open(ctx, withParams(t, base, "no_such_setting", "1", "password", secret))
+	_, err := mysql.Open(ctx, withParams(t, base, "no_such_secret", secret))
 	var ie *driver.InvalidOptionError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no_such_setting") {
-		t.Fatalf("Open with no_such_setting=1: %v; want *driver.InvalidOptionError naming it", err)
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no_such_secret") {
+		t.Fatalf("Open with no_such_secret=…: %v; want *driver.InvalidOptionError naming it", err)
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("the error shows the password: %v", err)
