@@ -39,6 +39,9 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 		{"mysql://u:" + secret + "@127.0.0.1:99999/db", "port"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?timeout=soon", "driver"},
 		{"postgres://u:" + secret + "@127.0.0.1:1/db", "mysql or mariadb"},
+		// url.URL.Query drops these pairs: the table was ignored.
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=a-b;drop", "%3B"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=t&password=" + secret + "%zz", "%25"},
 	} {
 		_, err := mysql.Open(ctx, c.url)
 		var ie *driver.InvalidOptionError
@@ -51,6 +54,26 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("Open(%s) shows the password: %v", driver.RedactURL(c.url), err)
+		}
+	}
+}
+
+// fencelock.Open refuses a query it cannot parse whole, before the
+// backend sees it, instead of dropping the pair (and with it table=).
+func TestFencelockOpenRefusesUnparsableQuery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, u := range []string{
+		"mysql://u:" + secret + "@127.0.0.1:1/db?table=a;b",
+		"mariadb://u:" + secret + "@127.0.0.1:1/db?ttl=5s&password=" + secret + "%zz",
+	} {
+		_, err := fencelock.Open(ctx, u, nil)
+		var ie *driver.InvalidOptionError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "percent-encode") {
+			t.Errorf("fencelock.Open(%s) = %v; want an *InvalidOptionError saying to percent-encode", driver.RedactURL(u), err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("fencelock.Open(%s) shows the password: %v", driver.RedactURL(u), err)
 		}
 	}
 }
