@@ -83,10 +83,23 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		if errors.As(err, &ie) {
 			return nil, err
 		}
+		if errors.As(err, &me) {
+			if hint := loginHint[me.Number]; hint != "" {
+				return nil, fmt.Errorf("mysql: %s: %w; %s", redacted, driver.RedactError(err, raw), hint)
+			}
+		}
 		return nil, fmt.Errorf("mysql: %s: %w", redacted, driver.RedactError(err, raw))
 	}
 	b.owned = true
 	return b, nil
+}
+
+// loginHint says how to fix the server's refusals of a login, by error
+// number.
+var loginHint = map[uint16]string{
+	1045: "check the URL's user and password (percent-encoded: mysql://USER:PASSWORD@host/db) and that the account may log in from this host",
+	1044: "grant the URL's user access to the database (GRANT ALL ON db.* TO 'user'@'host'), or name another in the URL's path",
+	1049: "create the database (CREATE DATABASE db) or correct the URL's path",
 }
 
 // DriverConfig returns the github.com/go-sql-driver/mysql configuration

@@ -3,9 +3,12 @@ package mysql_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/mysql"
@@ -127,6 +130,17 @@ func TestSchemesOpenAndPasswordRedacted(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("the error shows the password: %v", err)
+	}
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1045 || !strings.Contains(err.Error(), "check the URL's user and password") {
+		t.Errorf("Open with a wrong password: %v; want the server's *mysql.MySQLError 1045, saying what to check", err)
+	}
+	// A database that does not exist: say to create it.
+	u, _ := url.Parse(base)
+	u.Path = "/no_such_database_here"
+	_, err = mysql.Open(ctx, u.String())
+	if !errors.As(err, &me) || me.Number != 1049 || !strings.Contains(err.Error(), "CREATE DATABASE") {
+		t.Errorf("Open of a missing database: %v; want the server's *mysql.MySQLError 1049, saying to create it", err)
 	}
 }
 
