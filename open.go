@@ -85,6 +85,9 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 	if err := driver.CheckPorts(u); err != nil {
 		return nil, nil, err
 	}
+	if err := driver.CheckQuery(u); err != nil {
+		return nil, nil, err
+	}
 	scheme := strings.ToLower(u.Scheme)
 	if err := checkSlashes(rawURL, u, scheme); err != nil {
 		return nil, nil, err

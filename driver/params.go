@@ -24,7 +24,19 @@ type Params struct {
 
 // NewParams returns the query parameters of u.
 func NewParams(u *url.URL) *Params {
-	return &Params{vals: u.Query()}
+	vals, _ := url.ParseQuery(u.RawQuery)
+	return &Params{vals: vals, err: CheckQuery(u)}
+}
+
+// CheckQuery returns an *InvalidOptionError naming the URL (redacted) if
+// u's query cannot be parsed whole: url.URL.Query drops a pair that holds
+// a ';' or a '%' not followed by two hex digits, so that a parameter such
+// as "table=a;b" would otherwise be ignored without a word.
+func CheckQuery(u *url.URL) error {
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return InvalidURL(u.String(), "its query cannot be parsed: percent-encode a ';' in a value as %3B and a '%' as %25")
+	}
+	return nil
 }
 
 func (p *Params) take(name string) (string, bool) {

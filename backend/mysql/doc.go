@@ -55,10 +55,12 @@
 // Every other parameter goes to github.com/go-sql-driver/mysql as its DSN
 // has it (timeout, readTimeout, writeTimeout, charset, collation,
 // interpolateParams, …), except that interpolateParams defaults to true
-// (one round trip per statement) and timeout (connecting) to 10s. One
+// (one round trip per statement) and timeout to 10s, which bounds a
+// connection's whole establishment (dial, handshake and login). One
 // the driver does not know becomes a session variable, and Open fails
 // with an *InvalidOptionError when the server does not know it either. A
-// parameter given twice is an *InvalidOptionError. fencelock.Open also
+// parameter given twice is an *InvalidOptionError, and so is password= or
+// user= (credentials go in the URL's user information). fencelock.Open also
 // accepts the engine's parameters (ttl, renew_interval, margin,
 // rotate_every, owner, lock_delay, require) and removes them before this
 // package sees the URL.

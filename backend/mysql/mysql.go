@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -73,11 +74,18 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Backend, error) {
 // setup creates or checks the tables and procedures, and reads the server
 // settings that weaken the guarantees.
 func (b *Backend) setup(ctx context.Context, create bool) error {
-	var version, comment string
-	if err := b.db.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment").Scan(&version, &comment); err != nil {
+	var (
+		version, comment, charset string
+		autocommit                int
+	)
+	if err := b.db.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment, @@autocommit, @@character_set_client").
+		Scan(&version, &comment, &autocommit, &charset); err != nil {
 		return err
 	}
 	b.server = serverName(version, comment)
+	if err := checkSession(autocommit, charset); err != nil {
+		return err
+	}
 	ok, why, err := b.current(ctx)
 	if err != nil {
 		return err
@@ -105,6 +113,31 @@ func (b *Backend) setup(ctx context.Context, create bool) error {
 		return err
 	}
 	b.warnings = s.warnings()
+	return nil
+}
+
+// unsafeCharsets are the client character sets in which a multibyte
+// character can end in the byte of a backslash (0x5C): the driver's
+// interpolated parameters escape a quote with a backslash, which such a
+// character swallows, so a key could end its string literal early and
+// the rest of it run as SQL. The driver refuses their collations with
+// interpolateParams, but not a charset= or a session variable.
+var unsafeCharsets = map[string]bool{"big5": true, "cp932": true, "gb2312": true, "gbk": true, "sjis": true, "gb18030": true}
+
+// checkSession refuses a connection whose session settings break the
+// statements: autocommit off (a renewal, release or token floor would
+// report success without committing, and keep its row locked in an idle
+// pooled connection) or a client character set unsafe for interpolated
+// parameters. It runs before any DDL, so a refused Open stores nothing.
+func checkSession(autocommit int, charset string) error {
+	if autocommit != 1 {
+		return &driver.InvalidOptionError{Option: "autocommit", Value: strconv.Itoa(autocommit),
+			Reason: "the connection does not commit each statement, so a renewal, release or token floor would report success without committing and keep its row locked: remove autocommit=0 from the URL or DSN (or the server's init_connect), or set autocommit = 1 on the server"}
+	}
+	if unsafeCharsets[strings.ToLower(charset)] {
+		return &driver.InvalidOptionError{Option: "charset", Value: charset,
+			Reason: "a multibyte character set whose characters may end in a backslash byte makes interpolated parameters unsafe (a key could end its string literal early): use charset=utf8mb4; the lock tables' columns are binary, so the charset changes nothing fencelock stores"}
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -64,7 +65,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if err != nil {
 		return nil, &driver.InvalidOptionError{Option: "URL", Value: redacted, Reason: "rejected by the MySQL driver: " + driver.RedactText(err.Error(), raw)}
 	}
-	db := sql.OpenDB(connector)
+	db := sql.OpenDB(boundedConnector{Connector: connector, addr: cfg.Addr, timeout: cfg.Timeout})
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	// Below the servers' default wait_timeout (8 hours) and any
@@ -82,10 +83,23 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 		if errors.As(err, &ie) {
 			return nil, err
 		}
+		if errors.As(err, &me) {
+			if hint := loginHint[me.Number]; hint != "" {
+				return nil, fmt.Errorf("mysql: %s: %w; %s", redacted, driver.RedactError(err, raw), hint)
+			}
+		}
 		return nil, fmt.Errorf("mysql: %s: %w", redacted, driver.RedactError(err, raw))
 	}
 	b.owned = true
 	return b, nil
+}
+
+// loginHint says how to fix the server's refusals of a login, by error
+// number.
+var loginHint = map[uint16]string{
+	1045: "check the URL's user and password (percent-encoded: mysql://USER:PASSWORD@host/db) and that the account may log in from this host",
+	1044: "grant the URL's user access to the database (GRANT ALL ON db.* TO 'user'@'host'), or name another in the URL's path",
+	1049: "create the database (CREATE DATABASE db) or correct the URL's path",
 }
 
 // DriverConfig returns the github.com/go-sql-driver/mysql configuration
@@ -125,6 +139,17 @@ func parseURL(u *url.URL) (*mysql.Config, *Options, int, error) {
 		return nil, nil, 0, err
 	}
 	for k, vs := range rest {
+		switch strings.ToLower(k) {
+		case "password", "user", "username":
+			// The driver would send SET password = … (which, given a
+			// hash, changes the account's password) or SET user = ….
+			shown := strings.Join(vs, ",")
+			if driver.IsSecretParam(k) {
+				shown = driver.Redacted
+			}
+			return nil, nil, 0, &driver.InvalidOptionError{Option: "URL parameter " + strconv.Quote(k), Value: shown,
+				Reason: "credentials go in the URL's user information, percent-encoded: mysql://USER:PASSWORD@host:3306/database"}
+		}
 		if len(vs) > 1 {
 			shown := strings.Join(vs, ",")
 			if driver.IsSecretParam(k) {
@@ -246,6 +271,30 @@ func applyTLS(cfg *mysql.Config, u *url.URL, mode, ca, cert, key, serverName str
 	}
 	cfg.TLS = c
 	return nil
+}
+
+// boundedConnector bounds a connection's whole establishment (dial,
+// handshake, authentication and the session variables) by the URL's
+// timeout=: the driver bounds only the dial with it, and a server that
+// accepts the connection but never answers (paused, or not MySQL) would
+// otherwise hold a call without a deadline for ever.
+type boundedConnector struct {
+	sqldriver.Connector
+	addr    string
+	timeout time.Duration
+}
+
+func (c boundedConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	if c.timeout <= 0 {
+		return c.Connector.Connect(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	conn, err := c.Connector.Connect(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		return nil, fmt.Errorf("no answer from %s within timeout=%s (connecting, handshake and login): the server accepts connections but does not reply (paused, overloaded, or not MySQL); check it, or raise timeout= in the URL: %w", c.addr, c.timeout, err)
+	}
+	return conn, err
 }
 
 // discard is the driver's logger: it drops everything.

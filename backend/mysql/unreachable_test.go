@@ -2,7 +2,11 @@ package mysql_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,4 +67,57 @@ func TestServerStoppedAfterOpenCallsEndWithTheCause(t *testing.T) {
 		})
 	})
 	o.Run(ctx, t)
+}
+
+// Open on a server that accepts connections but never answers (a paused
+// server) fails once the URL's timeout= has passed, even under a context
+// without a deadline, and says so: the driver bounds only the dial with
+// timeout=, and its handshake waited for ever.
+func TestOpenSilentServerFailsAfterTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		b, err := mysql.Open(context.Background(), "mysql://u:"+secret+"@"+ln.Addr().String()+"/db?timeout=300ms")
+		if err == nil {
+			b.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "timeout=") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Open on a silent server: %v; want an error naming timeout= that matches context.DeadlineExceeded", err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Open on a server that never answers has not returned after 30s (timeout=300ms): it waits for ever")
+	}
 }

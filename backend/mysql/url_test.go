@@ -3,9 +3,12 @@ package mysql_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/mysql"
@@ -22,7 +25,9 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 	for _, c := range []struct{ url, want string }{
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=a&table=b", `"table"`},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?charset=utf8mb4&charset=latin1", "more than once"},
-		{"mysql://u:" + secret + "@127.0.0.1:1/db?password=" + secret + "&password=x", "more than once"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?password=" + secret + "&password=x", "USER:PASSWORD@"},
+		{"mysql://u@127.0.0.1:1/db?password=" + secret, "USER:PASSWORD@"},
+		{"mysql://127.0.0.1:1/db?user=u", "USER:PASSWORD@"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=1bad", "digit"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=" + strings.Repeat("t", 49), "48"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?tls=maybe", "skip-verify"},
@@ -37,6 +42,9 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 		{"mysql://u:" + secret + "@127.0.0.1:99999/db", "port"},
 		{"mysql://u:" + secret + "@127.0.0.1:1/db?timeout=soon", "driver"},
 		{"postgres://u:" + secret + "@127.0.0.1:1/db", "mysql or mariadb"},
+		// url.URL.Query drops these pairs: the table was ignored.
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=a-b;drop", "%3B"},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?table=t&password=" + secret + "%zz", "%25"},
 	} {
 		_, err := mysql.Open(ctx, c.url)
 		var ie *driver.InvalidOptionError
@@ -53,6 +61,26 @@ func TestOpenRefusesBadURLsNamingTheFix(t *testing.T) {
 	}
 }
 
+// fencelock.Open refuses a query it cannot parse whole, before the
+// backend sees it, instead of dropping the pair (and with it table=).
+func TestFencelockOpenRefusesUnparsableQuery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, u := range []string{
+		"mysql://u:" + secret + "@127.0.0.1:1/db?table=a;b",
+		"mariadb://u:" + secret + "@127.0.0.1:1/db?ttl=5s&password=" + secret + "%zz",
+	} {
+		_, err := fencelock.Open(ctx, u, nil)
+		var ie *driver.InvalidOptionError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "percent-encode") {
+			t.Errorf("fencelock.Open(%s) = %v; want an *InvalidOptionError saying to percent-encode", driver.RedactURL(u), err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("fencelock.Open(%s) shows the password: %v", driver.RedactURL(u), err)
+		}
+	}
+}
+
 // A parameter that neither fencelock nor the driver knows reaches the
 // server as a session variable; the server refuses it, and Open returns
 // an *InvalidOptionError naming it, without the password.
@@ -60,10 +88,10 @@ func TestOpenUnknownParameterRefusedByServer(t *testing.T) {
 	base := testURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := mysql.Open(ctx, withParams(t, base, "no_such_setting", "1", "password", secret))
+	_, err := mysql.Open(ctx, withParams(t, base, "no_such_secret", secret))
 	var ie *driver.InvalidOptionError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no_such_setting") {
-		t.Fatalf("Open with no_such_setting=1: %v; want *driver.InvalidOptionError naming it", err)
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no_such_secret") {
+		t.Fatalf("Open with no_such_secret=…: %v; want *driver.InvalidOptionError naming it", err)
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("the error shows the password: %v", err)
@@ -102,6 +130,17 @@ func TestSchemesOpenAndPasswordRedacted(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Errorf("the error shows the password: %v", err)
+	}
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1045 || !strings.Contains(err.Error(), "check the URL's user and password") {
+		t.Errorf("Open with a wrong password: %v; want the server's *mysql.MySQLError 1045, saying what to check", err)
+	}
+	// A database that does not exist: say to create it.
+	u, _ := url.Parse(base)
+	u.Path = "/no_such_database_here"
+	_, err = mysql.Open(ctx, u.String())
+	if !errors.As(err, &me) || me.Number != 1049 || !strings.Contains(err.Error(), "CREATE DATABASE") {
+		t.Errorf("Open of a missing database: %v; want the server's *mysql.MySQLError 1049, saying to create it", err)
 	}
 }
 
