@@ -46,8 +46,8 @@ type leaseRec struct {
 	heldMin bool          // released before its minimum hold could end: the record must stay until invAt + minHold at least
 	inHold  bool          // the engine says it went into its minimum hold
 
-	lockDelay    time.Duration // WithLockDelay of its call; 0: none
-	staleRelease bool          // a stale Release was sent with its grant (it may have freed the key)
+	lockDelay time.Duration // WithLockDelay of its call; 0: none
+	staleSent bool          // a stale Release or Renew was sent with its grant (it may have freed the key)
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
@@ -267,9 +267,8 @@ func (r *recorder) stale(rec *leaseRec, kind staleKind, err error) {
 	name := "release"
 	if kind == staleRenew {
 		name = "renew"
-	} else {
-		rec.staleRelease = true
 	}
+	rec.staleSent = true
 	r.notes = append(r.notes, fmt.Sprintf("%5d stale %s by lease %d: %v", s, name, rec.id, err))
 	if err == nil && rec.gone {
 		rec.stale = append(rec.stale, name)

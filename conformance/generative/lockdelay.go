@@ -64,9 +64,10 @@ func (r *recorder) delayed(rec *leaseRec, d time.Duration) {
 // renewal set, or when the store sees its session gone — and the gap
 // counts from there, so the bound is conservative. Called with r.mu held.
 //
-// Not judged: a holder whose grant a stale Release was sent with after
-// the crash (the harness sends it straight to the store, and a release
-// frees the key at once), a key forced after the holder's grant (so does
+// Not judged: a holder whose grant a stale call was sent with after the
+// crash (the harness sends it straight to the store: a release frees the
+// key at once, and so may a refused renewal through a dual backend, which
+// then releases the other side's record), a key forced after the holder's grant (so does
 // a forced release), a program whose store stalled (a stalled store's
 // clock runs on while the harness's checks cannot date what it applied).
 func (r *recorder) checkLockDelay(byKey map[string][]*leaseRec) []violation {
@@ -79,7 +80,7 @@ func (r *recorder) checkLockDelay(byKey map[string][]*leaseRec) []violation {
 		if x.lockDelay <= 0 || !r.crashed[x.client] || !closed || x.got > crashSeq || x.end != 0 && x.end < crashSeq {
 			continue
 		}
-		if x.staleRelease || x.forced != 0 || r.forcedAfter(x.key, x.got) {
+		if x.staleSent || x.forced != 0 || r.forcedAfter(x.key, x.got) {
 			continue
 		}
 		gapEnd := r.closeAt[x.client].Add(x.lockDelay - lockDelaySlack)
