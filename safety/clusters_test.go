@@ -26,6 +26,7 @@ var clusterDefs = []backendDef{
 	{redisHAAcked, "FENCELOCK_TEST_REDISHA", time.Second, 300 * time.Millisecond},
 	{postgresHA, "FENCELOCK_TEST_POSTGRESHA", time.Second, 300 * time.Millisecond},
 	{postgresHASync, "FENCELOCK_TEST_POSTGRESHA_SYNC", time.Second, 300 * time.Millisecond},
+	{cluster.NATS3, "FENCELOCK_TEST_NATS3", 2 * time.Second, 700 * time.Millisecond},
 }
 
 // Rows of clusterDefs beyond package cluster's names.
@@ -168,6 +169,8 @@ func clusterControl(ct *cluster.Testenv, name string) *suite.Control {
 		fault, setup = fFailover, "primary + replica + Sentinel, grants and renewals acknowledged by the replica (wait_replicas=1, WAIT); the primary killed (kill -9), the replica promoted, the old primary started again as a replica (the fault ends once it is linked: until then no grant is acknowledged)"
 	case postgresHA, postgresHASync:
 		return postgresFailover(ct, row)
+	case cluster.NATS3:
+		setup = "3 NATS servers, an R3 bucket; the leader of the bucket's stream killed (kill -9), a new one elected (NATS waits 4-9 s for one), the old one started again (once its /healthz is ok: caught up)"
 	}
 	ctl := &suite.Control{
 		FailoverName: fault,
@@ -273,12 +276,12 @@ func addMembers(ct *cluster.Testenv, name string, ctl *suite.Control) {
 }
 
 // clusterFaults are the faults of a cluster row: the failover, and for
-// the ensembles (etcd3, zookeeper3) the member faults too (one member
+// the ensembles (etcd3, zookeeper3, nats3) the member faults too (one member
 // paused or isolated under its holder). The primary/replica rows have no
 // member a contender could be served by alone.
 func clusterFaults(name string) []string {
 	faults := []string{suite.FaultFailover}
-	if name == cluster.Etcd3 || name == cluster.ZooKeeper3 {
+	if name == cluster.Etcd3 || name == cluster.ZooKeeper3 || name == cluster.NATS3 {
 		faults = append(faults, suite.GroupMembers)
 	}
 	return faults

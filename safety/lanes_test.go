@@ -21,7 +21,7 @@ var lanes = [][]string{
 	{"postgres", "mongo-pg", "dual", "postgres-faketime", cluster.Etcd3},
 	{"redis", "etcd", cluster.RedisHA, redisHAAcked}, // both redisha rows on one cluster
 	{"zookeeper", "mongo", cluster.ZooKeeper3, postgresHA},
-	{"mysql", "nats", postgresHASync},
+	{"mysql", "nats", postgresHASync, cluster.NATS3},
 }
 
 // laneAfter names, for a backend, the backends of other lanes whose cells

@@ -96,10 +96,18 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 	if uint64(floor) > tokenfloor.MaxOffset {
 		return &driver.InvalidOptionError{Option: "floor", Value: strconv.FormatUint(uint64(floor), 10), Reason: fmt.Sprintf("must be at most %d", uint64(tokenfloor.MaxOffset))}
 	}
-	// Concurrent raises conflict on the floor record's sequence: each
-	// reads again, a bounded number of times.
+	// The floor record is written compared on the last sequence of the
+	// key's subjects (lock and floor records, keySubj), as every write of
+	// the lock record is: on a cluster the stream's leader holds back a
+	// write while another one naming the same compare is in flight, but
+	// not one that names another subject, so a raise compared on the
+	// floor record alone could pass beside a lock write that expected the
+	// floor before it (a release, whose marker the next Acquire expects),
+	// and that Acquire would use the old offset. Concurrent raises and
+	// lock writes conflict: each raise reads again, a bounded number of
+	// times.
 	for attempt := 0; ; attempt++ {
-		fl, err := b.last(ctx, b.floorSubj(key))
+		rec, fl, err := b.read(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -112,7 +120,8 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 			return nil
 		}
 		h := natsgo.Header{}
-		h.Set(hdrExpSeq, strconv.FormatUint(seqOf(fl), 10))
+		h.Set(hdrExpSeq, strconv.FormatUint(max(seqOf(rec), seqOf(fl)), 10))
+		h.Set(hdrExpSeqSubj, b.keySubj(key))
 		_, err = b.publish(ctx, b.floorSubj(key), h, []byte(strconv.FormatUint(uint64(floor)-last, 10)))
 		if err == nil {
 			break
@@ -121,7 +130,10 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 			return err
 		}
 		if attempt >= 8 {
-			return fmt.Errorf("nats: the floor of %q is being raised concurrently; raise it again: %w", key, err)
+			return fmt.Errorf("nats: the floor of %q is being raised, or its lock written, concurrently; raise it again: %w", key, err)
+		}
+		if err := settle(ctx, attempt+1, err); err != nil {
+			return err
 		}
 	}
 	b.hints.drop(key)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencelock/fencelock/driver"
@@ -63,24 +64,12 @@ func (b *Backend) scan(ctx context.Context, filter string, headersOnly bool, fn 
 		ctx, cancel = context.WithTimeout(ctx, 4*requestTimeout)
 		defer cancel()
 	}
-	cons, err := b.js.CreateConsumer(ctx, b.stream, jetstream.ConsumerConfig{
-		FilterSubject:     filter,
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       headersOnly,
-		MemoryStorage:     true,
-		Replicas:          1,
-		InactiveThreshold: time.Minute,
-	})
+	cons, err := b.scanConsumer(ctx, filter, headersOnly)
 	if err != nil {
 		return fmt.Errorf("nats: reading the bucket: %w", err)
 	}
 	ci := cons.CachedInfo()
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
-		defer cancel()
-		_ = b.js.DeleteConsumer(dctx, b.stream, ci.Name)
-	}()
+	defer b.dropConsumer(ctx, ci.Name)
 	// The consumer delivers the last message of each subject first
 	// (NumPending of them at its creation), then whatever is written
 	// later, which is not read: the scan is of the bucket as it was.
@@ -91,7 +80,7 @@ func (b *Backend) scan(ctx context.Context, filter string, headersOnly bool, fn 
 			fn(subject, r)
 		}
 	}()
-	for pending > 0 {
+	for noResp := 0; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return fmt.Errorf("nats: reading the bucket: %w", err)
@@ -108,7 +97,20 @@ func (b *Backend) scan(ctx context.Context, filter string, headersOnly bool, fn 
 			}
 			pending--
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+		err = batch.Error()
+		if n == 0 && errors.Is(err, natsgo.ErrNoResponders) && noResp < 50 {
+			// In a cluster the consumer's server may not yet have told
+			// the client's server that it serves the consumer's pull
+			// requests: ask again in a moment.
+			noResp++
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(noResp) * 5 * time.Millisecond):
+			}
+			continue
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("nats: reading the bucket: %w", err)
 		}
 		if n == 0 {
@@ -119,4 +121,82 @@ func (b *Backend) scan(ctx context.Context, filter string, headersOnly bool, fn 
 		}
 	}
 	return nil
+}
+
+// scanPlacements bounds how many consumers scan creates to get one on the
+// stream's leader: each lands on one of the replicas at random.
+const scanPlacements = 40
+
+// scanConsumer creates scan's ephemeral consumer of the last message of
+// each subject matching filter. The consumer delivers from the copy of
+// the stream on the server that hosts it, so on a replicated stream it
+// must be hosted by the stream's leader: a follower's copy can lag behind
+// writes the leader has acknowledged, and a scan from it would miss a
+// grant or a floor raise that completed before the scan began (List
+// without a held key, HighWater below a token already issued). The
+// server places a one-replica consumer on any replica of the stream, so
+// one placed elsewhere is deleted and another created; the leader is
+// read again once one is placed, so that a leader change meanwhile is
+// not missed.
+func (b *Backend) scanConsumer(ctx context.Context, filter string, headersOnly bool) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       headersOnly,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
+	}
+	leader, err := b.streamLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for range scanPlacements {
+		cons, err := b.js.CreateConsumer(ctx, b.stream, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ci := cons.CachedInfo()
+		if leader == "" {
+			return cons, nil // one server: its copy is the stream
+		}
+		if ci.Cluster != nil && ci.Cluster.Leader == leader {
+			now, err := b.streamLeader(ctx)
+			if err == nil && now == leader {
+				return cons, nil
+			}
+			if err != nil {
+				b.dropConsumer(ctx, ci.Name)
+				return nil, err
+			}
+			leader = now
+		}
+		b.dropConsumer(ctx, ci.Name)
+	}
+	return nil, fmt.Errorf("no consumer of stream %s was placed on its leader %q in %d tries (the server places it on a replica at random); try again", b.stream, leader, scanPlacements)
+}
+
+// streamLeader returns the server that leads the bucket's stream, "" for
+// a stream of one replica.
+func (b *Backend) streamLeader(ctx context.Context) (string, error) {
+	si, err := b.streamInfo(ctx)
+	if err != nil {
+		return "", err
+	}
+	if si.Config.Replicas <= 1 || si.Cluster == nil {
+		return "", nil
+	}
+	if si.Cluster.Leader == "" {
+		return "", fmt.Errorf("stream %s has no leader now (an election is under way); try again", b.stream)
+	}
+	return si.Cluster.Leader, nil
+}
+
+// dropConsumer deletes one of scan's consumers; a failure leaves it to
+// its inactivity threshold.
+func (b *Backend) dropConsumer(ctx context.Context, name string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+	defer cancel()
+	_ = b.js.DeleteConsumer(dctx, b.stream, name)
 }

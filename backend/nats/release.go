@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -19,6 +20,30 @@ func purgeHeader() natsgo.Header {
 	h.Set(hdrRollup, "sub")
 	h.Set(hdrTTL, strconv.FormatInt(int64(markerTTL.Seconds()), 10)+"s")
 	return h
+}
+
+// writeTries bounds the writes of a Renew or Release whose compare keeps
+// failing while the record is still the grant's: a floor raised
+// meanwhile, or (on a cluster) a write of the key still in flight, which
+// the stream's leader answers with a failed compare at once.
+const writeTries = 8
+
+// settle waits before the next try of a write whose compare failed
+// because another write of the key was in flight on a cluster (error
+// code 10164, which the stream's leader answers at once, before that
+// write is stored): try × 2 ms. A plain failed compare does not wait.
+func settle(ctx context.Context, try int, err error) error {
+	if !isCode(err, errCodeWrongLastSeqConst) {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(try) * 2 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Release implements driver.Backend: a purge marker replaces the record
@@ -42,15 +67,18 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		}
 	}
 	seq, err := b.purge(ctx, g.Key, hd.seq)
-	if conflict(err) {
+	for try := 1; conflict(err); try++ {
+		if try == writeTries {
+			return fmt.Errorf("nats: the record of %q changed %d times while it was released; try again: %w", g.Key, try, err)
+		}
+		if err := settle(ctx, try, err); err != nil {
+			return err
+		}
 		if hd, err = b.find(ctx, g, hd.delay); err != nil {
 			return err
 		}
 		known = false
 		seq, err = b.purge(ctx, g.Key, hd.seq)
-		if conflict(err) {
-			return fmt.Errorf("nats: the record of %q changed twice while it was released; try again: %w", g.Key, err)
-		}
 	}
 	if err != nil {
 		return err
@@ -85,15 +113,20 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	if b.closed.Load() {
 		return driver.Info{}, driver.ErrClosed
 	}
-	rec, err := b.last(ctx, b.lockSubj(key))
+	rec, fl, err := b.read(ctx, key)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	var removed driver.Info
 	if rec.held() {
 		removed = driver.Info{Key: key, Owner: rec.owner, Token: rec.token(), Metadata: rec.md}
+		// Compared on the key's subjects, as every lock write is: on a
+		// cluster only writes naming the same compare are held back
+		// while one is in flight, so a compare of the lock record alone
+		// could pass beside the holder's renewal.
 		h := purgeHeader()
-		h.Set(hdrExpSeq, strconv.FormatUint(rec.seq, 10))
+		h.Set(hdrExpSeq, strconv.FormatUint(max(rec.seq, seqOf(fl)), 10))
+		h.Set(hdrExpSeqSubj, b.keySubj(key))
 		if _, err := b.publish(ctx, b.lockSubj(key), h, nil); err != nil {
 			if conflict(err) {
 				return driver.Info{}, fmt.Errorf("nats: the record of %q changed while it was force-released; try again: %w", key, err)

@@ -46,7 +46,13 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		md = req.Metadata
 	}
 	nh, err := b.put(ctx, g.Key, g.Owner, hd, secs, req.Rotate, md)
-	if conflict(err) {
+	for try := 1; conflict(err); try++ {
+		if try == writeTries {
+			return driver.Grant{}, fmt.Errorf("nats: the record of %q changed %d times while it was renewed; try again: %w", g.Key, try, err)
+		}
+		if err := settle(ctx, try, err); err != nil {
+			return driver.Grant{}, err
+		}
 		if hd, err = b.find(ctx, g, hd.delay); err != nil {
 			return driver.Grant{}, err
 		}
@@ -54,9 +60,6 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 			md = hd.md
 		}
 		nh, err = b.put(ctx, g.Key, g.Owner, hd, secs, req.Rotate, md)
-		if conflict(err) {
-			return driver.Grant{}, fmt.Errorf("nats: the record of %q changed twice while it was renewed; try again: %w", g.Key, err)
-		}
 	}
 	if err != nil {
 		return driver.Grant{}, err

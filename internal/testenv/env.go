@@ -63,7 +63,7 @@ var (
 	// Defaults is what Up starts when no name is given.
 	Defaults = []string{"postgres", "redis", "etcd", "zookeeper", "mongo", "mongo-pg", "mysql", "nats"}
 	// Clusters start only when named: loopback clusters for fault injection.
-	Clusters = []string{"etcd3", "zookeeper3", "redisha", "postgresha", "postgresha-sync"}
+	Clusters = []string{"etcd3", "zookeeper3", "redisha", "postgresha", "postgresha-sync", "nats3"}
 	// Stock start only when named: servers in their distribution's default
 	// configuration.
 	Stock = []string{"zookeeper-stock", "redis-stock", "postgres-stock", "mysql-stock", "nats-stock"}
@@ -661,7 +661,8 @@ func (e *Env) Members(name string) ([]Member, error) {
 }
 
 // Leader returns the ID of the cluster's leader right now (etcd's raft
-// leader, ZooKeeper's leader, the Redis primary as the Sentinel names it),
+// leader, ZooKeeper's leader, the Redis primary as the Sentinel names it,
+// the leader of nats3's bucket stream),
 // asking only members that run and are not paused, or ErrNoLeader.
 func (e *Env) Leader(ctx context.Context, name string) (string, error) {
 	u, err := e.cluster(name)
@@ -676,8 +677,9 @@ func (e *Env) Leader(ctx context.Context, name string) (string, error) {
 }
 
 // Failover moves leadership to another member while all run and returns
-// once the new leader serves. Only redisha (SENTINEL FAILOVER) and the
-// PostgreSQL clusters (a switchover: stop, promote, start as standby) have it.
+// once the new leader serves. Only redisha (SENTINEL FAILOVER), the
+// PostgreSQL clusters (a switchover: stop, promote, start as standby) and
+// nats3 (a stepdown of the bucket stream's leader) have it.
 func (e *Env) Failover(ctx context.Context, name string) error {
 	u, err := e.cluster(name)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // client port on 127.0.0.1, JetStream's file store in NAME/data (a restart
 // keeps it). nats fsyncs every JetStream write (-sync-always); nats-stock
 // runs with every setting at the server's default (a sync every two
-// minutes). nats3 (clusters.go) is a loopback cluster of three.
+// minutes). nats3 (nats3.go) is a loopback cluster of three.
 
 func (u *unit) buildNATS(ctx context.Context) error {
 	if u.e.root == "" {

@@ -28,6 +28,7 @@ func init() {
 		mysqlServer("mysql", false), mysqlServer("mysql-stock", true),
 		natsServer("nats", false), natsServer("nats-stock", true),
 		postgresHAServer("postgresha", false), postgresHAServer("postgresha-sync", true),
+		nats3Server(),
 	} {
 		servers[s.name] = s
 	}

@@ -1,7 +1,7 @@
 // Package cluster lets the safety harness inject store faults into servers
 // that the test environment (internal/testenv, docs/testenv.md) started:
 // kill -9, restart, stop and start of one member of a loopback cluster
-// (etcd3, zookeeper3, redisha), finding its current leader or primary, and
+// (etcd3, zookeeper3, redisha, nats3), finding its current leader or primary, and
 // pausing a whole server or one member with SIGSTOP/SIGCONT.
 //
 // Every method acts in-process, through package internal/testenv, on one
@@ -39,6 +39,12 @@ const (
 	// replica when the primary dies; its URL names the Sentinel:
 	// redis+sentinel://127.0.0.1:S/fencelock/0.
 	RedisHA = "redisha"
+	// NATS3 is a cluster of three NATS servers with JetStream, members
+	// "1" "2" "3"; its URL names all three with replicas=3:
+	// nats://127.0.0.1:C1,127.0.0.1:C2,127.0.0.1:C3?replicas=3. Its
+	// leader is the leader of the default bucket's stream (KV_fencelock),
+	// which orders every lock write.
+	NATS3 = "nats3"
 )
 
 // StateEnv names the state dir of the running servers
@@ -233,8 +239,9 @@ func (t *Testenv) WaitLeader(ctx context.Context, name string, not ...string) (s
 }
 
 // Failover asks the cluster to move leadership to another member while all
-// run, and returns once a new leader serves. Only RedisHA has it (SENTINEL
-// FAILOVER).
+// run, and returns once a new leader serves. RedisHA (SENTINEL FAILOVER),
+// the PostgreSQL clusters (a switchover) and NATS3 (a stepdown of the
+// bucket stream's leader) have it.
 func (t *Testenv) Failover(ctx context.Context, name string) error {
 	e, err := t.env()
 	if err != nil {

@@ -60,7 +60,7 @@ func clusterUnderTest(t *testing.T, name string) (*cluster.Testenv, string) {
 	return nil, ""
 }
 
-var clusters = []string{cluster.Etcd3, cluster.ZooKeeper3, cluster.RedisHA}
+var clusters = []string{cluster.Etcd3, cluster.ZooKeeper3, cluster.RedisHA, cluster.NATS3}
 
 // TestLeaderKilledNewLeaderServes kills the leader (primary) of each cluster
 // with SIGKILL and checks that another member becomes leader, that a client

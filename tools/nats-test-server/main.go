@@ -30,6 +30,7 @@ func main() {
 		clusterPort = flag.Int("cluster-port", 0, "cluster (route) port; 0: no cluster")
 		routes      = flag.String("routes", "", "nats://host:port,... of every member's cluster port (with -cluster-port)")
 		clusterName = flag.String("cluster-name", "fencelock", "cluster name (with -cluster-port)")
+		httpPort    = flag.Int("http-port", 0, "monitoring (HTTP) port: /healthz, /jsz; 0: none")
 		syncAlways  = flag.Bool("sync-always", false, "fsync every JetStream write (default: the server's sync interval)")
 		startWait   = flag.Duration("start-timeout", 60*time.Second, "how long to wait for the server to accept clients")
 		debug       = flag.Bool("debug", false, "log the server's debug messages")
@@ -48,6 +49,9 @@ func main() {
 		SyncAlways: *syncAlways,
 		NoSigs:     true,
 		Debug:      *debug,
+	}
+	if *httpPort > 0 {
+		opts.HTTPHost, opts.HTTPPort = *host, *httpPort
 	}
 	if *clusterPort > 0 {
 		opts.Cluster = server.ClusterOpts{Name: *clusterName, Host: *host, Port: *clusterPort}
