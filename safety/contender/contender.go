@@ -141,7 +141,7 @@ type Config struct {
 	Upgrade bool `json:"upgrade,omitempty"`
 	// Multi, if at least 2, makes each round take a set of 2 to Multi
 	// distinct keys of Keys, picked at random, all or nothing
-	// (recipe.AcquireAll, or every third round TryAcquireAll), and
+	// (recipe.AcquireAll, or every second round TryAcquireAll), and
 	// write to every key's fenced resource with that key's token (see
 	// prims.go). It needs Workers 1.
 	Multi int `json:"multi,omitempty"`

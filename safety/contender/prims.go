@@ -49,8 +49,8 @@ import (
 // released). W1..W3 judge the upgraded write as any writer's.
 //
 // With Config.Multi = M, a round takes a set of 2 to M distinct keys all
-// or nothing (recipe.AcquireAll; every third round, each worker's third,
-// sixth, …, makes one attempt, recipe.TryAcquireAll): one lease per key
+// or nothing (recipe.AcquireAll; every second round, each worker's
+// second, fourth, …, makes one attempt, recipe.TryAcquireAll): one lease per key
 // in the history, with the round's id, a dot and the key's place in the
 // set (canonical order, from 1) as its lease id, so that every key's events read as a lock's:
 // an AcquireStart per key before the call, an Acquired per key of the
@@ -244,7 +244,7 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 	}
 	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	take := recipe.AcquireAll
-	if w.n%3 == 0 {
+	if w.n%2 == 0 {
 		take = recipe.TryAcquireAll // one attempt: a refusal gives back the keys taken before
 	}
 	g, err := take(actx, k.cli, keys)

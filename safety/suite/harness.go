@@ -364,7 +364,7 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		rng:     rand.New(rand.NewPCG(s, s>>1)),
 		log:     newEventLog(),
 		procs:   make(map[string]*proc.Proc),
-		checkCf: check.Config{TTL: checkTTL, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw, Multi: spec.multi > 0},
+		checkCf: check.Config{TTL: checkTTL, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw, Upgrade: spec.upgrade, Multi: spec.multi > 0},
 		logf:    logf,
 	}
 	// Fresh keys per cell: nothing left over from an earlier cell.

@@ -51,7 +51,8 @@ import (
 // plain reader's or an upgradeable reader's that upgrades and writes. W1
 // judges that no write grant, upgraded or not, overlaps another grant,
 // W2 that an upgraded grant's token is above every earlier grant's, W3
-// that the resource refuses the stale. Each profile round pauses an
+// that the resource refuses the stale, and U1 that every upgrade ends
+// within the progress bound (an upgrade never waits for a writer). Each profile round pauses an
 // upgraded writer (or another writer) between its grant check and its
 // write until a newer grant has accessed the resource, then kills the
 // holder of an upgraded grant (or another grant).
@@ -352,8 +353,8 @@ var (
 // multiCell returns the multi-key cell of a backend.
 func multiCell(be *backendEnv, prof profile) cellSpec {
 	ttl := be.ttl
-	return cellSpec{fault: FaultMultiHolder, fencing: true, keys: 3, procs: 3, multi: 3, cooldown: 2 * be.slack,
-		setup: "multi-key grants of 2 or 3 of 3 keys, 3 contenders; a group's holder paused between its grant check and its writes, then a group's holder killed (SIGKILL)",
+	return cellSpec{fault: FaultMultiHolder, fencing: true, keys: 4, procs: 3, multi: 3, cooldown: 2 * be.slack,
+		setup: "multi-key grants of 2 or 3 of 4 keys, 3 contenders; a group's holder paused between its grant check and its writes, then a group's holder killed (SIGKILL)",
 		run: func(ctx context.Context, c *cell) (int, error) {
 			for i := range prof.rounds {
 				// Two rounds marked per profile round: the pause, the kill.
@@ -501,7 +502,8 @@ func upgradeAfter(c *cell, res check.Result) error {
 			failed++
 		}
 	}
-	c.spec.setup += fmt.Sprintf("; %d upgrades, %d failed", ups, failed)
+	u1, _ := res.Property("U1")
+	c.spec.setup += fmt.Sprintf("; %d upgrades, %d failed, U1 judged %d", ups, failed, u1.Checked)
 	if err := rwAfter(c, res); err != nil || c.be.rules.Lookup(c.be.name, c.spec.fault).Unsafe {
 		return err
 	}
