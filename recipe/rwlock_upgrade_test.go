@@ -3,11 +3,14 @@ package recipe_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/recipe"
 )
 
@@ -170,7 +173,10 @@ func TestRWLockUpgradeWaitsForReadersAndBeatsWaitingWriter(t *testing.T) {
 	}
 	select {
 	case g := <-writer:
-		t.Fatalf("a writer (token %d) got the lock while the upgraded grant holds it", g.Token())
+		if g != nil {
+			t.Fatalf("a writer (token %d) got the lock while the upgraded grant holds it", g.Token())
+		}
+		t.FailNow() // the writer's error is reported
 	default:
 	}
 	u.Release(t.Context())
@@ -217,4 +223,125 @@ func TestRWLockUpgradeCancelledStaysReader(t *testing.T) {
 	for _, g := range []*recipe.RWGrant{r, r2, u} {
 		g.Release(t.Context())
 	}
+}
+
+// gateRace holds an upgrading client's first request for the gate until
+// a waiting writer has had its turn: one attempt at the upgrade record
+// begun after that request arrived, refused (the upgrade still holds the
+// record), or a request for the gate answered (the writer got past it).
+type gateRace struct {
+	gate, upgrade string
+
+	mu      sync.Mutex
+	arrived bool          // the upgrade's gate request is held
+	turn    chan struct{} // closed when the writer has had its turn
+	once    sync.Once
+}
+
+// upgrader is the upgrading client's backend: it holds its first gate
+// request (the upgrade's, once armed) until the writer's turn.
+type upgrader struct {
+	driver.Backend
+	r     *gateRace
+	armed atomic.Bool
+}
+
+func (u *upgrader) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Key == u.r.gate && u.armed.CompareAndSwap(true, false) {
+		u.r.mu.Lock()
+		u.r.arrived = true
+		u.r.mu.Unlock()
+		select {
+		case <-u.r.turn:
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+	return u.Backend.Acquire(ctx, req)
+}
+
+// writer is the waiting writer's backend (bare: its waits poll); it
+// reports the writer's turn.
+type writer struct {
+	driver.Backend
+	r *gateRace
+}
+
+func (w *writer) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	w.r.mu.Lock()
+	after := w.r.arrived
+	w.r.mu.Unlock()
+	g, err := w.Backend.Acquire(ctx, req)
+	if after && (req.Key == w.r.gate || req.Key == w.r.upgrade && err != nil) {
+		w.r.once.Do(func() { close(w.r.turn) })
+	}
+	return g, err
+}
+
+// An upgrade keeps the upgrade record until it holds the gate, so a
+// writer that waits for the record while the upgrade begins cannot slip
+// in between the read and the write: however the two requests interleave
+// (here the writer is let go first), the upgrade gets the write grant
+// without waiting for the writer, and the writer's token comes after the
+// upgraded one. An upgrade that gave the record up before the gate would
+// let the writer take it and the gate, and each would wait for the other
+// (the writer for the upgrader's slot) until the upgrade's bound.
+func TestRWLockUpgradeHoldsRecordUntilGate(t *testing.T) {
+	store := memory.NewStore()
+	a := rwlock(t, newClient(t, store.Backend(), nil), "k")
+	race := &gateRace{gate: a.GateKey(), upgrade: a.UpgradeKey(), turn: make(chan struct{})}
+	up := &upgrader{Backend: store.Backend(), r: race}
+	u, err := rwlock(t, newClient(t, up, nil), "k").UpgradeableRLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan string, 16)
+	wc := newClient(t, &writer{Backend: store.Backend(), r: race}, &fencelock.Options{
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		Observer: fencelock.ObserverFunc(func(e fencelock.Event) {
+			if e.Kind == fencelock.EventWaiting {
+				select {
+				case waiting <- e.Key:
+				default:
+				}
+			}
+		}),
+	})
+	w := rwlock(t, wc, "k")
+	granted := make(chan *recipe.RWGrant, 1)
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done }) // t.Context ends the wait first
+	go func() {
+		defer close(done)
+		g, err := w.Lock(t.Context(), fencelock.WithWait(20*time.Second))
+		if err != nil {
+			t.Errorf("waiting writer: %v", err)
+		}
+		granted <- g
+	}()
+	if key := <-waiting; key != race.upgrade {
+		t.Fatalf("the writer waits for %q; want the upgrade record %q", key, race.upgrade)
+	}
+	up.armed.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := u.Upgrade(ctx); err != nil {
+		t.Fatalf("Upgrade with a writer waiting = %v; want the write grant without waiting for the writer", err)
+	}
+	select {
+	case g := <-granted:
+		t.Fatalf("the writer got the lock (token %d) while the upgraded grant (token %d) holds it", g.Token(), u.Token())
+	default:
+	}
+	if err := u.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	g := <-granted
+	if g == nil {
+		return
+	}
+	if g.Token() <= u.Token() {
+		t.Errorf("writer token %d not above the upgraded grant's %d: it wrote between the read and the write", g.Token(), u.Token())
+	}
+	g.Release(t.Context())
 }

@@ -28,7 +28,13 @@
 // two permits (sem-baseline, sem-holder-pause, sem-holder-kill; writes
 // fenced per permit slot, checked for S1 and S2 besides P1..P8) and a
 // read-write lock (rw-baseline, rw-holder-pause, rw-holder-kill; reads
-// and writes fenced by the grants' tokens, checked for W1..W3). One more,
+// and writes fenced by the grants' tokens, checked for W1..W3). Two more
+// run the primitives of several keys and of upgrades: multi-holder
+// (groups of 2 or 3 of 4 keys taken all or nothing, each key written
+// with its own token, a group's holder paused then killed; checked for
+// M1 besides P1..P8) and upgrade-holder (upgradeable reads that upgrade
+// beside readers and writers, an upgraded writer paused then killed;
+// checked for W1..W3 and U1). One more,
 // mixed-config, runs clients of different options (TTL, RotateEvery,
 // MinHold) on the same keys; on MongoDB, server-stall-clock-resync stops
 // the store for 3s while the clients' clock resyncs are due. The

@@ -135,7 +135,7 @@ type Options struct {
 	// Default 3.
 	Clients int
 
-	// Keys is the largest number of keys in a program. Default 2.
+	// Keys is the largest number of keys in a program. Default 3.
 	Keys int
 
 	// NoFaults turns off the fault-injecting driver.
@@ -267,7 +267,7 @@ func (o *Options) resolve() Options {
 		r.Clients = 3
 	}
 	if r.Keys <= 0 {
-		r.Keys = 2
+		r.Keys = 3
 	}
 	if r.Parallel <= 0 {
 		r.Parallel = 4
@@ -318,6 +318,8 @@ func flagSet(name string) bool {
 // Stats counts what a Run did.
 type Stats struct {
 	Programs, Leases, Writes, Faults, Forced int64
+	// Multi counts the multi-key grants handed out (stepMulti).
+	Multi int64
 	// Known counts violations of Options.Known properties.
 	Known int64
 }
@@ -399,6 +401,7 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 			atomic.AddInt64(&stats.Writes, int64(len(rec.writes)))
 			atomic.AddInt64(&stats.Faults, int64(len(rec.faults)))
 			atomic.AddInt64(&stats.Forced, int64(len(rec.forces)))
+			atomic.AddInt64(&stats.Multi, int64(rec.multis))
 			rec.mu.Unlock()
 			if len(vs) > 0 {
 				msg := make([]string, len(vs))
@@ -444,8 +447,8 @@ func Run(t *testing.T, h conformance.Harness, opts *Options) Stats {
 		}
 		wg.Wait()
 	}
-	t.Logf("generative: %d programs, %d leases, %d fenced writes, %d injected faults, %d forced releases in %v",
-		stats.Programs, stats.Leases, stats.Writes, stats.Faults, stats.Forced, time.Since(begin).Round(time.Millisecond))
+	t.Logf("generative: %d programs, %d leases (%d multi-key grants), %d fenced writes, %d injected faults, %d forced releases in %v",
+		stats.Programs, stats.Leases, stats.Multi, stats.Writes, stats.Faults, stats.Forced, time.Since(begin).Round(time.Millisecond))
 	if bs.calls > 0 {
 		t.Logf("generative: %v", &bs)
 	}
@@ -503,9 +506,10 @@ const (
 	stepDo
 	stepDoError
 	stepDoPanic
+	stepMulti // recipe.AcquireAll (TryAcquireAll with step.late) of step.key and step.also (multi.go)
 )
 
-var stepNames = [...]string{"acquire", "try", "wait-cancelled", "do", "do-error", "do-panic"}
+var stepNames = [...]string{"acquire", "try", "wait-cancelled", "do", "do-error", "do-panic", "multi"}
 
 func (k stepKind) String() string { return stepNames[k] }
 
@@ -523,10 +527,11 @@ type step struct {
 	hold    int // tenths of TTL
 	late    bool
 	stale   staleKind
-	ttl     int  // the lease's TTL (WithTTL) in tenths of the harness's TTL; 0: the Client's
-	minHold int  // WithMinHold in tenths of TTL; 0: none
-	meta    bool // WithMetadata and WithLabel, a SetMetadata during the hold, then Inspect
-	wait    int  // WithWait in tenths of TTL (waiting kinds); 0: none
+	ttl     int   // the lease's TTL (WithTTL) in tenths of the harness's TTL; 0: the Client's
+	minHold int   // WithMinHold in tenths of TTL; 0: none
+	meta    bool  // WithMetadata and WithLabel, a SetMetadata during the hold, then Inspect
+	wait    int   // WithWait in tenths of TTL (waiting kinds); 0: none
+	also    []int // stepMulti: the other keys of the set, in the order drawn
 }
 
 type endKind int
@@ -574,7 +579,7 @@ func (p program) String() string {
 		for j, w := range c.workers {
 			fmt.Fprintf(&b, "    worker %d:", j)
 			for _, s := range w {
-				fmt.Fprintf(&b, " %s(k%d hold %d/10 late %v stale %d ttl %d/10 minhold %d/10 meta %v wait %d/10)", s.kind, s.key, s.hold, s.late, s.stale, s.ttl, s.minHold, s.meta, s.wait)
+				fmt.Fprintf(&b, " %s(k%d also %v hold %d/10 late %v stale %d ttl %d/10 minhold %d/10 meta %v wait %d/10)", s.kind, s.key, s.also, s.hold, s.late, s.stale, s.ttl, s.minHold, s.meta, s.wait)
 			}
 			b.WriteByte('\n')
 		}
@@ -611,9 +616,17 @@ func genProgram(t *rapid.T, o *Options) program {
 	// to use one delay). A delay of a TTL or more outlasts the part of a
 	// crashed holder's TTL its last renewal left, so a store that ignored
 	// it would grant inside the gap LockDelayRespected checks.
+	// A lock program of several keys takes them together half the time:
+	// half its steps are then multi-key grants (multi.go), and its keys
+	// share one lock delay.
+	multiProgram := p.permits == 0 && p.keys > 1 && rapid.Bool().Draw(t, "multiProgram")
 	if p.permits == 0 {
-		for range p.keys {
-			p.delays = append(p.delays, rapid.SampledFrom([]int{0, 0, 10, 15}).Draw(t, "lockDelay"))
+		for k := range p.keys {
+			d := rapid.SampledFrom([]int{0, 0, 10, 15}).Draw(t, "lockDelay")
+			if multiProgram && k > 0 {
+				d = p.delays[0]
+			}
+			p.delays = append(p.delays, d)
 		}
 	}
 	stallOdds := 7
@@ -657,6 +670,12 @@ func genProgram(t *rapid.T, o *Options) program {
 					meta:    rapid.Bool().Draw(t, "meta"),
 					wait:    rapid.SampledFrom([]int{0, 0, 2}).Draw(t, "wait"),
 				})
+				if multiProgram && rapid.Bool().Draw(t, "multi") {
+					w[len(w)-1].kind = stepMulti
+				}
+				if s := &w[len(w)-1]; s.kind == stepMulti && p.keys > 1 {
+					s.also = drawAlso(t, p.keys, s.key)
+				}
 			}
 			c.workers = append(c.workers, w)
 		}
@@ -692,6 +711,9 @@ type runner struct {
 	prefix string
 	tenth  time.Duration
 	start  time.Time
+
+	multiMu sync.Mutex
+	waiting map[string]multiCall // multi-key calls in progress, by label (multi.go)
 }
 
 // raiseMidway raises key's floor a little above the highest token issued
@@ -975,6 +997,13 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 			s.kind = stepAcquire // a semaphore has no Do
 		}
 	}
+	if s.kind == stepMulti {
+		if keys := r.multiKeys(s); sem == nil && len(keys) > 1 {
+			r.multi(ctx, i, j, k, c, s, keys) // multi.go
+			return
+		}
+		s.kind = stepAcquire // one key, or a semaphore's
+	}
 	hold := time.Duration(s.hold) * r.tenth
 	var (
 		rec *leaseRec
@@ -1130,6 +1159,16 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 // record: the client's driver injects no faults, it has not begun to
 // close, and the store has not stalled.
 func (r *runner) onlyGrantHeld(ctx context.Context, i int, kind stepKind, label string, l *fencelock.Lease, err error) {
+	var ls []*fencelock.Lease
+	if l != nil {
+		ls = append(ls, l)
+	}
+	r.onlyGrantsHeld(ctx, i, kind, label, ls, err)
+}
+
+// onlyGrantsHeld is onlyGrantHeld for a call that hands out the leases ls
+// (a multi-key grant's; none if it returned err).
+func (r *runner) onlyGrantsHeld(ctx context.Context, i int, kind stepKind, label string, ls []*fencelock.Lease, err error) {
 	if r.faults[i] || r.closed[i].Load() || r.stall.Load() {
 		return
 	}
@@ -1138,12 +1177,18 @@ func (r *runner) onlyGrantHeld(ctx context.Context, i int, kind stepKind, label 
 		return
 	}
 	for _, info := range infos {
-		if info.Label() != label || l != nil && info.Key == l.Key() && info.Owner == l.Owner() {
+		if info.Label() != label || slices.ContainsFunc(ls, func(l *fencelock.Lease) bool { return info.Key == l.Key() && info.Owner == l.Owner() }) {
 			continue
 		}
 		outcome := "returned " + strconvQuote(err)
-		if l != nil {
-			outcome = fmt.Sprintf("returned a lease of %q", l.Key())
+		if len(ls) == 1 {
+			outcome = fmt.Sprintf("returned a lease of %q", ls[0].Key())
+		} else if len(ls) > 1 {
+			keys := make([]string, len(ls))
+			for n, l := range ls {
+				keys[n] = l.Key()
+			}
+			outcome = fmt.Sprintf("returned leases of %q", keys)
 		}
 		r.rec.violate("NothingHeldButTheGrant", "client %d's %s (label %q) %s, yet the store holds %q for it (owner %s, token %d)", i, kind, label, outcome, info.Key, info.Owner, info.Token)
 	}

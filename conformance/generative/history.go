@@ -111,6 +111,7 @@ type recorder struct {
 	seq atomic.Int64
 
 	mu      sync.Mutex
+	multis  int // multi-key grants handed out
 	leases  []*leaseRec
 	byOwner map[string]*leaseRec
 	writes  []writeRec

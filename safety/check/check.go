@@ -77,6 +77,11 @@
 //	W3 (Config.RW) the resource refuses a read once a writer that came
 //	   after the reader has written, and a write once any grant that came
 //	   after the writer has read or written
+//	U1 (Config.RW and Config.Upgrade) an upgrade of an upgradeable read
+//	   ends within the progress bound (P6's) of its start
+//	M1 (Config.Multi) a multi-key call hands out every key it asked for
+//	   or none, and by its end has given back every record it took but
+//	   did not hand out
 //
 // P1 differs from "no stale write accepted" in one case: a stale write
 // that reaches the fence before any write of the newer lease is accepted
@@ -124,12 +129,20 @@ type Config struct {
 	// the history: keys that contain the read-write lock separator (recipe.Keys) are their
 	// gate (a writer's grant) and reader slots, grouped by the lock's key.
 	RW bool `json:"RW,omitempty"`
+	// Upgrade, with RW, adds U1 (see the package doc) for the upgrades
+	// in the history (contender.Config.Upgrade: an upgrade's lease id is
+	// its read grant's with "u" appended).
+	Upgrade bool `json:"Upgrade,omitempty"`
+	// Multi adds M1 (see the package doc) for the multi-key grants in the
+	// history (contender.Config.Multi: lease ids of a call's keys are its
+	// id, a dot and a number; StoreAcquired and StoreReleased events).
+	Multi bool `json:"Multi,omitempty"`
 }
 
 // Property is the outcome of one property.
 type Property struct {
 	// ID is "P1" … "P8", "S1", "S2" for semaphores, "W1" … "W3" for
-	// read-write locks.
+	// read-write locks, "U1" for upgrades, "M1" for multi-key grants.
 	ID string `json:"id"`
 	// Name is the property's short name, e.g. "no stale write accepted".
 	Name string `json:"name"`
@@ -242,7 +255,8 @@ type Stats struct {
 // Result is the outcome of Check.
 type Result struct {
 	// Properties holds P1..P8, in order, then S1 and S2 if
-	// Config.Permits is set, then W1..W3 if Config.RW is.
+	// Config.Permits is set, then W1..W3 if Config.RW is (and U1 with
+	// Config.Upgrade), then M1 if Config.Multi is.
 	Properties []Property `json:"properties"`
 	Stats      Stats      `json:"stats"`
 }

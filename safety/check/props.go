@@ -7,7 +7,7 @@ import (
 )
 
 // Check evaluates P1..P8 (and S1, S2 with cfg.Permits; W1..W3 with
-// cfg.RW) on h (in any order; Check sorts a copy) with
+// cfg.RW; U1 with cfg.Upgrade too; M1 with cfg.Multi) on h (in any order; Check sorts a copy) with
 // the bounds in cfg.
 func Check(h history.History, cfg Config) Result {
 	cfg = cfg.withDefaults()
@@ -28,6 +28,12 @@ func Check(h history.History, cfg Config) Result {
 	}
 	if cfg.RW {
 		props = append(props, m.writerExcludes(&st), m.rwTokens(&st), m.rwFenced(&st))
+	}
+	if cfg.RW && cfg.Upgrade {
+		props = append(props, m.upgradesEnd(&st))
+	}
+	if cfg.Multi {
+		props = append(props, m.allOrNothing(&st))
 	}
 	m.count(&st)
 	st.OrphanTime = dist(append(m.orphanCrash, m.orphanAmbiguous...))

@@ -201,3 +201,62 @@ func (m *model) rwFenced(st *Stats) Property {
 	}
 	return c.done()
 }
+
+const ruleU1 = `An upgrade of an upgradeable read grant (contender.Config.Upgrade: an AcquireStart of the lock's gate whose lease id ` +
+	`is the read grant's with "u" appended) ends, with the write grant or without, within the progress bound (as P6's) of its ` +
+	`start: it waits only for the other readers to leave and for readers passing the gate, never for a writer (every writer ` +
+	`takes the upgrade record first, which the upgradeable reader holds). An upgrade and a writer that wait for each other ` +
+	`until their bounds break it. Not judged for an upgrade during which its process was paused or under a fault, or a store-wide ` +
+	`fault was active, nor for one its process's crash or the loss of its read grant cut short, nor where the history ends ` +
+	`before the bound.`
+
+// upgradesEnd is U1.
+func (m *model) upgradesEnd(st *Stats) Property {
+	c := m.newCollector("U1", "an upgrade ends within the progress bound", ruleU1)
+	bound := int64(m.cfg.Progress)
+	for key, tries := range m.tries {
+		lock, writer := rwOf(key)
+		if lock == "" || !writer {
+			continue
+		}
+		for _, a := range tries {
+			if !strings.HasSuffix(a.lease, "u") {
+				continue
+			}
+			deadline := a.start + bound
+			end := min(a.end, m.last)
+			if a.end == never && deadline > m.last || m.pausedDuring(a.proc, a.start, end) ||
+				m.targetedDuring(a.proc, a.start, end) || m.storeFaultDuring(a.start, end) {
+				continue
+			}
+			read := m.leases[strings.TrimSuffix(a.lease, "u")]
+			if read != nil && read.lost != nil && read.lost.T <= end || m.crashedDuring(a.proc, a.start, end) {
+				continue
+			}
+			c.check()
+			if a.end <= deadline {
+				continue
+			}
+			what := "had not ended by the end of the history"
+			if a.end != never {
+				what = "ended only after " + time.Duration(a.end-a.start).String()
+			}
+			var evs []history.Event
+			if read != nil {
+				evs = append(evs, read.acq)
+			}
+			c.violate(evs, "%s: upgrade %s by %s, begun at %s, %s (bound %v)", lock, a.lease, a.proc, m.at(a.start), what, time.Duration(bound))
+		}
+	}
+	return c.done()
+}
+
+// crashedDuring reports whether proc was killed at some time in [from, to].
+func (m *model) crashedDuring(proc string, from, to int64) bool {
+	for _, e := range m.crashes[proc] {
+		if e.T >= from && e.T <= to {
+			return true
+		}
+	}
+	return false
+}

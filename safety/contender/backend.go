@@ -78,6 +78,10 @@ type recorder struct {
 	mutant Mutant
 	ttl    time.Duration
 	emit   func(history.Event)
+	// stores makes the recorder report every record the store grants
+	// and every release it is asked for (history.StoreAcquired,
+	// StoreReleased): Config.Multi.
+	stores bool
 
 	batch  driver.BatchRenewer
 	forcer driver.ForceReleaser
@@ -135,6 +139,7 @@ func (p waitPart) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	if err != nil {
 		return g, err
 	}
+	p.r.took(g)
 	return p.r.granted(g), nil
 }
 
@@ -269,7 +274,15 @@ func (r *recorder) Acquire(ctx context.Context, req driver.AcquireRequest) (driv
 	if err != nil {
 		return g, err
 	}
+	r.took(g)
 	return r.granted(g), nil
+}
+
+// took reports a record the store granted (with stores).
+func (r *recorder) took(g driver.Grant) {
+	if r.stores {
+		r.emit(history.Event{Kind: history.StoreAcquired, Key: g.Key, Token: uint64(g.Token), Note: g.Owner})
+	}
 }
 
 func (r *recorder) Renew(ctx context.Context, g driver.Grant, req driver.RenewRequest) (driver.Grant, error) {
@@ -318,6 +331,9 @@ func (r *recorder) RenewBatch(ctx context.Context, grants []driver.Grant, req dr
 
 func (r *recorder) Release(ctx context.Context, g driver.Grant) error {
 	real := r.unmutate(g)
+	if r.stores {
+		r.emit(history.Event{Kind: history.StoreReleased, Key: g.Key, Token: uint64(real.Token), Note: g.Owner})
+	}
 	switch {
 	case r.mutant == MutantRelease && r.forcer != nil:
 		return r.withDrop(ctx, func() error {

@@ -134,6 +134,17 @@ type Config struct {
 	// and reads or writes the fenced resource named by the lock's key
 	// with the grant's token (see prims.go).
 	RW bool `json:"rw,omitempty"`
+	// Upgrade, with RW, makes a round that is not a writer's an
+	// upgradeable read that upgrades one time in two (each worker's
+	// first, fourth, … round: recipe.RWLock.UpgradeableRLock, then
+	// RWGrant.Upgrade; see prims.go).
+	Upgrade bool `json:"upgrade,omitempty"`
+	// Multi, if at least 2, makes each round take a set of 2 to Multi
+	// distinct keys of Keys, picked at random, all or nothing
+	// (recipe.AcquireAll, or every second round TryAcquireAll), and
+	// write to every key's fenced resource with that key's token (see
+	// prims.go). It needs Workers 1.
+	Multi int `json:"multi,omitempty"`
 	// MinHold is the engine's Options.MinHold: a lease released sooner
 	// keeps its key until MinHold after it was acquired. Default 0.
 	MinHold time.Duration `json:"min_hold,omitempty"`
@@ -161,6 +172,12 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("contender: Config.Permits %d out of range", c.Permits)
 	case c.RW && c.Permits > 0:
 		return errors.New("contender: Config.RW and Config.Permits both set")
+	case c.Upgrade && !c.RW:
+		return errors.New("contender: Config.Upgrade without Config.RW")
+	case c.Multi != 0 && (c.Multi < 2 || c.Multi > len(c.Keys)):
+		return fmt.Errorf("contender: Config.Multi %d: want 2 to len(Keys) = %d", c.Multi, len(c.Keys))
+	case c.Multi != 0 && (c.RW || c.Permits > 0 || c.Workers > 1):
+		return errors.New("contender: Config.Multi with Config.RW, Config.Permits or Config.Workers > 1")
 	}
 	if c.Hold <= 0 {
 		c.Hold = c.TTL / 4
@@ -348,6 +365,7 @@ func (k *contender) open() error {
 		return fmt.Errorf("contender: open backend: %w", err)
 	}
 	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL, k.out.emit)
+	k.rec.stores = cfg.Multi > 0
 	opts.TTL = cfg.TTL
 	opts.RotateEvery = cfg.RotateEvery
 	opts.MinHold = cfg.MinHold
@@ -517,6 +535,14 @@ func (w *worker) round(ctx context.Context) {
 
 	w.n++
 	write := cfg.RW && w.n%3 == 2 // a read-write lock's writer: rounds 2, 5, 8, …
+	switch {
+	case cfg.Multi > 0:
+		w.multiRound(ctx, id)
+		return
+	case cfg.Upgrade && w.n%3 == 1: // rounds 1, 4, 7, …: upgradeable reads
+		w.upgradeRound(ctx, key, id)
+		return
+	}
 	start := w.startKey(key, write)
 	k.out.emit(history.Event{Kind: history.AcquireStart, Key: start, Lease: id})
 	cs := &callState{drop: k.isSet(&k.dropAcquire)}

@@ -52,6 +52,14 @@ const (
 	// driver.Waiter call (Note "acquire_wait") or a driver.Watcher
 	// subscription (Note "watch").
 	Wait Kind = "wait"
+	// StoreAcquired and StoreReleased: the contender's backend was
+	// granted a record of Key by the store (a reply to an acquire), or
+	// was asked to release it, for the lease owner Note. Emitted only
+	// by contenders of multi-key grants (the checker's M1 follows every
+	// record a grant's call took: handed out in a whole group, or given
+	// back).
+	StoreAcquired Kind = "store_acquired"
+	StoreReleased Kind = "store_released"
 	// Write: the fenced resource received a write attempt (see the Write*
 	// fields).
 	Write Kind = "write"

@@ -252,6 +252,12 @@ type cellSpec struct {
 	// See prims.go.
 	permits int
 	rw      bool
+	// upgrade, with rw, makes every third round an upgradeable read that
+	// upgrades (contender.Config.Upgrade). multi makes every round a
+	// multi-key grant of 2 to multi keys (contender.Config.Multi), and
+	// the checker adds M1 (check.Config.Multi).
+	upgrade bool
+	multi   int
 	// cooldown is how long the workload runs after the scenario; default
 	// TTL + 2×slack (so that P5 and P8 deadlines fall within the run).
 	cooldown time.Duration
@@ -358,7 +364,7 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		rng:     rand.New(rand.NewPCG(s, s>>1)),
 		log:     newEventLog(),
 		procs:   make(map[string]*proc.Proc),
-		checkCf: check.Config{TTL: checkTTL, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw},
+		checkCf: check.Config{TTL: checkTTL, Slack: be.slack, MaxViolations: 1000, Permits: spec.permits, RW: spec.rw, Upgrade: spec.upgrade, Multi: spec.multi > 0},
 		logf:    logf,
 	}
 	// Fresh keys per cell: nothing left over from an earlier cell.
@@ -512,6 +518,8 @@ func (c *cell) startProc() (*proc.Proc, error) {
 		Workers:     c.spec.workers,
 		Permits:     c.spec.permits,
 		RW:          c.spec.rw,
+		Upgrade:     c.spec.upgrade,
+		Multi:       c.spec.multi,
 	}
 	if c.spec.tailor != nil {
 		c.spec.tailor(n, &cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,28 @@ import (
 // each reader slot as a lock, and the lock as a whole: a writer excludes
 // every other grant (W1), grant tokens are ordered (W2), and the resource
 // refuses stale reads and writes (W3).
+//
+// The multi-key cell runs three contenders on three keys
+// (contender.Config.Multi): each round takes 2 or 3 of them, all or
+// nothing (recipe.AcquireAll), so every two sets overlap, and writes to
+// every key's fenced resource with that key's token while it believes it
+// holds the group. Each key is judged as a lock (P1..P8: no two holders,
+// no stale write accepted), and every call as a whole (M1: the grant holds
+// every key asked for, and a call leaves no record it took behind).
+// Each profile round pauses a group's holder between its grant check and
+// its writes until a newer holder of one of its keys has written, then
+// kills a group's holder.
+//
+// The upgrade cell runs three contenders on one read-write lock with
+// upgradeable reads (contender.Config.Upgrade): a round is a writer's, a
+// plain reader's or an upgradeable reader's that upgrades and writes. W1
+// judges that no write grant, upgraded or not, overlaps another grant,
+// W2 that an upgraded grant's token is above every earlier grant's, W3
+// that the resource refuses the stale, and U1 that every upgrade ends
+// within the progress bound (an upgrade never waits for a writer). Each profile round pauses an
+// upgraded writer (or another writer) between its grant check and its
+// write until a newer grant has accessed the resource, then kills the
+// holder of an upgraded grant (or another grant).
 
 // Names of the semaphore cells (report.Cell.Fault), for Config.Faults.
 const (
@@ -42,6 +65,8 @@ const (
 	FaultRWBaseline     = "rw-baseline"      // read-write lock: the workload alone
 	FaultRWHolderPause  = "rw-holder-pause"  // read-write lock: a grant's holder SIGSTOPped
 	FaultRWHolderKill   = "rw-holder-kill"   // read-write lock: a grant's holder SIGKILLed
+	FaultMultiHolder    = "multi-holder"     // multi-key grants: a group's holder SIGSTOPped, then one SIGKILLed
+	FaultUpgradeHolder  = "upgrade-holder"   // upgradeable reads: an upgraded writer SIGSTOPped, then one SIGKILLed
 )
 
 // primExpectations are the known weaknesses the prim cells measure;
@@ -108,7 +133,7 @@ func isWriter(key string) bool {
 
 // primCells returns the semaphore and read-write cells of a backend.
 func primCells(be *backendEnv, prof profile) []cellSpec {
-	return append(semCells(be, prof), rwCells(be, prof)...)
+	return slices.Concat(semCells(be, prof), rwCells(be, prof), []cellSpec{multiCell(be, prof), upgradeCell(be, prof)})
 }
 
 // semCells returns the semaphore cells of a backend.
@@ -324,3 +349,166 @@ var (
 	permitSeparator, _ = recipe.Keys("", 1)
 	rwSeparator, _     = recipe.Keys("", 0)
 )
+
+// multiCell returns the multi-key cell of a backend.
+func multiCell(be *backendEnv, prof profile) cellSpec {
+	ttl := be.ttl
+	return cellSpec{fault: FaultMultiHolder, fencing: true, keys: 4, procs: 3, multi: 3, cooldown: 2 * be.slack,
+		setup: "multi-key grants of 2 or 3 of 4 keys, 3 contenders; a group's holder paused between its grant check and its writes, then a group's holder killed (SIGKILL)",
+		run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				// Two rounds marked per profile round: the pause, the kill.
+				if _, err := c.pauseHolder(ctx, "group holder paused between grant check and writes"); err != nil {
+					return 2*i + 1, err
+				}
+				h, err := c.awaitHolder(ctx, 10*ttl)
+				if err != nil {
+					return 2*i + 1, err
+				}
+				mark := c.log.mark()
+				if err := c.round(h.proc, "group holder kill -9", func() error {
+					if err := c.kill(h.proc); err != nil {
+						return err
+					}
+					_, err := c.startProc()
+					return err
+				}); err != nil {
+					return 2*i + 2, err
+				}
+				// Keep P5's bound for the killed holder's keys inside the run.
+				_, _ = c.awaitEvent(ctx, ttl+time.Second+2*be.slack, mark, "the killed holder's key taken again", func(e history.Event) bool {
+					return e.Kind == history.Acquired && e.Key == h.key
+				})
+				if err := between(ctx, i, prof.rounds, ttl+be.slack); err != nil {
+					return 2*i + 2, err
+				}
+			}
+			return 2 * prof.rounds, nil
+		},
+		after: multiAfter}
+}
+
+// multiAfter checks that the multi-key cell made groups of both sizes
+// and that M1 judged calls; the numbers go into the cell's setup.
+func multiAfter(c *cell, res check.Result) error {
+	sizes := map[string]int{}   // call id → keys granted
+	failed := map[string]bool{} // call ids refused or given up
+	handed := map[string]bool{} // owners of the leases handed out
+	var gave []string           // owners of the records given back
+	for _, e := range c.log.snapshot() {
+		i := strings.LastIndexByte(e.Lease, '.')
+		switch {
+		case e.Kind == history.Acquired && i > 0:
+			sizes[e.Lease[:i]]++
+			handed[e.Note] = true
+		case e.Kind == history.AcquireFailed && i > 0:
+			failed[e.Lease[:i]] = true
+		case e.Kind == history.StoreReleased:
+			gave = append(gave, e.Note)
+		}
+	}
+	partial := 0 // records a call took and gave back without handing them out
+	for _, o := range gave {
+		if !handed[o] {
+			partial++
+		}
+	}
+	bySize := map[int]int{}
+	for _, n := range sizes {
+		bySize[n]++
+	}
+	m1, _ := res.Property("M1")
+	c.spec.setup += fmt.Sprintf("; %d groups of 2 keys and %d of 3 granted, %d calls refused, %d keys taken and given back by a call; M1 judged %d calls",
+		bySize[2], bySize[3], len(failed), partial, m1.Checked)
+	if c.be.rules.Lookup(c.be.name, c.spec.fault).Unsafe {
+		return nil
+	}
+	if bySize[2] == 0 || bySize[3] == 0 {
+		return errors.New("the cell did not grant groups of both sizes")
+	}
+	return nil
+}
+
+// upgraded reports whether a lease id is an upgraded write grant's (an
+// upgradeable read's round id with "u" appended: contender prims.go).
+func upgraded(lease string) bool { return strings.HasSuffix(lease, "u") }
+
+// upgradeCell returns the upgradeable-read cell of a backend.
+func upgradeCell(be *backendEnv, prof profile) cellSpec {
+	ttl := be.ttl
+	return cellSpec{fault: FaultUpgradeHolder, fencing: true, keys: 1, procs: 3, rw: true, upgrade: true, cooldown: 2 * be.slack,
+		setup: "read-write lock with upgradeable reads, 3 contenders, rounds in turn an upgradeable read that upgrades, a writer, a reader; " +
+			"an upgraded writer paused between its grant check and its write until a newer grant accessed the resource, then an upgraded grant's holder killed (SIGKILL)",
+		run: func(ctx context.Context, c *cell) (int, error) {
+			for i := range prof.rounds {
+				// Two rounds marked per profile round: the pause, the kill.
+				h, err := c.awaitUpgraded(ctx, 10*ttl)
+				if err != nil {
+					return 2 * i, err
+				}
+				if _, err := c.pauseUntilSuperseded(ctx, h.proc, "upgraded writer paused between grant check and write", "a newer grant's second access", func(paused, e history.Event) bool {
+					return lockKey(e.Key) == lockKey(paused.Key)
+				}); err != nil {
+					return 2*i + 1, err
+				}
+				if h, err = c.awaitUpgraded(ctx, 10*ttl); err != nil {
+					return 2*i + 1, err
+				}
+				mark := c.log.mark()
+				if err := c.round(h.proc, "upgraded grant holder kill -9", func() error {
+					if err := c.kill(h.proc); err != nil {
+						return err
+					}
+					_, err := c.startProc()
+					return err
+				}); err != nil {
+					return 2*i + 2, err
+				}
+				_, _ = c.awaitEvent(ctx, ttl+time.Second+2*be.slack, mark, "the killed writer's gate taken again", func(e history.Event) bool {
+					return e.Kind == history.Acquired && e.Key == h.key
+				})
+				if err := between(ctx, i, prof.rounds, ttl+be.slack); err != nil {
+					return 2*i + 2, err
+				}
+			}
+			return 2 * prof.rounds, nil
+		},
+		after: upgradeAfter}
+}
+
+// awaitUpgraded waits (up to bound) for an upgraded write grant held by
+// a live contender, or, failing that within 3×TTL, any writer's.
+func (c *cell) awaitUpgraded(ctx context.Context, bound time.Duration) (holding, error) {
+	wctx, cancel := context.WithTimeout(ctx, 3*c.be.ttl)
+	h, err := c.log.awaitHolding(wctx, c.rng, func(h holding) bool {
+		return c.proc(h.proc) != nil && upgraded(h.lease)
+	})
+	cancel()
+	if err == nil {
+		return h, nil
+	}
+	return c.awaitGrant(ctx, bound, true)
+}
+
+// upgradeAfter checks that the upgrade cell upgraded; the numbers go into
+// the cell's setup.
+func upgradeAfter(c *cell, res check.Result) error {
+	ups, failed := 0, 0
+	for _, e := range c.log.snapshot() {
+		switch {
+		case e.Kind == history.Acquired && upgraded(e.Lease):
+			ups++
+		case e.Kind == history.AcquireFailed && upgraded(e.Lease):
+			failed++
+		}
+	}
+	u1, _ := res.Property("U1")
+	c.spec.setup += fmt.Sprintf("; %d upgrades, %d failed, U1 judged %d", ups, failed, u1.Checked)
+	if err := rwAfter(c, res); err != nil || c.be.rules.Lookup(c.be.name, c.spec.fault).Unsafe {
+		return err
+	}
+	if ups == 0 {
+		return errors.New("no upgrade: the cell did not exercise Upgrade")
+	}
+	return nil
+}

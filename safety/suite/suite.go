@@ -101,6 +101,7 @@ var DefaultFaults = []string{
 	FaultFailover, FaultRedisExpiry, ControlFencingOff,
 	FaultSemBaseline, FaultSemHolderPause, FaultSemHolderKill,
 	FaultRWBaseline, FaultRWHolderPause, FaultRWHolderKill,
+	FaultMultiHolder, FaultUpgradeHolder,
 	FaultCallBounds, FaultMixedConfig, FaultClockStall, FaultHolderPauseKit,
 }
 
