@@ -121,6 +121,11 @@ func (k *Call) MinHold() time.Duration { return k.cfg.minHold }
 // the Client's Options.Owner.
 func (k *Call) Label() string { return k.cfg.label }
 
+// LockDelay returns the lock delay of the call's leases: WithLockDelay's,
+// or the Client's Options.LockDelay. A recipe passes it on to the leases
+// it takes (WithLockDelay), as it does the TTL and the minimum hold.
+func (k *Call) LockDelay() time.Duration { return k.cfg.lockDelay }
+
 // Metadata returns a copy of WithMetadata's payload; nil if none.
 func (k *Call) Metadata() []byte {
 	if len(k.cfg.meta) == 0 {

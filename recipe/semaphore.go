@@ -236,7 +236,7 @@ func leaseOptions(k *fencelock.Call, meta []byte, hold bool) []fencelock.Acquire
 		minHold = k.MinHold()
 	}
 	return []fencelock.AcquireOption{fencelock.WithTTL(k.TTL()), fencelock.WithLabel(k.Label()),
-		fencelock.WithMinHold(minHold), fencelock.WithMetadata(meta)}
+		fencelock.WithMinHold(minHold), fencelock.WithMetadata(meta), fencelock.WithLockDelay(k.LockDelay())}
 }
 
 // tryAll tries every slot once, in a random order. It returns the first
