@@ -48,6 +48,7 @@ type leaseRec struct {
 
 	lockDelay time.Duration // WithLockDelay of its call; 0: none
 	staleSent bool          // a stale Release or Renew was sent with its grant (it may have freed the key)
+	group     int           // the multi-key grant it is a member of (multi.go); 0: none
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
@@ -112,6 +113,7 @@ type recorder struct {
 
 	mu      sync.Mutex
 	multis  int // multi-key grants handed out
+	groups  int // the last multi-key grant's group number (leaseRec.group)
 	leases  []*leaseRec
 	byOwner map[string]*leaseRec
 	writes  []writeRec
@@ -504,6 +506,25 @@ func (r *recorder) check() []violation {
 					l.forced = f.before
 				}
 			}
+		}
+	}
+	// A multi-key grant ends when one of its members is forced, and
+	// releases the others (recipe.MultiGrant): a force of one member
+	// cuts the windows of all, as a correct holder stops writing at the
+	// grant's end. Without it, a sibling's record released by the grant
+	// could be taken by another client before the worker recorded the
+	// sibling's end.
+	groupCut := make(map[int]int64)
+	for _, l := range r.leases {
+		if l.group != 0 && l.forced != 0 {
+			if c, ok := groupCut[l.group]; !ok || l.forced < c {
+				groupCut[l.group] = l.forced
+			}
+		}
+	}
+	for _, l := range r.leases {
+		if c, ok := groupCut[l.group]; ok && l.group != 0 && (l.forced == 0 || c < l.forced) {
+			l.forced = c
 		}
 	}
 	// Owners whose rotation's outcome a fault hid from the engine (its

@@ -80,7 +80,7 @@ func (r *recorder) checkLockDelay(byKey map[string][]*leaseRec) []violation {
 		if x.lockDelay <= 0 || !r.crashed[x.client] || !closed || x.got > crashSeq || x.end != 0 && x.end < crashSeq {
 			continue
 		}
-		if x.staleSent || x.forced != 0 || r.forcedAfter(x.key, x.got) {
+		if x.staleSent || x.forced != 0 || r.forcedAfter(x.key, x.got) || r.groupEndedEarly(x, crashSeq) {
 			continue
 		}
 		gapEnd := r.closeAt[x.client].Add(x.lockDelay - lockDelaySlack)
@@ -95,6 +95,32 @@ func (r *recorder) checkLockDelay(byKey map[string][]*leaseRec) []violation {
 		}
 	}
 	return vs
+}
+
+// groupEndedEarly reports whether x is a member of a multi-key grant
+// another member of which ended by a loss or a force before seq: the
+// grant then released x's record (a release, which frees the key at
+// once) whenever x's worker recorded its end. Called with r.mu held.
+func (r *recorder) groupEndedEarly(x *leaseRec, seq int64) bool {
+	if x.group == 0 {
+		return false
+	}
+	for _, l := range r.leases {
+		if l.group == x.group && l != x && (l.forced != 0 && l.forced < seq || l.cause != nil && l.end != 0 && l.end < seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// grouped records that recs are the members of one multi-key grant.
+func (r *recorder) grouped(recs []*leaseRec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups++
+	for _, l := range recs {
+		l.group = r.groups
+	}
 }
 
 // forcedAfter reports whether a forced release of key began after seq.

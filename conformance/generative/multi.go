@@ -133,6 +133,7 @@ func (r *runner) multi(ctx context.Context, i, j, k int, c *fencelock.Client, s 
 		r.rec.options(recs[n], invAt, l.MinHold(), label, "", inv)
 		r.rec.delayed(recs[n], delay)
 	}
+	r.rec.grouped(recs)
 	for n, l := range ls {
 		r.writeWith(l, recs[n], false)
 	}
@@ -146,7 +147,9 @@ func (r *runner) multi(ctx context.Context, i, j, k int, c *fencelock.Client, s 
 		t.Stop()
 	}
 	for n, l := range ls {
-		r.writeWith(l, recs[n], isDone(l))
+		// After the grant's end (a member lost), every member's write is
+		// a stale one: the grant releases the others.
+		r.writeWith(l, recs[n], isDone(l) || g.Context().Err() != nil)
 		r.rec.ended(recs[n], nil)
 	}
 	closed := false
