@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -167,49 +166,13 @@ func takeAll(ctx, parent context.Context, c *fencelock.Client, order []string, w
 // Context ends with that lease's *LostError as cause), and its other
 // leases are then released. Its methods are safe for concurrent use.
 type MultiGrant struct {
-	c      *fencelock.Client
-	leases []*fencelock.Lease // in canonical key order
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	mu    sync.Mutex
-	state grantState
-	err   error
+	leaseGroup // leases in canonical key order, never replaced: read without its lock
 }
 
 func newMultiGrant(c *fencelock.Client, parent context.Context, ls []*fencelock.Lease) *MultiGrant {
-	g := &MultiGrant{c: c, leases: ls, state: held}
-	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(parent))
-	// The minimum hold is the grant's: it counts from now for every key.
-	now := c.Options().Clock.Now()
-	for _, l := range ls {
-		l.RestartMinHold(now)
-	}
-	for _, l := range ls {
-		l.OnEnd(g.partEnded)
-	}
+	g := &MultiGrant{}
+	g.start(c, parent, ls)
 	return g
-}
-
-// partEnded ends the grant when one of its leases ended while it was
-// held (lost, or released by Client.Close), and releases the others. It
-// runs under that lease's lock, as the lease ends (Lease.OnEnd).
-func (g *MultiGrant) partEnded(cause error) {
-	g.mu.Lock()
-	if g.state != held {
-		g.mu.Unlock()
-		return
-	}
-	var lostErr *fencelock.LostError
-	if errors.As(cause, &lostErr) {
-		g.state, g.err = lost, lostErr
-	} else {
-		g.state = released
-	}
-	g.mu.Unlock()
-	g.cancel(cause)
-	// The grant was handed out: its other leases keep their minimum hold.
-	go g.c.Go(func(context.Context) { releaseLeases(context.Background(), true, g.leases) })
 }
 
 // Keys returns the grant's keys, in canonical order (see CanonicalKeys).
@@ -222,9 +185,7 @@ func (g *MultiGrant) Keys() []string {
 }
 
 // Leases returns the grant's leases, one per key, in the order of Keys.
-func (g *MultiGrant) Leases() []*fencelock.Lease {
-	return slices.Clone(g.leases)
-}
+func (g *MultiGrant) Leases() []*fencelock.Lease { return g.leaseList() }
 
 // Lease returns the grant's lease on key, or nil if key is not one of
 // its keys.
@@ -266,24 +227,12 @@ func (g *MultiGrant) Context() context.Context { return g.ctx }
 
 // Err returns nil while the grant is held and after Release, and a
 // *LostError (matching ErrLeaseLost) once one of its leases was lost.
-func (g *MultiGrant) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
-}
+func (g *MultiGrant) Err() error { return g.lostErr() }
 
 // Remaining returns how long the grant stays valid by the holder's own
 // clock if no further renewal succeeds: the least of its leases'. Zero
 // once it has ended.
-func (g *MultiGrant) Remaining() time.Duration {
-	r := time.Duration(-1)
-	for _, l := range g.leases {
-		if lr := l.Remaining(); r < 0 || lr < r {
-			r = lr
-		}
-	}
-	return max(r, 0)
-}
+func (g *MultiGrant) Remaining() time.Duration { return g.remaining() }
 
 // Release ends the grant and releases every lease it holds, at once. It
 // returns an error matching ErrNotHeld if the grant was already released
@@ -291,43 +240,4 @@ func (g *MultiGrant) Remaining() time.Duration {
 // longer had one of its records; the errors of its leases' releases
 // otherwise, joined. If ctx has already ended, Release still asks the
 // store, as Lease.Release does.
-func (g *MultiGrant) Release(ctx context.Context) error {
-	g.mu.Lock()
-	switch g.state {
-	case lost:
-		err := g.err
-		g.mu.Unlock()
-		return fmt.Errorf("%w: %w", fencelock.ErrNotHeld, err)
-	case released:
-		g.mu.Unlock()
-		if errors.Is(context.Cause(g.ctx), fencelock.ErrClosed) {
-			return fencelock.ErrClosed
-		}
-		return fencelock.ErrNotHeld
-	}
-	g.state = released
-	g.mu.Unlock()
-	g.cancel(fencelock.ErrReleased)
-	return releaseJoined(ctx, g.leases)
-}
-
-// releaseJoined releases every lease of ls at once (Lease.Release) and
-// returns their errors, joined.
-func releaseJoined(ctx context.Context, ls []*fencelock.Lease) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	for _, l := range ls {
-		wg.Go(func() {
-			if err := l.Release(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
+func (g *MultiGrant) Release(ctx context.Context) error { return g.release(ctx) }

@@ -820,67 +820,20 @@ func releaseLeases(ctx context.Context, hold bool, ls []*fencelock.Lease) {
 // together. The grant is lost when any of them is lost; its leases are
 // then released at once. Its methods are safe for concurrent use.
 type RWGrant struct {
-	rw     *RWLock
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	opts   []fencelock.AcquireOption // the call's, for Upgrade
+	leaseGroup // the principal lease first
+	rw         *RWLock
+	opts       []fencelock.AcquireOption // the call's, for Upgrade
 
-	mu          sync.Mutex
+	// Under leaseGroup.mu:
 	write       bool
 	upgradeable bool
 	token       fencelock.Token
-	leases      []*fencelock.Lease // the principal lease first
-	state       grantState
-	err         error
 }
-
-// grantState is where a grant of several leases is in its life.
-type grantState int
-
-const (
-	held grantState = iota
-	released
-	lost
-)
 
 func newRWGrant(rw *RWLock, parent context.Context, write bool, token fencelock.Token, ls []*fencelock.Lease) *RWGrant {
-	g := &RWGrant{rw: rw, write: write, token: token, leases: ls, state: held}
-	g.ctx, g.cancel = context.WithCancelCause(context.WithoutCancel(parent))
-	// The minimum hold is the grant's: it counts from now for every
-	// lease, not from when each arrived.
-	now := rw.c.Options().Clock.Now()
-	for _, l := range ls {
-		l.RestartMinHold(now)
-	}
-	for _, l := range ls {
-		l.OnEnd(g.partEnded)
-	}
+	g := &RWGrant{rw: rw, write: write, token: token}
+	g.start(rw.c, parent, ls)
 	return g
-}
-
-// partEnded ends the grant when one of its leases ended while it was held
-// (lost, or released by Client.Close), and releases the others. It runs
-// under that lease's lock, as the lease ends (Lease.OnEnd): the grant's
-// Done is closed before the lease's own.
-func (g *RWGrant) partEnded(cause error) {
-	g.mu.Lock()
-	if g.state != held {
-		g.mu.Unlock()
-		return
-	}
-	var lostErr *fencelock.LostError
-	if errors.As(cause, &lostErr) {
-		g.state, g.err = lost, lostErr
-	} else {
-		g.state = released
-	}
-	ls := g.leases
-	g.mu.Unlock()
-	g.cancel(cause)
-	// The grant was handed out: its other leases keep their minimum hold.
-	// Not under the lease's lock; Close releases them itself once it has
-	// begun.
-	go g.rw.c.Go(func(context.Context) { releaseLeases(context.Background(), true, ls) })
 }
 
 // Key returns the read-write lock's key.
@@ -926,11 +879,7 @@ func (g *RWGrant) Lease() *fencelock.Lease {
 
 // Leases returns every lease the grant holds: the principal lease (see
 // Lease), then the upgrade record's for an upgradeable reader.
-func (g *RWGrant) Leases() []*fencelock.Lease {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]*fencelock.Lease(nil), g.leases...)
-}
+func (g *RWGrant) Leases() []*fencelock.Lease { return g.leaseList() }
 
 // Owner returns the owner string of the grant's principal lease.
 func (g *RWGrant) Owner() string { return g.Lease().Owner() }
@@ -947,36 +896,12 @@ func (g *RWGrant) Context() context.Context { return g.ctx }
 
 // Err returns nil while the grant is held and after Release, and a
 // *LostError (matching ErrLeaseLost) once one of its leases was lost.
-func (g *RWGrant) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
-}
+func (g *RWGrant) Err() error { return g.lostErr() }
 
 // Remaining returns how long the grant stays valid by the holder's own
 // clock if no further renewal succeeds: the least of its leases'. Zero
 // once it has ended.
-func (g *RWGrant) Remaining() time.Duration {
-	r := time.Duration(-1)
-	for _, l := range g.Leases() {
-		if lr := l.Remaining(); r < 0 || lr < r {
-			r = lr
-		}
-	}
-	return max(r, 0)
-}
-
-// notHeldErr returns the error of a call on a grant that has ended
-// (g.mu held).
-func (g *RWGrant) notHeldErr() error {
-	if g.state == lost {
-		return fmt.Errorf("%w: %w", fencelock.ErrNotHeld, g.err)
-	}
-	if errors.Is(context.Cause(g.ctx), fencelock.ErrClosed) {
-		return fencelock.ErrClosed
-	}
-	return fencelock.ErrNotHeld
-}
+func (g *RWGrant) Remaining() time.Duration { return g.remaining() }
 
 // Release ends the grant and releases every lease it holds. It returns
 // an error matching ErrNotHeld if the grant was already released or lost
@@ -984,19 +909,7 @@ func (g *RWGrant) notHeldErr() error {
 // one of its records; the errors of its leases' releases otherwise,
 // joined. If ctx has already ended, Release still asks the store, as
 // Lease.Release does.
-func (g *RWGrant) Release(ctx context.Context) error {
-	g.mu.Lock()
-	if g.state != held {
-		err := g.notHeldErr()
-		g.mu.Unlock()
-		return err
-	}
-	g.state = released
-	ls := g.leases
-	g.mu.Unlock()
-	g.cancel(fencelock.ErrReleased)
-	return releaseJoined(ctx, ls)
-}
+func (g *RWGrant) Release(ctx context.Context) error { return g.release(ctx) }
 
 // ErrNotUpgradeable is returned by RWGrant.Upgrade for a grant that was
 // not taken with UpgradeableRLock or TryUpgradeableRLock.
@@ -1075,18 +988,11 @@ func (g *RWGrant) upgrade(ctx context.Context, wait bool) (err error) {
 		return err
 	}
 	gate.RestartMinHold(rw.c.Options().Clock.Now())
-	g.mu.Lock()
-	if g.state != held {
-		err := g.notHeldErr()
-		g.mu.Unlock()
+	// The slot is no longer the grant's: its end does not end the grant.
+	if err := g.replaceLeases([]*fencelock.Lease{gate, up}, func() { g.write, g.token = true, gate.Token() }); err != nil {
 		releaseAll(ctx, gate)
 		return err
 	}
-	g.write, g.token, g.leases = true, gate.Token(), []*fencelock.Lease{gate, up}
-	g.mu.Unlock()
-	gate.OnEnd(g.partEnded)
-	// The slot is no longer the grant's: its end does not end the grant.
-	slot.OnEnd(func(error) {})
 	releaseAll(ctx, slot)
 	return nil
 }
