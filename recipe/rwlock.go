@@ -458,11 +458,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// readerPassTrips is how many of the store's round trips a reader needs,
-// at most, to pass the gate: its look at the intent, the gate, the List
-// of the slots, a few tries at a slot (another reader's slot its List
-// missed), the gate's release, and a few to spare.
-const readerPassTrips = 10
+// readerPassTrips is how many of the try's own round trips a reader may
+// take to pass the gate: its look at the intent, the gate, the List of
+// the slots, a few tries at a slot (another reader's slot its List
+// missed), the gate's release — and a margin, because the try measures
+// refused attempts, which commit nothing, while the reader's grants and
+// release each commit (a durable store syncs each to disk: on MariaDB a
+// reader took longer than ten of the try's round trips under load).
+const readerPassTrips = 50
 
 // stuckAfter is how long a reader may stay in the gate before a TryRLock
 // takes it for stuck: maxBackoff (Options.MaxBackoff), or the time a
