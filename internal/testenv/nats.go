@@ -51,7 +51,9 @@ func natsServer(name string, stock bool) *server {
 		}
 		return u.spawn("", nil, argv...)
 	}
-	s.ready = func(ctx context.Context, u *unit) error { return natsJetStreamReady(ctx, hostPort(u.port("NATS_PORT"))) }
+	s.ready = func(ctx context.Context, u *unit) error {
+		return natsJetStreamReady(ctx, hostPort(u.port("NATS_PORT")))
+	}
 	s.url = func(u *unit) string { return fmt.Sprintf("nats://127.0.0.1:%d", u.port("NATS_PORT")) }
 	s.version = func(ctx context.Context, u *unit) string { return natsVersion(ctx, hostPort(u.port("NATS_PORT"))) }
 	return s
