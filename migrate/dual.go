@@ -98,10 +98,15 @@ type sub struct {
 type handle struct {
 	Old sub `json:"o"`
 	New sub `json:"n"`
+	// Delayed records that the grant was acquired with a lock delay
+	// (AcquireRequest.LockDelay): when one side refuses a renewal, the
+	// other side's record is left to expire, so that its delay marker
+	// keeps the key quiet there too (see finish).
+	Delayed bool `json:"d,omitempty"`
 }
 
-func (d *Dual) encode(g driver.Grant, o, n driver.Grant) driver.Grant {
-	h, _ := json.Marshal(handle{Old: sub{o.Token, o.Handle}, New: sub{n.Token, n.Handle}})
+func (d *Dual) encode(g driver.Grant, o, n driver.Grant, delayed bool) driver.Grant {
+	h, _ := json.Marshal(handle{Old: sub{o.Token, o.Handle}, New: sub{n.Token, n.Handle}, Delayed: delayed})
 	g.Handle = string(h)
 	g.Token = max(o.Token, n.Token)
 	g.TTL = minTTL(o.TTL, n.TTL)
@@ -202,7 +207,7 @@ func (d *Dual) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.G
 		d.cleanup(req.Key, req.Owner, o, oldSide)
 		return driver.Grant{}, err
 	}
-	g := d.encode(driver.Grant{Key: req.Key, Owner: req.Owner}, o, n)
+	g := d.encode(driver.Grant{Key: req.Key, Owner: req.Owner}, o, n, req.LockDelay > 0)
 	if err := d.level(ctx, req.Key, o.Token, n.Token); err != nil {
 		d.cleanup(req.Key, req.Owner, n, newSide)
 		d.cleanup(req.Key, req.Owner, o, oldSide)
@@ -478,7 +483,7 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		d.raiseAboveRotation(ctx, g.Key, sent, got, errs)
 	}
 	d.settle(held, got, errs, err, req.TTL)
-	if errors.Is(err, driver.ErrNotHeld) && !d.releaseStarted(g.Key, g.Owner) && !d.movedOn(g, errs) {
+	if errors.Is(err, driver.ErrNotHeld) && !delayed(g) && !d.releaseStarted(g.Key, g.Owner) && !d.movedOn(g, errs) {
 		// The lease is over, and nobody will release what the other
 		// side just renewed: release it now, as Acquire does after a
 		// refusal, so that "not held" means gone from both sides (the
@@ -490,6 +495,12 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 		// the refusing side still has the owner's record under another
 		// token: a rotation the caller has not seen moved it, and the
 		// engine looks it up by owner and carries on with both sides.
+		// Nor if the lease asked for a lock delay (delayed): the lease
+		// ended without a release, and a release on the other side
+		// would end its record cleanly, freeing the key at once there
+		// for the clients that use only that side, while this holder's
+		// last writes may still be on their way; left to expire, the
+		// record's end starts its delay.
 		for i := range got {
 			if errs[i] == nil {
 				d.cleanup(g.Key, g.Owner, got[i], i)
@@ -499,7 +510,19 @@ func (d *Dual) finish(ctx context.Context, g driver.Grant, held, sent, got [2]dr
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return d.encode(g, got[0], got[1]), nil
+	return d.encode(g, got[0], got[1], delayed(g)), nil
+}
+
+// delayed reports whether g's handle says it was acquired with a lock
+// delay. A grant without a handle (built from Inspect by the engine) is
+// taken as delayed: its request is not known, and leaving a record to
+// its TTL costs only time, where releasing it could cut a delay short.
+func delayed(g driver.Grant) bool {
+	if g.Handle == "" {
+		return true
+	}
+	var h handle
+	return json.Unmarshal([]byte(g.Handle), &h) != nil || h.Delayed
 }
 
 // raiseAboveRotation raises, best effort, the floor of a side that failed
