@@ -365,21 +365,7 @@ func multiCell(be *backendEnv, prof profile) cellSpec {
 				if err != nil {
 					return 2*i + 1, err
 				}
-				mark := c.log.mark()
-				if err := c.round(h.proc, "group holder kill -9", func() error {
-					if err := c.kill(h.proc); err != nil {
-						return err
-					}
-					_, err := c.startProc()
-					return err
-				}); err != nil {
-					return 2*i + 2, err
-				}
-				// Keep P5's bound for the killed holder's keys inside the run.
-				_, _ = c.awaitEvent(ctx, ttl+time.Second+2*be.slack, mark, "the killed holder's key taken again", func(e history.Event) bool {
-					return e.Kind == history.Acquired && e.Key == h.key
-				})
-				if err := between(ctx, i, prof.rounds, ttl+be.slack); err != nil {
+				if err := c.killAndAwaitRetake(ctx, h, "group holder kill -9", "the killed holder's key taken again", i, prof.rounds); err != nil {
 					return 2*i + 2, err
 				}
 			}
@@ -429,6 +415,30 @@ func multiAfter(c *cell, res check.Result) error {
 	return nil
 }
 
+// killAndAwaitRetake is the kill half of a profile round of the multi-key
+// and upgrade cells: h's process killed (SIGKILL, a marked round named
+// what) and a new contender started in its place; then a bounded wait for
+// h's key to be granted again (retaken names it), which keeps P5's bound
+// for the killed holder's key inside the run; then the gap between
+// profile rounds i and i+1 of n.
+func (c *cell) killAndAwaitRetake(ctx context.Context, h holding, what, retaken string, i, n int) error {
+	mark := c.log.mark()
+	if err := c.round(h.proc, what, func() error {
+		if err := c.kill(h.proc); err != nil {
+			return err
+		}
+		_, err := c.startProc()
+		return err
+	}); err != nil {
+		return err
+	}
+	ttl, slack := c.be.ttl, c.be.slack
+	_, _ = c.awaitEvent(ctx, ttl+time.Second+2*slack, mark, retaken, func(e history.Event) bool {
+		return e.Kind == history.Acquired && e.Key == h.key
+	})
+	return between(ctx, i, n, ttl+slack)
+}
+
 // upgraded reports whether a lease id is an upgraded write grant's (an
 // upgradeable read's round id with "u" appended: contender prims.go).
 func upgraded(lease string) bool { return strings.HasSuffix(lease, "u") }
@@ -454,20 +464,7 @@ func upgradeCell(be *backendEnv, prof profile) cellSpec {
 				if h, err = c.awaitUpgraded(ctx, 10*ttl); err != nil {
 					return 2*i + 1, err
 				}
-				mark := c.log.mark()
-				if err := c.round(h.proc, "upgraded grant holder kill -9", func() error {
-					if err := c.kill(h.proc); err != nil {
-						return err
-					}
-					_, err := c.startProc()
-					return err
-				}); err != nil {
-					return 2*i + 2, err
-				}
-				_, _ = c.awaitEvent(ctx, ttl+time.Second+2*be.slack, mark, "the killed writer's gate taken again", func(e history.Event) bool {
-					return e.Kind == history.Acquired && e.Key == h.key
-				})
-				if err := between(ctx, i, prof.rounds, ttl+be.slack); err != nil {
+				if err := c.killAndAwaitRetake(ctx, h, "upgraded grant holder kill -9", "the killed writer's gate taken again", i, prof.rounds); err != nil {
 					return 2*i + 2, err
 				}
 			}
