@@ -218,6 +218,9 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 		}
 	}
 	v, err := op(ctx)
+	if err != nil && ctx.Err() == nil && !answered(err) {
+		w.rec.storeFailed(owners)
+	}
 	switch fate {
 	case loseReply:
 		w.rec.fault(w.client, name, "lose", owners, rotate)
@@ -240,6 +243,18 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 		return zero, errCrashed
 	}
 	return v, err
+}
+
+// answered reports whether err is an answer from the store that says
+// what the call did (nothing): a refusal, a bad request, an unsupported
+// one, or a closed client.
+func answered(err error) bool {
+	for _, e := range []error{driver.ErrNotAcquired, driver.ErrNotHeld, driver.ErrInvalidKey, driver.ErrInvalidOption, driver.ErrUnsupported, driver.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // debug, from FENCELOCK_GEN_DEBUG, adds every engine event and every

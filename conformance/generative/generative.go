@@ -1157,7 +1157,9 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 // a permits mismatch) leave nothing: the minimum hold belongs to a grant
 // handed to the caller alone. Checked where nothing else can explain a
 // record: the client's driver injects no faults, it has not begun to
-// close, and the store has not stalled.
+// close, and the store has not stalled; and a record whose owner had a
+// call fail in the store (the store itself slow or down, which the
+// clean-up then met too: recorder.storeFailed) is excused.
 func (r *runner) onlyGrantHeld(ctx context.Context, i int, kind stepKind, label string, l *fencelock.Lease, err error) {
 	var ls []*fencelock.Lease
 	if l != nil {
@@ -1178,6 +1180,10 @@ func (r *runner) onlyGrantsHeld(ctx context.Context, i int, kind stepKind, label
 	}
 	for _, info := range infos {
 		if info.Label() != label || slices.ContainsFunc(ls, func(l *fencelock.Lease) bool { return info.Key == l.Key() && info.Owner == l.Owner() }) {
+			continue
+		}
+		if r.rec.failedInStore(info.Owner) {
+			r.rec.note("client %d's %s left %q (owner %s) after the store failed a call for it", i, kind, info.Key, info.Owner)
 			continue
 		}
 		outcome := "returned " + strconvQuote(err)

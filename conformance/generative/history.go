@@ -128,6 +128,9 @@ type recorder struct {
 	crashed map[int]bool                 // the clients that crashed (rather than closed)
 	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
 	sent    map[string]int64             // seq when the last acquire attempt was sent, per owner
+	// unanswered are the owners a store call failed for without an
+	// answer (see storeFailed).
+	unanswered map[string]bool
 }
 
 func newRecorder() *recorder {
@@ -344,6 +347,30 @@ func (r *recorder) fault(client int, op, kind string, owners []string, rotate bo
 	r.mu.Lock()
 	r.faults = append(r.faults, faultRec{seq: s, client: client, op: op, kind: kind, owners: owners, rotate: rotate})
 	r.mu.Unlock()
+}
+
+// storeFailed records that a call for owners failed in the store or on
+// the way to it, with no answer that says what it did (not a refusal, not
+// an injected fault, not its caller giving up): the store was slow or
+// down, which no program asked for. A record of those owners may be left
+// behind by it, until its TTL: the engine's clean-up failed the same way.
+func (r *recorder) storeFailed(owners []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unanswered == nil {
+		r.unanswered = make(map[string]bool)
+	}
+	for _, o := range owners {
+		r.unanswered[o] = true
+	}
+}
+
+// failedInStore reports whether a call for owner failed as storeFailed
+// records.
+func (r *recorder) failedInStore(owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unanswered[owner]
 }
 
 // attempt records that an acquire attempt for owner is being sent to the
