@@ -58,9 +58,9 @@ func Outcome(c report.Cell, lib Lib) string {
 	var parts []string
 	if slices.Contains(failed, "P1") {
 		if lib.Tokens {
-			parts = append(parts, fmt.Sprintf("**UNSAFE**: %d stale writes accepted", st.StaleAccepted))
+			parts = append(parts, fmt.Sprintf("**UNSAFE**: stale writes accepted: %d", st.StaleAccepted))
 		} else {
-			parts = append(parts, fmt.Sprintf("**UNSAFE**: %d overlapping writes", st.StaleAccepted))
+			parts = append(parts, fmt.Sprintf("**UNSAFE**: overlapping writes: %d", st.StaleAccepted))
 		}
 	}
 	if slices.Contains(failed, "P3") {
@@ -88,9 +88,9 @@ func Outcome(c report.Cell, lib Lib) string {
 	case st.StaleAttempted == 0:
 		return "safe"
 	case lib.Tokens:
-		return fmt.Sprintf("safe-with-fencing (%d stale refused)", st.StaleAttempted-st.StaleAccepted-st.StaleAcceptedEarly)
+		return fmt.Sprintf("safe-with-fencing (stale writes refused: %d)", st.StaleAttempted-st.StaleAccepted-st.StaleAcceptedEarly)
 	default:
-		return fmt.Sprintf("safe (%d late writes, none after the next holder's)", st.StaleAttempted)
+		return fmt.Sprintf("safe (late writes: %d, none after the next holder's)", st.StaleAttempted)
 	}
 }
 
