@@ -15,6 +15,7 @@ var generatedResults = []string{
 	"docs/performance.md",
 	"docs/safety.md",
 	"docs/safety-soak.md",
+	"docs/safety-peers.md",
 	"docs/safety-soak/",
 }
 

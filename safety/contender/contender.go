@@ -152,6 +152,10 @@ type Config struct {
 	// lease ended without a release is not granted again until LockDelay
 	// after that end. Default 0.
 	LockDelay time.Duration `json:"lock_delay,omitempty"`
+	// Peer, if set, names a lock library other than fencelock that the
+	// contender runs instead (suite.Peer): the binary's own hook, before
+	// suite.MainIfContender, runs it. Main refuses such a Config.
+	Peer string `json:"peer,omitempty"`
 }
 
 func (c *Config) resolve() error {
@@ -166,6 +170,8 @@ func (c *Config) resolve() error {
 		return errors.New("contender: Config.TTL is not positive")
 	case c.Fence == "":
 		return errors.New("contender: Config.Fence is empty")
+	case c.Peer != "":
+		return fmt.Errorf("contender: Config.Peer %q: this binary runs fencelock's contender only (a peer library's runs in a binary that links it, such as safety/peers)", c.Peer)
 	case !c.Mutant.valid():
 		return fmt.Errorf("contender: unknown mutant %q", c.Mutant)
 	case c.Permits < 0 || c.Permits > recipe.MaxPermits:

@@ -176,6 +176,9 @@ type backendEnv struct {
 	exe string
 	// rules are the expectations of this backend's cells.
 	rules report.Table
+	// peer, if set, is the lock library measured instead of fencelock
+	// (Backend.Peer).
+	peer *Peer
 }
 
 // ---------------------------------------------------------------- redis
@@ -426,6 +429,9 @@ func runCell(ctx context.Context, be *backendEnv, spec cellSpec, seed int64, log
 		return report.Cell{}, h, err
 	}
 	res := check.Check(h, c.checkCf)
+	if be.peer != nil && !be.peer.Tokens {
+		res = withoutTokens(res)
+	}
 	var afterErr error
 	if spec.after != nil {
 		afterErr = spec.after(c, res) // may refine c.spec.setup
@@ -520,6 +526,9 @@ func (c *cell) startProc() (*proc.Proc, error) {
 		RW:          c.spec.rw,
 		Upgrade:     c.spec.upgrade,
 		Multi:       c.spec.multi,
+	}
+	if c.be.peer != nil {
+		cfg.Peer = c.be.peer.Lib
 	}
 	if c.spec.tailor != nil {
 		c.spec.tailor(n, &cfg)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
@@ -385,7 +387,40 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		left = append(left, notRun{fLockDelay, why})
 	}
 	specs = append(specs, mutantCells(be)...)
+	if be.peer != nil {
+		return peerCells(be, specs, left)
+	}
 	return specs, left
+}
+
+// peerCells keeps, of a backend's cells, those a Peer runs (PeerFaults),
+// with the fenced resource fencing only when the library has tokens.
+func peerCells(be *backendEnv, specs []cellSpec, left []notRun) ([]cellSpec, []notRun) {
+	var kept []cellSpec
+	for _, s := range specs {
+		if slices.Contains(PeerFaults, s.fault) {
+			s.fencing = be.peer.Tokens
+			if !s.fencing {
+				s.setup = strings.TrimPrefix(s.setup+"; ", "; ") + "no fencing token: the resource accepts every write"
+			}
+			kept = append(kept, s)
+		}
+	}
+	var why []notRun
+	for _, l := range left {
+		if slices.Contains(PeerFaults, l.fault) {
+			why = append(why, l)
+		}
+	}
+	return kept, why
+}
+
+// withoutTokens drops P2 (tokens unique and increasing) from the result
+// of a Peer without fencing tokens: every write carries token 0, so
+// there is nothing to judge.
+func withoutTokens(r check.Result) check.Result {
+	r.Properties = slices.DeleteFunc(slices.Clone(r.Properties), func(p check.Property) bool { return p.ID == "P2" })
+	return r
 }
 
 // proxied are the faults injected through a contender's faultproxy.

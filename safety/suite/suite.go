@@ -232,7 +232,34 @@ type Backend struct {
 	// Control, if set, lets the suite kill, restart, pause or fail over
 	// the server.
 	Control *Control
+	// Peer, if set, measures another lock library on this store instead
+	// of fencelock (see Peer): the URL is not opened with fencelock.
+	Peer *Peer
 }
+
+// Peer is a lock library other than fencelock, measured by the same
+// cells (PeerFaults) for the report's comparison. Its contenders run
+// the program of the binary's own hook, which must come before
+// MainIfContender in its main or TestMain: it reads the
+// contender.Config (whose Peer is Lib) from the environment and speaks
+// the contender protocol (the events of package history; the commands
+// OpPauseBeforeWrite and OpStop) with the library's own API.
+// safety/peers is such a binary.
+type Peer struct {
+	// Lib names the library in contender.Config.Peer. Required.
+	Lib string
+	// Tokens says the library hands out a fencing token that the
+	// contenders pass to the fenced resource. Without one the resource
+	// runs with fencing off (every write accepted, each logged with the
+	// decision fencing would have made), so P1 counts the writes of an
+	// older holder accepted after a newer holder had written:
+	// overlapping writes at an unfenced resource. P2 is then not judged.
+	Tokens bool
+}
+
+// PeerFaults are the cells a Peer backend runs (those of them its
+// Control allows): the faults that need nothing of fencelock's engine.
+var PeerFaults = []string{FaultBaseline, FaultHolderPause, FaultHolderKill, FaultServerKill, FaultServerPause, FaultFailover}
 
 // Config configures Run.
 type Config struct {
@@ -608,7 +635,7 @@ func scheme(rawURL string) string {
 // proxy can front it, its own description and the expectations.
 func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect report.Table) (*backendEnv, error) {
 	sch := scheme(b.URL)
-	be := &backendEnv{name: name, scheme: sch, url: b.URL, ttl: b.TTL, slack: b.Slack, control: b.Control, exe: exe, proxy: !b.NoProxy}
+	be := &backendEnv{name: name, scheme: sch, url: b.URL, ttl: b.TTL, slack: b.Slack, control: b.Control, exe: exe, proxy: !b.NoProxy, peer: b.Peer}
 	if be.ttl == 0 {
 		be.ttl = time.Second
 		if sch == "etcd" {
@@ -636,6 +663,15 @@ func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect rep
 		be.proxy, be.noProxy = false, "the URL does not name exactly one host:port"
 	case strings.Contains(sch, "sentinel"):
 		be.proxy, be.noProxy = false, "the URL names a Sentinel, not the store"
+	}
+	if b.Peer != nil {
+		if b.Peer.Lib == "" {
+			return nil, errors.New("Backend.Peer.Lib is empty")
+		}
+		// The peer's contenders open the store with their library.
+		be.proxy, be.noProxy = false, "a peer library's contenders connect to the store themselves"
+		be.rules = slices.Concat(expect, expectations)
+		return be, nil
 	}
 	if sch == "zk" {
 		// The lock lives as long as the session: make it the TTL.

@@ -1,0 +1,5 @@
+//go:build race
+
+package peers_test
+
+const raceEnabled = true
