@@ -6,7 +6,7 @@ import "strings"
 // identifiers filled in. Values always travel as parameters.
 type queries struct {
 	acquireFree, acquire, renew, renewBatch, release, forceRelease, inspect, list, sweep string
-	acquireBatch, releaseBatch                                                       string
+	acquireBatch, releaseBatch                                                           string
 }
 
 // remainingUS is the time a row has left, in microseconds, by the server's
