@@ -31,6 +31,7 @@ type Client struct {
 	batch   driver.BatchRenewer
 	loss    driver.LossNotifier
 	forcer  driver.ForceReleaser
+	co      coalescing // lanes of coalesced acquires and releases
 
 	ownerSuffix string // "/" + a random nonce + ".", after a lease's label
 	seq         atomic.Uint64
@@ -108,6 +109,7 @@ func newClient(ctx context.Context, b Backend, opts *Options) (*Client, error) {
 	c.batch, _ = b.(driver.BatchRenewer)
 	c.loss, _ = b.(driver.LossNotifier)
 	c.forcer, _ = b.(driver.ForceReleaser)
+	c.setUpCoalescing(b)
 	if d, ok := b.(driver.Describer); ok {
 		if n := d.Describe().Name; n != "" {
 			c.name = n
@@ -710,7 +712,7 @@ func (c *Client) attempt(ctx context.Context, k *call, req driver.AcquireRequest
 		return driver.Grant{}, err
 	}
 	rctx, cancel := c.requestCtx(k.ends.attempts, req.TTL, until)
-	g, err := c.b.Acquire(rctx, req)
+	g, err := c.acquireOnce(rctx, req)
 	err = cutShort(rctx, err)
 	cancel()
 	if err == nil && ctx.Err() != nil {
@@ -838,7 +840,7 @@ func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) 
 	if info.Owner != req.Owner {
 		return true
 	}
-	err = c.b.Release(ctx, driver.Grant{Key: req.Key, Owner: req.Owner, Token: info.Token})
+	err = c.releaseOnce(ctx, driver.Grant{Key: req.Key, Owner: req.Owner, Token: info.Token})
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		c.emit(Event{Kind: EventCleanupFailed, Key: req.Key, Owner: req.Owner, Err: c.wrap(ctx, "release", err)})
 		return errors.Is(err, ErrClosed)
@@ -851,7 +853,7 @@ func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) 
 func (c *Client) releaseGrant(g driver.Grant) {
 	ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
 	defer cancel()
-	if err := c.b.Release(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
+	if err := c.releaseOnce(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
 		c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
 	}
 }

@@ -2,3 +2,9 @@ package fencelock
 
 // SchedulerPokes reports how many wakes c has sent its scheduler.
 func SchedulerPokes(c *Client) uint64 { return c.pokes.Load() }
+
+// CoalesceStats reports the batches of two or more that c sent: acquire
+// batches and their members, release batches and their members.
+func CoalesceStats(c *Client) (acqBatches, acqMembers, relBatches, relMembers uint64) {
+	return c.coalesceStats()
+}

@@ -711,7 +711,7 @@ func mergeGrant(old, ng driver.Grant) driver.Grant {
 // releases the record if its owner is g's: owners are unique per lease, so
 // that record is g's own under a rotated token.
 func (c *Client) releaseStore(ctx context.Context, g driver.Grant, unsure bool) error {
-	err := c.b.Release(ctx, g)
+	err := c.releaseOnce(ctx, g)
 	if !unsure || !errors.Is(err, ErrNotHeld) {
 		return err
 	}
@@ -722,7 +722,7 @@ func (c *Client) releaseStore(ctx context.Context, g driver.Grant, unsure bool) 
 	if info.Owner != g.Owner {
 		return err
 	}
-	return c.b.Release(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token})
+	return c.releaseOnce(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token})
 }
 
 // retryRelease retries a failed release in the background, with capped

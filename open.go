@@ -27,7 +27,7 @@ var (
 //
 // open opens a backend from a URL whose scheme it was registered for. The
 // engine's own parameters (ttl, renew_interval, margin, rotate_every,
-// owner, lock_delay, require) have already been removed from u's query;
+// owner, lock_delay, require, coalesce) have already been removed from u's query;
 // open must reject any parameter it does not know (driver.Params does
 // this), should report a URL it cannot use with an *InvalidOptionError
 // (driver.InvalidURL), and must not put credentials from u into error
@@ -131,6 +131,19 @@ func openBackend(ctx context.Context, rawURL string, check bool) (Backend, *Opti
 	}
 	o.Owner = q.Get("owner")
 	q.Del("owner")
+	if q.Has("coalesce") {
+		if err := onceOnly(q, "coalesce"); err != nil {
+			return nil, nil, err
+		}
+		switch v := q.Get("coalesce"); v {
+		case "on":
+		case "off":
+			o.NoCoalesce = true
+		default:
+			return nil, nil, &driver.InvalidOptionError{Option: "URL parameter \"coalesce\"", Value: strconv.Quote(v), Reason: "must be on or off"}
+		}
+		q.Del("coalesce")
+	}
 	if q.Has("require") {
 		if o.Require, err = driver.ParseGuarantees("URL parameter \"require\"", strings.Join(q["require"], ",")); err != nil {
 			return nil, nil, err
@@ -263,7 +276,8 @@ func engineParamGuess(err error, rest url.Values) error {
 // Open opens the backend named by rawURL's scheme ("mem://", "postgres://",
 // "redis://", "etcd://", "zk://", "mongodb://", or any registered scheme)
 // and returns a Client on it. Engine options may be given in the URL's
-// query (ttl, renew_interval, margin, rotate_every, owner, lock_delay); a non-zero field
+// query (ttl, renew_interval, margin, rotate_every, owner, lock_delay,
+// coalesce); a non-zero field
 // of opts wins over the URL. No credential from the URL appears in errors
 // (see driver.RedactURL). Guarantees named by the URL's require= and by
 // opts.Require are both required: Open measures them within ctx and, if
@@ -295,6 +309,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 			merged.LockDelay = o.LockDelay
 		}
 		merged.Require = mergeRequire(o.Require, merged.Require)
+		merged.NoCoalesce = merged.NoCoalesce || o.NoCoalesce
 		o = merged
 	}
 	c, err := newClient(ctx, b, &o)

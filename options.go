@@ -133,6 +133,16 @@ type Options struct {
 	// setting that would meet it. Default: nothing required. See
 	// docs/deploying.md.
 	Require []Guarantee
+
+	// NoCoalesce turns off the coalescing of concurrent acquire attempts
+	// and releases on different keys into one round trip (one statement,
+	// one pipeline) on a backend that can batch them (driver.BatchAcquirer,
+	// driver.BatchReleaser: PostgreSQL, Redis, memory). Coalescing adds no
+	// wait: a request that finds none in flight goes at once, alone; those
+	// that arrive while one is in flight go together when it returns, each
+	// with its own answer (docs/internals.md, "Coalescing"). Default false
+	// (coalescing on). URL parameter coalesce=off.
+	NoCoalesce bool
 }
 
 // Validate reports the first option that is out of range, as an

@@ -127,6 +127,7 @@ var cases = []testCase{
 	{"LockDelay", lockDelayRule, testLockDelay},
 	{"Options", "per-call options are honoured through the store: WithTTL, WithMinHold, WithMetadata and WithLabel (subtests, each with its own rule).", testOptions},
 	{"Election", electionRule, testElection},
+	{"Batching", batchRule, testBatch},
 }
 
 type suite struct {
@@ -253,10 +254,12 @@ func Capabilities(b driver.Backend) []Capability {
 	_, force := b.(driver.ForceReleaser)
 	_, desc := b.(driver.Describer)
 	_, floor := b.(driver.TokenFloorer)
+	_, bacq := b.(driver.BatchAcquirer)
+	_, brel := b.(driver.BatchReleaser)
 	return []Capability{
 		{"Waiter", waiter}, {"Watcher", watcher}, {"BatchRenewer", batch},
 		{"LossNotifier", loss}, {"ForceReleaser", force}, {"Describer", desc},
-		{"TokenFloorer", floor},
+		{"TokenFloorer", floor}, {"BatchAcquirer", bacq}, {"BatchReleaser", brel},
 	}
 }
 

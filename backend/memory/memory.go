@@ -167,6 +167,8 @@ var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.Watcher       = (*Backend)(nil)
 	_ driver.BatchRenewer  = (*Backend)(nil)
+	_ driver.BatchAcquirer = (*Backend)(nil)
+	_ driver.BatchReleaser = (*Backend)(nil)
 	_ driver.LossNotifier  = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Describer     = (*Backend)(nil)
@@ -206,7 +208,29 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.acquireLocked(req, time.Now())
+}
+
+// AcquireBatch implements driver.BatchAcquirer: every request in order,
+// under one lock of the store.
+func (b *Backend) AcquireBatch(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]driver.AcquireResult, len(reqs))
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := time.Now()
+	for i, req := range reqs {
+		if out[i].Err = driver.CheckAcquire(req); out[i].Err == nil {
+			out[i].Grant, out[i].Err = s.acquireLocked(req, now)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) acquireLocked(req driver.AcquireRequest, now time.Time) (driver.Grant, error) {
 	if r, ok := s.live(req.Key, now); ok {
 		if r.owner != req.Owner {
 			return driver.Grant{}, &driver.HeldError{Holder: s.info(req.Key, r, now)}
@@ -289,7 +313,28 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.live(g.Key, time.Now())
+	return s.releaseLocked(g, time.Now())
+}
+
+// ReleaseBatch implements driver.BatchReleaser: every grant in order,
+// under one lock of the store.
+func (b *Backend) ReleaseBatch(ctx context.Context, grants []driver.Grant) ([]error, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(grants))
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for i, g := range grants {
+		errs[i] = s.releaseLocked(g, now)
+	}
+	return errs, nil
+}
+
+func (s *Store) releaseLocked(g driver.Grant, now time.Time) error {
+	r, ok := s.live(g.Key, now)
 	if !ok || r.owner != g.Owner || r.token != g.Token {
 		return driver.ErrNotHeld
 	}

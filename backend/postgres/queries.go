@@ -6,6 +6,7 @@ import "strings"
 // identifiers filled in. Values always travel as parameters.
 type queries struct {
 	acquireFree, acquire, renew, renewBatch, release, forceRelease, inspect, list, sweep string
+	acquireBatch, releaseBatch                                                           string
 }
 
 // remainingUS is the time a row has left, in microseconds, by the server's
@@ -59,6 +60,10 @@ func delayLeft(r string) string {
 	return `CASE WHEN ` + r + `.owner <> $2 AND ` + r + `.expires_at <= now() AND ` + r + `.expires_at > ` + r + `.locked_at THEN ` +
 		rem(r+".expires_at + $5::bigint * interval '1 microsecond'") + ` ELSE 0 END`
 }
+
+// batchDelay is the lock delay (microseconds) of acquireBatch's request
+// for row l's key.
+const batchDelay = `(SELECT r.delay FROM r WHERE r.key = l.key)`
 
 func rem(col string) string { return strings.ReplaceAll(remainingUS, "%E", col) }
 
@@ -114,6 +119,32 @@ UNION ALL
 SELECT false, token, owner, ` + rem("expires_at") + `, contended OR expires_at <= now() OR EXISTS (SELECT 1 FROM m), ` + delayLeft("cur") + ` FROM cur
   WHERE NOT EXISTS (SELECT 1 FROM a)`,
 
+		// acquireBatch is acquireFree for many keys at once (distinct,
+		// in key order, so that two batches take their row locks in one
+		// order): the rows come from unnest'ed arrays, one statement and
+		// one commit for the batch. An upsert's DO UPDATE sees only the
+		// proposed row (EXCLUDED), which has no column for the lock
+		// delay: takeOver's free test reads each key's own from r. The
+		// RETURNING names each key's holder after the statement; Go
+		// compares it with the request's owner, and the delay column is
+		// the rest of the row's lock delay if it ended unreleased.
+		acquireBatch: `WITH r AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[]) AS r(key, owner, ttl, md, delay)
+)
+INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metadata, metadata_owner)
+  SELECT r.key, r.owner, nextval({S}), now(), now() + r.ttl * interval '1 microsecond', false, r.md, r.owner FROM r ORDER BY r.key
+  ON CONFLICT (key) DO UPDATE SET ` + strings.ReplaceAll(takeOver, "{FREE}", strings.ReplaceAll(free("l"), "$5::bigint", batchDelay)) + `
+  RETURNING l.key, l.owner, l.token, ` + rem("l.expires_at") + `,
+    CASE WHEN l.expires_at <= now() AND l.expires_at > l.locked_at THEN ` + rem("l.expires_at + "+batchDelay+" * interval '1 microsecond'") + ` ELSE 0 END`,
+
+		// releaseBatch is release for many grants at once; a grant
+		// missing from the result is not held.
+		releaseBatch: `UPDATE {T} AS l SET locked_at = least(l.locked_at, now()), expires_at = least(l.locked_at, now()),
+    metadata = NULL, metadata_owner = NULL
+  FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS g(key, owner, token) ORDER BY key) AS g
+  WHERE l.key = g.key AND l.owner = g.owner AND l.token = g.token AND l.expires_at > now()
+  RETURNING l.key, l.owner, g.token, CASE WHEN l.contended THEN pg_notify($4, l.key)::text END`,
+
 		// With $6 (SetMetadata) the same owner- and token-checked UPDATE
 		// replaces the metadata: no read-then-write for a takeover to
 		// slip between.
@@ -166,7 +197,7 @@ SELECT owner, token, ` + rem("expires_at") + `, pg_notify($2, key) FROM r`,
 
 		sweep: `DELETE FROM {T} WHERE expires_at < now() - $1::bigint * interval '1 microsecond'`,
 	}
-	for _, p := range []*string{&q.acquireFree, &q.acquire, &q.renew, &q.renewBatch, &q.release, &q.forceRelease, &q.inspect, &q.list, &q.sweep} {
+	for _, p := range []*string{&q.acquireBatch, &q.releaseBatch, &q.acquireFree, &q.acquire, &q.renew, &q.renewBatch, &q.release, &q.forceRelease, &q.inspect, &q.list, &q.sweep} {
 		*p = r.Replace(*p)
 	}
 	return q

@@ -232,6 +232,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, errors.Join(err, b.refuseGrant(ctx, g, 0, b.waitTimeout(ctx)))
 		}
 	}
+	g, err := acquireResult(req, granted, v, err)
+	if err == nil && b.waitReplicas > 0 && acked < b.waitReplicas {
+		return driver.Grant{}, b.refuseGrant(ctx, g, acked, b.waitFor)
+	}
+	return g, err
+}
+
+// acquireResult reads acquire.lua's reply to req (v, err): a grant, or
+// the refusal naming the holder or the rest of a lock delay.
+func acquireResult(req driver.AcquireRequest, granted time.Duration, v any, err error) (driver.Grant, error) {
 	if err != nil {
 		return driver.Grant{}, scriptError(req.Key, err)
 	}
@@ -241,11 +251,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		g := driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}
-		if b.waitReplicas > 0 && acked < b.waitReplicas {
-			return driver.Grant{}, b.refuseGrant(ctx, g, acked, b.waitFor)
-		}
-		return g, nil
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Token: tok, TTL: granted}, nil
 	case []any:
 		if len(v) == 2 && v[0] == "DELAY" {
 			left, ok := v[1].(int64)

@@ -84,6 +84,8 @@ type recorder struct {
 	stores bool
 
 	batch  driver.BatchRenewer
+	bacq   driver.BatchAcquirer
+	brel   driver.BatchReleaser
 	forcer driver.ForceReleaser
 	waiter driver.Waiter
 	watch  driver.Watcher
@@ -111,6 +113,8 @@ func newRecorder(inner driver.Backend, proxy *faultproxy.Proxy, mutant Mutant, t
 		zombies: make(map[string]bool),
 	}
 	r.batch, _ = inner.(driver.BatchRenewer)
+	r.bacq, _ = inner.(driver.BatchAcquirer)
+	r.brel, _ = inner.(driver.BatchReleaser)
 	r.forcer, _ = inner.(driver.ForceReleaser)
 	r.waiter, _ = inner.(driver.Waiter)
 	r.watch, _ = driver.Watches(inner)
@@ -125,7 +129,51 @@ type (
 	watchPart struct{ r *recorder }
 	waitPart  struct{ r *recorder }
 	lossPart  struct{ r *recorder }
+	batchPart struct{ r *recorder }
 )
+
+// AcquireBatch passes a batch of the engine's coalesced acquire attempts
+// through, with a BatchAcquire event for it. A reply drop a call asked
+// for (withDrop) applies to its single attempts only: a batch carries
+// other calls' attempts too.
+func (p batchPart) AcquireBatch(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	res, err := p.r.bacq.AcquireBatch(ctx, reqs)
+	p.r.emit(history.Event{Kind: history.BatchAcquire, N: len(reqs), Err: errString(err)})
+	if err != nil {
+		return res, err
+	}
+	for i := range res {
+		if res[i].Err == nil {
+			p.r.took(res[i].Grant)
+			res[i].Grant = p.r.granted(res[i].Grant)
+		}
+	}
+	return res, nil
+}
+
+// ReleaseBatch passes a batch of coalesced releases through, with a
+// BatchRelease event for it; under a mutant of Release, each grant goes
+// through the mutant's Release instead.
+func (p batchPart) ReleaseBatch(ctx context.Context, grants []driver.Grant) ([]error, error) {
+	r := p.r
+	if r.mutant == MutantRelease || r.mutant == MutantRenewAfterRelease {
+		errs := make([]error, len(grants))
+		for i, g := range grants {
+			errs[i] = r.Release(ctx, g)
+		}
+		return errs, nil
+	}
+	real := make([]driver.Grant, len(grants))
+	for i, g := range grants {
+		real[i] = r.unmutate(g)
+		if r.stores {
+			r.emit(history.Event{Kind: history.StoreReleased, Key: g.Key, Token: uint64(real[i].Token), Note: g.Owner})
+		}
+	}
+	errs, err := r.brel.ReleaseBatch(ctx, real)
+	r.emit(history.Event{Kind: history.BatchRelease, N: len(grants), Err: errString(err)})
+	return errs, err
+}
 
 func (p watchPart) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	ch, err := p.r.watch.Watch(ctx, key)
@@ -155,13 +203,22 @@ func (p lossPart) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 }
 
 // decorate returns r as a driver.Backend with the same optional
-// capabilities (Watcher, Waiter, LossNotifier) as r.inner. BatchRenewer,
-// ForceReleaser and Describer are always offered: every backend of the
-// suite has them, and without them the decorator falls back to one call
-// per grant, ErrUnsupported and a bare name.
+// capabilities (Watcher, Waiter, LossNotifier, and BatchAcquirer with
+// BatchReleaser) as r.inner. BatchRenewer, ForceReleaser and Describer
+// are always offered: every backend of the suite has them, and without
+// them the decorator falls back to one call per grant, ErrUnsupported
+// and a bare name.
 func (r *recorder) decorate() driver.Backend {
-	w, q, l := r.watch != nil, r.waiter != nil, r.loss != nil
+	w, q, l, b := r.watch != nil, r.waiter != nil, r.loss != nil, r.bacq != nil && r.brel != nil
 	switch {
+	case w && q && l && b:
+		return struct {
+			*recorder
+			watchPart
+			waitPart
+			lossPart
+			batchPart
+		}{r, watchPart{r}, waitPart{r}, lossPart{r}, batchPart{r}}
 	case w && q && l:
 		return struct {
 			*recorder
@@ -169,6 +226,27 @@ func (r *recorder) decorate() driver.Backend {
 			waitPart
 			lossPart
 		}{r, watchPart{r}, waitPart{r}, lossPart{r}}
+	case w && q && b:
+		return struct {
+			*recorder
+			watchPart
+			waitPart
+			batchPart
+		}{r, watchPart{r}, waitPart{r}, batchPart{r}}
+	case w && l && b:
+		return struct {
+			*recorder
+			watchPart
+			lossPart
+			batchPart
+		}{r, watchPart{r}, lossPart{r}, batchPart{r}}
+	case q && l && b:
+		return struct {
+			*recorder
+			waitPart
+			lossPart
+			batchPart
+		}{r, waitPart{r}, lossPart{r}, batchPart{r}}
 	case w && q:
 		return struct {
 			*recorder
@@ -181,12 +259,30 @@ func (r *recorder) decorate() driver.Backend {
 			watchPart
 			lossPart
 		}{r, watchPart{r}, lossPart{r}}
+	case w && b:
+		return struct {
+			*recorder
+			watchPart
+			batchPart
+		}{r, watchPart{r}, batchPart{r}}
 	case q && l:
 		return struct {
 			*recorder
 			waitPart
 			lossPart
 		}{r, waitPart{r}, lossPart{r}}
+	case q && b:
+		return struct {
+			*recorder
+			waitPart
+			batchPart
+		}{r, waitPart{r}, batchPart{r}}
+	case l && b:
+		return struct {
+			*recorder
+			lossPart
+			batchPart
+		}{r, lossPart{r}, batchPart{r}}
 	case w:
 		return struct {
 			*recorder
@@ -202,6 +298,11 @@ func (r *recorder) decorate() driver.Backend {
 			*recorder
 			lossPart
 		}{r, lossPart{r}}
+	case b:
+		return struct {
+			*recorder
+			batchPart
+		}{r, batchPart{r}}
 	}
 	return r
 }

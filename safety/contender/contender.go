@@ -27,7 +27,8 @@
 //
 // The backend decorator also reports how the engine used the backend's
 // optional capabilities: a BatchRenew event per batch of two or more
-// grants, a Wait event per blocking wait (driver.Waiter) or subscription
+// grants, a BatchAcquire or BatchRelease event per batch of two or more
+// coalesced acquire attempts or releases, a Wait event per blocking wait (driver.Waiter) or subscription
 // (driver.Watcher).
 //
 // The backends it can open are those linked into the binary (the

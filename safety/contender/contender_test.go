@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/backend/memory"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/safety/fence"
 	"github.com/fencelock/fencelock/safety/history"
 )
@@ -213,7 +214,11 @@ func TestContenderRotationBatchWait(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
+	batches := 0
 	for _, ev := range r.events() {
+		if ev.Kind == history.BatchAcquire || ev.Kind == history.BatchRelease {
+			batches++
+		}
 		if ev.Kind == history.BatchRenew && (ev.N < 2 || ev.Err != "") {
 			t.Errorf("bad batch: %+v", ev)
 		}
@@ -221,6 +226,7 @@ func TestContenderRotationBatchWait(t *testing.T) {
 			t.Errorf("bad wait: %+v (the memory backend is a Watcher)", ev)
 		}
 	}
+	t.Logf("%d coalesced acquire or release batches", batches)
 	// Per lease: the highest token the fence accepted so far.
 	high := map[string]uint64{}
 	rotated, probes := 0, 0
@@ -323,6 +329,17 @@ func TestDecorateKeepsCapabilities(t *testing.T) {
 	}
 	if _, ok := b.(driver.BatchRenewer); !ok {
 		t.Error("BatchRenewer missing")
+	}
+	if _, ok := b.(driver.BatchAcquirer); !ok {
+		t.Error("BatchAcquirer of the memory backend lost: the engine would not coalesce under the suite")
+	}
+	if _, ok := b.(driver.BatchReleaser); !ok {
+		t.Error("BatchReleaser of the memory backend lost")
+	}
+	plain := newRecorder(fakebackend.New(memory.New(), fakebackend.Plain).Backend(), nil, NoMutant, time.Second, noEmit).decorate()
+	defer plain.Close()
+	if _, ok := plain.(driver.BatchAcquirer); ok {
+		t.Error("BatchAcquirer offered over a backend without it")
 	}
 }
 

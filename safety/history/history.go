@@ -48,6 +48,12 @@ const (
 	// leases in one driver.BatchRenewer call (Err if the whole batch
 	// failed).
 	BatchRenew Kind = "batch_renew"
+	// BatchAcquire and BatchRelease: the engine sent N (two or more) of
+	// the contender's acquire attempts, or releases, in one
+	// driver.BatchAcquirer or driver.BatchReleaser call (Err if the whole
+	// batch failed).
+	BatchAcquire Kind = "batch_acquire"
+	BatchRelease Kind = "batch_release"
 	// Wait: the engine waited for Key through the backend: a blocking
 	// driver.Waiter call (Note "acquire_wait") or a driver.Watcher
 	// subscription (Note "watch").
