@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // maxBatch is the most grants one statement renews: a larger batch is
@@ -56,7 +57,7 @@ func (b *Backend) renewChunk(ctx context.Context, grants []driver.Grant, out []d
 	for _, g := range grants {
 		keys = append(keys, []byte(g.Key), []byte(g.Owner), uint64(g.Token))
 	}
-	if _, err := b.db.ExecContext(ctx, b.q.renewBatch(b.n.table, len(grants)), append([]any{micros(req.TTL)}, keys...)...); err != nil {
+	if _, err := b.db.ExecContext(ctx, b.q.renewBatch(b.n.table, len(grants)), append([]any{backendkit.Micros(req.TTL)}, keys...)...); err != nil {
 		return err
 	}
 	rows, err := b.db.QueryContext(ctx, b.q.heldBatch(b.n.table, len(grants)), keys...)

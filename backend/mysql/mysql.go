@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // DefaultMaxOpenConns returns the pool size that Open uses when the URL has
@@ -230,25 +231,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// orNil returns md, or nil (SQL NULL) when it is empty.
-func orNil(md []byte) []byte {
-	if len(md) == 0 {
-		return nil
-	}
-	return md
-}
-
-func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
-
-func remaining(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
 // errDuplicate is MySQL's ER_DUP_ENTRY.
 const errDuplicate = 1062
 
@@ -275,7 +257,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		owner      []byte
 		rem, delay int64
 	)
-	args := []any{[]byte(req.Key), []byte(req.Owner), micros(req.TTL), orNil(req.Metadata), micros(req.LockDelay)}
+	args := []any{[]byte(req.Key), []byte(req.Owner), backendkit.Micros(req.TTL), backendkit.OrNil(req.Metadata), backendkit.Micros(req.LockDelay)}
 	err := b.db.QueryRowContext(ctx, b.q.acquire, args...).Scan(&ok, &tok, &owner, &rem, &delay)
 	if isDuplicate(err) {
 		err = b.db.QueryRowContext(ctx, b.q.acquire, args...).Scan(&ok, &tok, &owner, &rem, &delay)
@@ -284,9 +266,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case err != nil:
 		return driver.Grant{}, err
 	case !ok && delay > 0:
-		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(tok)}, LockDelay: remaining(delay)}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(tok)}, LockDelay: backendkit.FromMicros(delay)}
 	case !ok:
-		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(owner), Token: driver.Token(tok), Remaining: remaining(rem)}}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: string(owner), Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem)}}
 	}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
 }
@@ -303,7 +285,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	if req.Rotate {
 		var tok uint64
-		err := b.db.QueryRowContext(ctx, b.q.rotate, []byte(g.Key), []byte(g.Owner), uint64(g.Token), micros(req.TTL), req.SetMetadata, orNil(req.Metadata)).Scan(&tok)
+		err := b.db.QueryRowContext(ctx, b.q.rotate, []byte(g.Key), []byte(g.Owner), uint64(g.Token), backendkit.Micros(req.TTL), req.SetMetadata, backendkit.OrNil(req.Metadata)).Scan(&tok)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -313,7 +295,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		g.Token = driver.Token(tok)
 		return g, nil
 	}
-	res, err := b.db.ExecContext(ctx, b.q.renew, micros(req.TTL), req.SetMetadata, orNil(req.Metadata), req.SetMetadata,
+	res, err := b.db.ExecContext(ctx, b.q.renew, backendkit.Micros(req.TTL), req.SetMetadata, backendkit.OrNil(req.Metadata), req.SetMetadata,
 		[]byte(g.Key), []byte(g.Owner), uint64(g.Token))
 	if err != nil {
 		return driver.Grant{}, err
@@ -394,7 +376,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return driver.Info{Key: key, Owner: string(owner), Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)}, nil
+	return driver.Info{Key: key, Owner: string(owner), Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem), Metadata: backendkit.OrNil(md)}, nil
 }
 
 // likePrefix is a LIKE pattern (escape character '!') for the keys that
@@ -427,7 +409,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		if err := rows.Scan(&key, &owner, &tok, &rem, &md); err != nil {
 			return nil, err
 		}
-		out = append(out, driver.Info{Key: string(key), Owner: string(owner), Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)})
+		out = append(out, driver.Info{Key: string(key), Owner: string(owner), Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem), Metadata: backendkit.OrNil(md)})
 	}
 	return out, rows.Err()
 }
@@ -449,7 +431,7 @@ func (b *Backend) Sweep(ctx context.Context, olderThan time.Duration) (int64, er
 	if olderThan < MinSweepAge {
 		return 0, &driver.InvalidOptionError{Option: "Sweep age", Value: olderThan.String(), Reason: "must be at least " + MinSweepAge.String()}
 	}
-	res, err := b.db.ExecContext(ctx, b.q.sweep, micros(olderThan))
+	res, err := b.db.ExecContext(ctx, b.q.sweep, backendkit.Micros(olderThan))
 	if err != nil {
 		return 0, err
 	}

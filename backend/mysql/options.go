@@ -4,11 +4,9 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
-	"fmt"
-	"strconv"
 	"strings"
 
-	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 )
 
 // DefaultTable is the lock table's name when Options.Table is empty.
@@ -62,35 +60,12 @@ func resolveNames(table string) (names, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	if err := checkIdent("Table", table); err != nil {
+	if err := backendkit.CheckIdent("Table", table, maxTable, "the derived names, Table + \"_acquire\", must fit in MySQL's 64"); err != nil {
 		return names{}, err
 	}
 	n := names{rawTable: table, rawTokens: table + "_tokens", rawAcquire: table + "_acquire", rawRotate: table + "_rotate"}
 	n.table, n.tokens, n.acquire, n.rotate = quote(n.rawTable), quote(n.rawTokens), quote(n.rawAcquire), quote(n.rawRotate)
 	return n, nil
-}
-
-// checkIdent accepts [A-Za-z_][A-Za-z0-9_]{0,47}.
-func checkIdent(opt, v string) error {
-	bad := func(reason string) error {
-		return &driver.InvalidOptionError{Option: opt, Value: strconv.Quote(v), Reason: reason}
-	}
-	if len(v) > maxTable {
-		return bad(fmt.Sprintf("%d bytes, longer than %d (the derived names, Table + \"_acquire\", must fit in MySQL's 64)", len(v), maxTable))
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-		case '0' <= c && c <= '9':
-			if i == 0 {
-				return bad("must not start with a digit")
-			}
-		default:
-			return bad("only letters, digits and underscores are allowed in identifiers")
-		}
-	}
-	return nil
 }
 
 func quote(ident string) string { return "`" + ident + "`" }

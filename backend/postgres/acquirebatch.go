@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -61,7 +62,7 @@ func (b *Backend) acquireBatchOnce(ctx context.Context, reqs []driver.AcquireReq
 	byKey := make(map[string]int, n)
 	for j, i := range idx {
 		r := reqs[i]
-		keys[j], owners[j], ttls[j], mds[j], delays[j] = r.Key, r.Owner, micros(r.TTL), orNil(r.Metadata), micros(r.LockDelay)
+		keys[j], owners[j], ttls[j], mds[j], delays[j] = r.Key, r.Owner, backendkit.Micros(r.TTL), backendkit.OrNil(r.Metadata), backendkit.Micros(r.LockDelay)
 		byKey[r.Key] = i
 	}
 	rows, err := b.pool.Query(ctx, b.q.acquireBatch, keys, owners, ttls, mds, delays)
@@ -86,10 +87,10 @@ func (b *Backend) acquireBatchOnce(ctx context.Context, reqs []driver.AcquireReq
 			out[i] = driver.AcquireResult{Grant: driver.Grant{Key: key, Owner: owner, Token: driver.Token(tok)}}
 		case delay > 0:
 			b.held.note(key, true)
-			out[i].Err = &driver.HeldError{Holder: driver.Info{Key: key, Token: driver.Token(tok)}, LockDelay: remaining(delay)}
+			out[i].Err = &driver.HeldError{Holder: driver.Info{Key: key, Token: driver.Token(tok)}, LockDelay: backendkit.FromMicros(delay)}
 		default:
 			b.held.note(key, true)
-			out[i].Err = &driver.HeldError{Holder: driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}}
+			out[i].Err = &driver.HeldError{Holder: driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem)}}
 		}
 		return nil
 	})

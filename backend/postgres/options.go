@@ -2,11 +2,11 @@ package postgres
 
 import (
 	_ "embed"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -110,12 +110,12 @@ func resolveNames(schema, table, seq, channel string) (names, error) {
 		channel = table
 	}
 	if schema != "" {
-		if err := checkIdent("Schema", schema); err != nil {
+		if err := backendkit.CheckIdent("Schema", schema, maxIdent, "PostgreSQL's identifier limit"); err != nil {
 			return names{}, err
 		}
 	}
 	for _, c := range []struct{ opt, v string }{{"Table", table}, {"Sequence", seq}, {"Channel", channel}} {
-		if err := checkIdent(c.opt, c.v); err != nil {
+		if err := backendkit.CheckIdent(c.opt, c.v, maxIdent, "PostgreSQL's identifier limit"); err != nil {
 			return names{}, err
 		}
 	}
@@ -127,32 +127,6 @@ func resolveNames(schema, table, seq, channel string) (names, error) {
 	}
 	n.seqLit = "'" + n.seq + "'"
 	return n, nil
-}
-
-// checkIdent accepts [A-Za-z_][A-Za-z0-9_]{0,62}.
-func checkIdent(opt, v string) error {
-	bad := func(reason string) error {
-		return &driver.InvalidOptionError{Option: opt, Value: strconv.Quote(v), Reason: reason}
-	}
-	if v == "" {
-		return bad("empty")
-	}
-	if len(v) > maxIdent {
-		return bad(fmt.Sprintf("%d bytes, longer than PostgreSQL's limit of %d", len(v), maxIdent))
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-		case '0' <= c && c <= '9':
-			if i == 0 {
-				return bad("must not start with a digit")
-			}
-		default:
-			return bad("only letters, digits and underscores are allowed in identifiers")
-		}
-	}
-	return nil
 }
 
 // quote double-quotes an identifier that checkIdent accepted.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/backendkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
@@ -387,26 +388,6 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// orNil returns md, or nil (SQL NULL) when it is empty: nil and empty
-// metadata are alike.
-func orNil(md []byte) []byte {
-	if len(md) == 0 {
-		return nil
-	}
-	return md
-}
-
-func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
-
-func remaining(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
 // Acquire implements driver.Backend with an upsert that takes a free
 // (expired or released) row or re-grants the same owner, and otherwise
 // reports the holder, in one statement: acquireFree, unless this Backend's
@@ -426,7 +407,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		owner      string
 		rem, delay int64
 	)
-	args := []any{req.Key, req.Owner, micros(req.TTL), orNil(req.Metadata), micros(req.LockDelay)}
+	args := []any{req.Key, req.Owner, backendkit.Micros(req.TTL), backendkit.OrNil(req.Metadata), backendkit.Micros(req.LockDelay)}
 	q := b.q.acquireFree
 	if b.held.has(req.Key) {
 		q = b.q.acquire
@@ -449,10 +430,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case !ok && delay > 0:
 		// Ended without a release, less than the lock delay ago.
 		b.held.note(req.Key, true)
-		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(tok)}, LockDelay: remaining(delay)}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Token: driver.Token(tok)}, LockDelay: backendkit.FromMicros(delay)}
 	case !ok:
 		b.held.note(req.Key, true)
-		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}}
+		return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: req.Key, Owner: owner, Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem)}}
 	}
 	b.held.note(req.Key, false)
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Token: driver.Token(tok)}, nil
@@ -470,7 +451,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	var tok int64
 	cur := b.rot.current(g)
-	err := b.renewPool.QueryRow(ctx, b.q.renew, cur.Key, cur.Owner, int64(cur.Token), micros(req.TTL), req.Rotate, req.SetMetadata, orNil(req.Metadata)).Scan(&tok)
+	err := b.renewPool.QueryRow(ctx, b.q.renew, cur.Key, cur.Owner, int64(cur.Token), backendkit.Micros(req.TTL), req.Rotate, req.SetMetadata, backendkit.OrNil(req.Metadata)).Scan(&tok)
 	if errors.Is(err, pgx.ErrNoRows) {
 		b.rot.forget(g)
 		return driver.Grant{}, driver.ErrNotHeld
@@ -494,7 +475,7 @@ func (b *Backend) renewBatchOnce(ctx context.Context, grants []driver.Grant, req
 		g = b.rot.current(g)
 		keys[i], owners[i], tokens[i] = g.Key, g.Owner, int64(g.Token)
 	}
-	rows, err := b.renewPool.Query(ctx, b.q.renewBatch, keys, owners, tokens, micros(req.TTL), req.Rotate)
+	rows, err := b.renewPool.Query(ctx, b.q.renewBatch, keys, owners, tokens, backendkit.Micros(req.TTL), req.Rotate)
 	if err != nil {
 		return nil, err
 	}
@@ -562,7 +543,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem)}, nil
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem)}, nil
 }
 
 // Inspect implements driver.Backend. Remaining is computed by the server.
@@ -586,7 +567,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)}, nil
+	return driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem), Metadata: backendkit.OrNil(md)}, nil
 }
 
 // List implements driver.Backend. Keys come back in byte order.
@@ -608,7 +589,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		md         []byte
 	)
 	_, err = pgx.ForEachRow(rows, []any{&key, &owner, &tok, &rem, &md}, func() error {
-		out = append(out, driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: remaining(rem), Metadata: orNil(md)})
+		out = append(out, driver.Info{Key: key, Owner: owner, Token: driver.Token(tok), Remaining: backendkit.FromMicros(rem), Metadata: backendkit.OrNil(md)})
 		return nil
 	})
 	if err != nil {
@@ -637,7 +618,7 @@ func (b *Backend) Sweep(ctx context.Context, olderThan time.Duration) (int64, er
 	if olderThan < MinSweepAge {
 		return 0, &driver.InvalidOptionError{Option: "Sweep age", Value: olderThan.String(), Reason: "must be at least " + MinSweepAge.String()}
 	}
-	tag, err := b.pool.Exec(ctx, b.q.sweep, micros(olderThan))
+	tag, err := b.pool.Exec(ctx, b.q.sweep, backendkit.Micros(olderThan))
 	if err != nil {
 		return 0, err
 	}
