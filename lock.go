@@ -17,8 +17,8 @@ type Info = driver.Info
 
 // Backend is the interface a lock store's adapter implements. Its contract
 // is documented in package driver, together with the optional capabilities
-// the engine discovers (Waiter, Watcher, BatchRenewer, LossNotifier,
-// ForceReleaser, Describer).
+// the engine discovers (Waiter, Watcher, BatchRenewer, BatchAcquirer,
+// BatchReleaser, LossNotifier, ForceReleaser, Describer).
 type Backend = driver.Backend
 
 // Errors shared with backends; test for them with errors.Is.

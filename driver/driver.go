@@ -43,6 +43,18 @@
 // statement on the server and wait for the cancellation), so that this one
 // look finds the truth.
 //
+// # Optional capabilities
+//
+// Beyond Backend, the engine discovers what a backend can do by type
+// assertion: Waiter (a blocking acquire in the store's queue), Watcher and
+// WatchProber (a wake-up when a key frees), BatchRenewer (every due
+// renewal in one round trip), BatchAcquirer and BatchReleaser (concurrent
+// acquire attempts and releases of one Client in one round trip, each
+// request with its own answer: see batch.go), LossNotifier (a loss pushed
+// by the store), ForceReleaser, TokenFloorer, Describer and Guarantor.
+// None is required; the conformance suite runs the cases of each one a
+// backend has.
+//
 // # Validation
 //
 // The backend owns input validation, with this package's functions: the
@@ -53,7 +65,9 @@
 // for every caller; the conformance suite calls backends directly to check
 // it.
 //
-//   - Acquire and AcquireWait: CheckAcquire (key, owner, TTL, metadata size).
+//   - Acquire, AcquireWait and each request of AcquireBatch: CheckAcquire
+//     (key, owner, TTL, metadata size); a bad request of a batch is that
+//     request's error alone (BatchAcquirer).
 //   - Renew and RenewBatch: CheckRenew (the TTL, the metadata size). A grant (also Release's)
 //     is the backend's own output, not new input: one it cannot have
 //     issued (a bad key, an empty owner, a zero token) changes nothing and
