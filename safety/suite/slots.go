@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock/safety/history"
+	"github.com/fencelock/fencelock/safety/report"
 )
 
 // FaultSlotMigration: the keys a cell's contenders lock and wait on are
@@ -15,6 +16,23 @@ import (
 // (Control.MigrateKeys). Clients meet the migration's redirections (ASK,
 // MOVED, TRYAGAIN). It runs when named in Config.Faults.
 const FaultSlotMigration = "slot-migration"
+
+// redisClusterExpectation: a Redis Cluster master replicates to its
+// replicas asynchronously, as a Sentinel primary does ("redisha").
+var redisClusterExpectation = report.Table{
+	{Backend: "rediscluster", Fault: "primary-kill-failover", Expectation: report.Expectation{
+		Unsafe:     true,
+		Properties: []string{"P1", "P2", "P3", "P4"},
+		Why: "A Redis Cluster master replicates to its replicas asynchronously. A lock record or token increment the " +
+			"master acknowledged just before it died may be missing on the replica the Cluster promotes: a second " +
+			"contender acquires a lock whose holder still believes it holds it, and a token can be issued again. " +
+			"Whether a run shows it depends on the timing of the kill.",
+		Fix: "Set wait_replicas to the number of replicas of every master (the rediscluster-acked row): a grant or " +
+			"renewal counts only once they acknowledged it; or use a single durable Redis primary, or a consensus store.",
+	}},
+}
+
+func init() { expectations = append(expectations, redisClusterExpectation...) }
 
 // slotMigrationCell: in each round, once a contender holds a key, every
 // key of the cell is moved to another node, the held one first.
