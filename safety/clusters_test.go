@@ -27,6 +27,8 @@ var clusterDefs = []backendDef{
 	{postgresHA, "FENCELOCK_TEST_POSTGRESHA", time.Second, 300 * time.Millisecond},
 	{postgresHASync, "FENCELOCK_TEST_POSTGRESHA_SYNC", time.Second, 300 * time.Millisecond},
 	{cluster.NATS3, "FENCELOCK_TEST_NATS3", 2 * time.Second, 700 * time.Millisecond},
+	{cluster.RedisCluster, "FENCELOCK_TEST_REDISCLUSTER", time.Second, 300 * time.Millisecond},
+	{redisClusterAcked, "FENCELOCK_TEST_REDISCLUSTER", time.Second, 300 * time.Millisecond},
 }
 
 // Rows of clusterDefs beyond package cluster's names.
@@ -41,10 +43,15 @@ const (
 	postgresHASync = "postgresha-sync"
 )
 
+// redisClusterAcked is rediscluster with wait_replicas=1: a grant or
+// renewal counts only once the master's replica acknowledged it.
+const redisClusterAcked = "rediscluster-acked"
+
 // clusterVariants are rows that run on another row's cluster, with URL
 // parameters of their own: the cluster's testenv name and the parameters.
 var clusterVariants = map[string]struct{ server, params string }{
-	redisHAAcked: {cluster.RedisHA, "wait_replicas=1&wait_timeout=250ms"},
+	redisHAAcked:      {cluster.RedisHA, "wait_replicas=1&wait_timeout=250ms"},
+	redisClusterAcked: {cluster.RedisCluster, "wait_replicas=1&wait_timeout=250ms"},
 }
 
 // serverOf is the testenv cluster a row runs on.
@@ -169,6 +176,8 @@ func clusterControl(ct *cluster.Testenv, name string) *suite.Control {
 		fault, setup = fFailover, "primary + replica + Sentinel, grants and renewals acknowledged by the replica (wait_replicas=1, WAIT); the primary killed (kill -9), the replica promoted, the old primary started again as a replica (the fault ends once it is linked: until then no grant is acknowledged)"
 	case postgresHA, postgresHASync:
 		return postgresFailover(ct, row)
+	case cluster.RedisCluster, redisClusterAcked:
+		return redisClusterControl(ct, row)
 	case cluster.NATS3:
 		setup = "3 NATS servers, an R3 bucket; the leader of the bucket's stream killed (kill -9), a new one elected (NATS waits 4-9 s for one), the old one started again (once its /healthz is ok: caught up)"
 	}
@@ -283,6 +292,9 @@ func clusterFaults(name string) []string {
 	faults := []string{suite.FaultFailover}
 	if name == cluster.Etcd3 || name == cluster.ZooKeeper3 || name == cluster.NATS3 {
 		faults = append(faults, suite.GroupMembers)
+	}
+	if serverOf(name) == cluster.RedisCluster {
+		faults = append(faults, suite.FaultSlotMigration)
 	}
 	return faults
 }

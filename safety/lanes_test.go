@@ -23,6 +23,7 @@ var lanes = [][]string{
 	{"redis", "etcd", cluster.RedisHA, redisHAAcked}, // both redisha rows on one cluster
 	{"zookeeper", "mongo", cluster.ZooKeeper3, postgresHA},
 	{"mysql", "nats", postgresHASync, cluster.NATS3},
+	{cluster.RedisCluster, redisClusterAcked}, // both rediscluster rows on one cluster
 }
 
 // tail are the backends that run after every lane has ended, one after

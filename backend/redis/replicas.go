@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -98,19 +100,52 @@ func (b *Backend) pipeliner(ctx context.Context, key string) (goredis.Cmdable, e
 	return b.c, nil
 }
 
+// maxAckedRedirects bounds the MOVED and ASK redirections one
+// replica-acknowledged call follows (go-redis's own default for a
+// ClusterClient's commands is 3).
+const maxAckedRedirects = 3
+
 // runAcked runs one call of s on the connection to keys[0]'s primary
 // followed by WAIT WaitReplicas on that connection, in one pipeline, and
 // returns the script's reply and the number of replicas that
 // acknowledged it (and everything the connection wrote before). NOSCRIPT
-// is answered by sending the pair again with EVAL.
+// is answered by sending the pair again with EVAL. On a Cluster the
+// pipeline goes to one node's own client, which does not follow
+// redirections: a MOVED (the slot has moved, or a replica took over) or
+// an ASK (the slot is being migrated and the key is already on the
+// target) is followed here, at most maxAckedRedirects times, the pair
+// sent again to the node the reply names (after ASKING for an ASK).
+// TRYAGAIN and CLUSTERDOWN (the script did not run) are returned as
+// they are; the engine tries again within the call's bounds.
 func (b *Backend) runAcked(ctx context.Context, s script, keys []string, args ...any) (any, int, error) {
 	c, err := b.pipeliner(ctx, keys[0])
 	if err != nil {
 		return nil, 0, err
 	}
+	asking := false
+	for redirects := 0; ; redirects++ {
+		v, n, err := b.runAckedOn(ctx, c, asking, s, keys, args...)
+		ask, addr, ok := redirection(err)
+		if !ok || redirects >= maxAckedRedirects {
+			return v, n, err
+		}
+		next, nerr := b.nodeAt(ctx, addr)
+		if nerr != nil {
+			return nil, 0, errors.Join(err, nerr)
+		}
+		c, asking = next, ask
+	}
+}
+
+// runAckedOn is one attempt of runAcked on the node client c, with
+// ASKING first when asking.
+func (b *Backend) runAckedOn(ctx context.Context, c goredis.Cmdable, asking bool, s script, keys []string, args ...any) (any, int, error) {
 	timeout := b.waitTimeout(ctx)
 	for _, sha := range []bool{true, false} {
 		pipe := c.Pipeline()
+		if asking {
+			pipe.Do(ctx, "ASKING")
+		}
 		var ev *goredis.Cmd
 		if sha {
 			ev = pipe.EvalSha(ctx, s.Hash(), keys, args...)
@@ -135,6 +170,43 @@ func (b *Backend) runAcked(ctx context.Context, s script, keys []string, args ..
 		return v, int(n), nil
 	}
 	panic("unreachable")
+}
+
+// redirection parses a Cluster's MOVED or ASK reply: "MOVED slot
+// host:port", "ASK slot host:port".
+func redirection(err error) (ask bool, addr string, ok bool) {
+	if err == nil || !isRedisError(err) {
+		return false, "", false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || f[0] != "MOVED" && f[0] != "ASK" {
+		return false, "", false
+	}
+	return f[0] == "ASK", f[2], true
+}
+
+// nodeAt returns the Cluster client's own client of the node at addr.
+// ForEachShard reloads the client's view of the Cluster first, so later
+// calls go to the slot's new owner at once.
+func (b *Backend) nodeAt(ctx context.Context, addr string) (*goredis.Client, error) {
+	cc, ok := b.c.(*goredis.ClusterClient)
+	if !ok {
+		return nil, fmt.Errorf("redis: redirected to %s by a server that is not a Cluster node", addr)
+	}
+	var mu sync.Mutex
+	var found *goredis.Client
+	err := cc.ForEachShard(ctx, func(_ context.Context, c *goredis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found == nil && err == nil {
+		err = fmt.Errorf("redis: redirected to %s, a node the Cluster's topology does not list (yet)", addr)
+	}
+	return found, err
 }
 
 // refuseGrant removes a grant its replicas did not acknowledge (owner and

@@ -63,7 +63,7 @@ var (
 	// Defaults is what Up starts when no name is given.
 	Defaults = []string{"postgres", "redis", "etcd", "zookeeper", "mongo", "mongo-pg", "mysql", "nats"}
 	// Clusters start only when named: loopback clusters for fault injection.
-	Clusters = []string{"etcd3", "zookeeper3", "redisha", "postgresha", "postgresha-sync", "nats3"}
+	Clusters = []string{"etcd3", "zookeeper3", "redisha", "postgresha", "postgresha-sync", "nats3", "rediscluster"}
 	// Stock start only when named: servers in their distribution's default
 	// configuration.
 	Stock = []string{"zookeeper-stock", "redis-stock", "postgres-stock", "mysql-stock", "nats-stock"}

@@ -24,7 +24,7 @@ func init() {
 		redisServer("redis", false), redisServer("redis-stock", true),
 		etcdServer(), zookeeperServer("zookeeper", false), zookeeperServer("zookeeper-stock", true),
 		mongoServer(), mongoPGServer(),
-		etcd3Server(), zookeeper3Server(), redishaServer(),
+		etcd3Server(), zookeeper3Server(), redishaServer(), redisClusterServer(),
 		mysqlServer("mysql", false), mysqlServer("mysql-stock", true),
 		natsServer("nats", false), natsServer("nats-stock", true),
 		postgresHAServer("postgresha", false), postgresHAServer("postgresha-sync", true),

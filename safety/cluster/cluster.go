@@ -45,6 +45,11 @@ const (
 	// leader is the leader of the default bucket's stream (KV_fencelock),
 	// which orders every lock write.
 	NATS3 = "nats3"
+	// RedisCluster is a Redis Cluster of three masters ("1" "2" "3" at
+	// first) with a replica each ("4" "5" "6"); its URL names all six:
+	// redis+cluster://127.0.0.1:P1,…,127.0.0.1:P6. SlotMaster names the
+	// master of a key's slot, MigrateSlot moves a slot live.
+	RedisCluster = "rediscluster"
 )
 
 // StateEnv names the state dir of the running servers
@@ -341,4 +346,57 @@ func (t *Testenv) Members(ctx context.Context, name string) ([]Member, error) {
 		return nil, err
 	}
 	return e.Members(name)
+}
+
+// SlotOf returns the Redis Cluster hash slot of a Redis key (CLUSTER
+// KEYSLOT) on the Redis Cluster name.
+func (t *Testenv) SlotOf(ctx context.Context, name, key string) (int, error) {
+	e, err := t.env()
+	if err != nil {
+		return 0, err
+	}
+	return e.SlotOf(ctx, name, key)
+}
+
+// SlotMaster returns the member of the Redis Cluster name that serves
+// slot now, or ErrNoLeader while none does (its master died and no
+// replica has taken over yet).
+func (t *Testenv) SlotMaster(ctx context.Context, name string, slot int) (string, error) {
+	e, err := t.env()
+	if err != nil {
+		return "", err
+	}
+	return e.SlotMaster(ctx, name, slot)
+}
+
+// Masters returns the members of the Redis Cluster name that serve
+// slots now.
+func (t *Testenv) Masters(ctx context.Context, name string) ([]string, error) {
+	e, err := t.env()
+	if err != nil {
+		return nil, err
+	}
+	return e.Masters(ctx, name)
+}
+
+// MigrateSlot moves slot of the Redis Cluster name to the master member
+// to, live (SETSLOT IMPORTING and MIGRATING, MIGRATE key by key, SETSLOT
+// NODE), waiting step after each stage and key, and returns the member
+// it left.
+func (t *Testenv) MigrateSlot(ctx context.Context, name string, slot int, to string, step time.Duration) (string, error) {
+	e, err := t.env()
+	if err != nil {
+		return "", err
+	}
+	return e.MigrateSlot(ctx, name, slot, to, step)
+}
+
+// WaitReady returns once the cluster passes its readiness probe again
+// (replicas linked to their primaries), or fails when ctx ends.
+func (t *Testenv) WaitReady(ctx context.Context, name string) error {
+	e, err := t.env()
+	if err != nil {
+		return err
+	}
+	return e.WaitReady(ctx, name)
 }

@@ -315,10 +315,15 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 	} else {
 		left = append(left, notRun{FaultClockJump, "no way to move the server's clock (Control.ClockJump)"})
 	}
-	if ctl.Failover != nil {
+	if ctl.Failover != nil || ctl.FailoverKey != nil {
 		specs = append(specs, failoverCell(be, ctl, prof))
 	} else {
 		left = append(left, notRun{fFailover, "no command to fail the server over (--server-failover; Control.Failover)"})
+	}
+	if ctl.MigrateKeys != nil {
+		specs = append(specs, slotMigrationCell(be, ctl, prof))
+	} else {
+		left = append(left, notRun{FaultSlotMigration, "no sharded store whose keys could be moved (Control.MigrateKeys)"})
 	}
 	if be.scheme == "redis" {
 		specs = append(specs,
@@ -437,11 +442,17 @@ func failoverCell(be *backendEnv, ctl *Control, prof profile) cellSpec {
 	return cellSpec{fault: fault, fencing: true, setup: ctl.setup(fFailover, "the server's leader or primary killed, another one takes over, the old one started again"),
 		run: func(ctx context.Context, c *cell) (int, error) {
 			for i := range prof.rounds {
-				if _, err := c.awaitHolder(ctx, 10*be.ttl); err != nil {
+				h, err := c.awaitHolder(ctx, 10*be.ttl)
+				if err != nil {
 					return i, err
 				}
 				from := c.note(history.FaultStart, "", fault)
-				what, err := ctl.Failover(ctx)
+				var what string
+				if ctl.FailoverKey != nil {
+					what, err = ctl.FailoverKey(ctx, h.key)
+				} else {
+					what, err = ctl.Failover(ctx)
+				}
 				to := c.note(history.FaultEnd, "", fault+" "+what)
 				c.mu.Lock()
 				c.rounds = append(c.rounds, roundMark{from: from, to: to})

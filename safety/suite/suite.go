@@ -117,7 +117,7 @@ func AllFaults() []string {
 	all := append(slices.Clone(DefaultFaults), FaultRedisFlushall)
 	all = append(all, EvictionFaults...)
 	all = append(all, MemberFaults...)
-	all = append(all, FaultClockJump, FaultLockDelay)
+	all = append(all, FaultClockJump, FaultLockDelay, FaultSlotMigration)
 	return append(all, mutantFaults...)
 }
 
@@ -183,6 +183,16 @@ type Control struct {
 	// FailoverName is the name of the failover cell in the report
 	// (default FaultFailover).
 	FailoverName string
+	// FailoverKey, if set, is Failover aimed at the node that serves
+	// key (a Redis Cluster's master of the key's slot): the failover
+	// cell passes the key a contender holds now. It is used instead of
+	// Failover.
+	FailoverKey func(ctx context.Context, key string) (string, error)
+	// MigrateKeys moves keys (the ones a cell locks, the held one
+	// first) to another node of a sharded store, live, while they are
+	// held and waited on, and returns a note for the fault's event:
+	// FaultSlotMigration.
+	MigrateKeys func(ctx context.Context, keys []string) (string, error)
 	// Members are the client addresses (host:port) of the members of a
 	// cluster, for FaultMemberPause and FaultMemberIsolated: contender n
 	// connects to member (n-1) mod len(Members) alone (the backend's URL
