@@ -35,7 +35,7 @@ func TestConformanceCluster(t *testing.T) {
 			return fencelockredis.Open(ctx, url)
 		},
 		TTL:    time.Second,
-		Leases: 300,
+		Leases: 200,
 	})
 }
 
