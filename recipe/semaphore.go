@@ -142,9 +142,12 @@ func (s *Semaphore) Permits() int { return s.n }
 // TryAcquire makes one attempt at each permit slot, in a random order,
 // and returns the first permit it gets. When every slot is held it
 // returns an error matching fencelock.ErrNotAcquired; when a holder uses
-// another number of permits, a *PermitsMismatchError. opts apply to the
-// permit's lease as to Client.TryAcquire; WithMetadata's payload is
-// stored after the semaphore's header (see Holders).
+// another number of permits, a *PermitsMismatchError; when the permit's
+// lease ended before the check of the holders after its grant did (a
+// List slower than the lease's validity), an error matching
+// fencelock.ErrLeaseLost. opts apply to the permit's lease as to
+// Client.TryAcquire; WithMetadata's payload is stored after the
+// semaphore's header (see Holders).
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...fencelock.AcquireOption) (*fencelock.Lease, error) {
 	k, err := s.c.BeginTry(ctx, opts...)
 	if err != nil {
@@ -177,8 +180,10 @@ func (s *Semaphore) try(ctx context.Context, opts []fencelock.AcquireOption) (*f
 // expire. A wait that ends without a permit (ctx, WithWait, or
 // Client.Close: ErrClosed) leaves nothing behind in the store. A holder
 // that uses another number of permits makes Acquire return a
-// *PermitsMismatchError (see Semaphore). opts apply to the permit's lease
-// as to Client.Acquire.
+// *PermitsMismatchError (see Semaphore). A permit whose lease ended while
+// the holders were checked after its grant (the store failing for longer
+// than the lease's validity) is not returned: Acquire takes another.
+// opts apply to the permit's lease as to Client.Acquire.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...fencelock.AcquireOption) (*fencelock.Lease, error) {
 	k, err := s.c.Begin(ctx, opts...) // Close ends the wait, and waits for its clean-up
 	if err != nil {
@@ -193,22 +198,29 @@ func (s *Semaphore) acquire(k *fencelock.Call, opts []fencelock.AcquireOption) (
 	if err := s.check(ctx, k); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	l, err := s.tryAll(ctx, opts)
-	if err != nil {
-		if err := k.Outcome(start, err); err != nil {
-			return nil, err
-		}
-		if polled(s.c) {
-			l, err = s.poll(ctx, k, opts, err)
-		} else {
-			l, err = s.race(ctx, opts)
-		}
+	for {
+		start := time.Now()
+		l, err := s.tryAll(ctx, opts)
 		if err != nil {
-			return nil, err
+			if err := k.Outcome(start, err); err != nil {
+				return nil, err
+			}
+			if polled(s.c) {
+				l, err = s.poll(ctx, k, opts, err)
+			} else {
+				l, err = s.race(ctx, opts)
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
+		l, err = s.verify(ctx, l, k)
+		if !errors.Is(err, errPermitEnded) {
+			return l, err
+		}
+		// The permit ended while its check was retried through the
+		// store's failures: take another, within the same call.
 	}
-	return s.verify(ctx, l, k)
 }
 
 // polled reports whether every wait on c's backend polls: it can neither
@@ -370,13 +382,28 @@ func (s *Semaphore) release(ctx context.Context, l *fencelock.Lease) {
 	_ = l.ReleaseNow(rctx) // a failure is retried in the background by the engine
 }
 
+// errPermitEnded marks verify's error for a permit whose lease ended
+// before its check did.
+var errPermitEnded = errors.New("the permit's lease ended while the semaphore's holders were checked")
+
 // verify checks, after l was granted, that no holder uses another number
 // of permits; if one does, or the check fails, it releases l. k is as
-// check's.
+// check's. A lease that ended meanwhile is never handed out: with k the
+// check retries List through the store's failures, for longer than a
+// lease's validity if the store is down long enough, and the permit's
+// slot may have been granted again since (its token is then below the
+// new holder's). verify returns an error matching errPermitEnded and
+// the lease's cause (fencelock.ErrLeaseLost) then.
 func (s *Semaphore) verify(ctx context.Context, l *fencelock.Lease, k *fencelock.Call) (*fencelock.Lease, error) {
 	if err := s.check(ctx, k); err != nil {
 		s.release(ctx, l)
 		return nil, err
+	}
+	select {
+	case <-l.Done():
+		s.release(ctx, l)
+		return nil, fmt.Errorf("recipe: semaphore %s: permit on %s (token %d): %w: %w", strconv.Quote(s.key), strconv.Quote(l.Key()), l.Token(), errPermitEnded, l.Err())
+	default:
 	}
 	return l, nil
 }

@@ -28,7 +28,7 @@ func (b *Backend) Describe() driver.Description {
 		d.Failover = fmt.Sprintf("%d replica(s): the loss of the server holding the bucket loses availability, and its disk the locks and tokens", c.Replicas)
 		d.Warnings = append(d.Warnings, fmt.Sprintf("bucket %q has %d replica(s): no failover; use replicas=3 on a cluster of three", b.bucket, c.Replicas))
 	default:
-		d.Failover = fmt.Sprintf("%d replicas (Raft): a write is acknowledged once a majority stored it, so the loss of the stream's leader loses no grant", c.Replicas)
+		d.Failover = fmt.Sprintf("%d replicas (Raft): a write is acknowledged once a majority stored it, so the loss of the stream's leader loses no grant; an OS crash or power loss of a majority at once can lose acknowledged grants unless the servers run with jetstream sync_interval: always", c.Replicas)
 	}
 	return d
 }
@@ -37,7 +37,11 @@ func (b *Backend) Describe() driver.Description {
 // (STREAM.INFO) and judges:
 //
 //   - durable-tokens: met with file storage and three or more replicas
-//     (a grant is acknowledged once a majority stored it); file storage
+//     (a grant is acknowledged once a majority stored it: the loss of any
+//     one server, or a kill -9 of every server process, loses none; an OS
+//     crash or power loss of a majority at once can, unless the servers
+//     fsync every write, sync_interval: always, which the Observed text
+//     says and a client cannot read); file storage
 //     on one server keeps tokens across a restart of the process, but the
 //     server fsyncs every two minutes by default (sync_interval, which a
 //     client cannot read), so an OS crash may lose acknowledged grants:
@@ -58,6 +62,8 @@ func (b *Backend) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.M
 	durable := driver.Measurement{Met: replicated, Observed: seen}
 	failover := driver.Measurement{Met: replicated, Observed: seen}
 	switch {
+	case replicated:
+		durable.Observed += ": a grant is acknowledged once a majority stored it; an OS crash or power loss of a majority of the servers at once can lose acknowledged grants unless they run with jetstream sync_interval: always (a client cannot read it)"
 	case c.Storage != "file":
 		durable.Observed += ": a server restart loses every lock and token"
 		durable.Fix = "use a bucket with file storage (storage=file, the default), replicas=3"
