@@ -22,16 +22,30 @@
 // pool of 16 connections, one per goroutine of the widest run: the server's
 // limit, not pgx's default pool's.
 //
-// cirello.io/pglock, which the issue names, is not included: the module
-// proxy available here refuses it (403) and its host cannot be reached.
+// pglock is cirello.io/pglock with its defaults (20 s lease, heartbeat
+// every 5 s, a row per lock, released by deleting it) on the driver it
+// requires (lib/pq), a database/sql pool with as many connections as
+// raw's. Its
+// "record version number" is a value of a sequence that CYCLEs, checked
+// by pglock's own statements only: nothing a resource could use as a
+// fencing token (no order it promises across holders).
+//
+// With 16 goroutines the run also counts, untimed, per grant: the round
+// trips of each library (benchkit.Counted, through a counting proxy) and
+// the WAL the server wrote for them, from pg_stat_wal: wal_sync (the
+// flushes to disk: what group commit saves) and wal_records.
+// FENCELOCK_BENCH_POSTGRES, if set, names the server instead of
+// FENCELOCK_TEST_POSTGRES.
 package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,6 +57,9 @@ import (
 	"github.com/fencelock/fencelock/internal/benchkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"cirello.io/pglock"
+	_ "github.com/lib/pq"
 )
 
 // ttl is the backend-only lease's TTL: fencelock's default, which the
@@ -50,7 +67,7 @@ import (
 const ttl = 15 * time.Second
 
 func dsn(b *testing.B) string {
-	u := benchkit.ServerURL(b, "FENCELOCK_TEST_POSTGRES")
+	u := benchkit.ServerURL(b, "FENCELOCK_BENCH_POSTGRES", "FENCELOCK_TEST_POSTGRES")
 	if os.Getenv("FENCELOCK_BENCH_ASYNC_COMMIT") != "" {
 		// Every connection, raw and fencelock alike, commits without
 		// waiting for the WAL flush: measures statement and engine cost
@@ -174,14 +191,83 @@ var pgxPoolLib = benchkit.FencelockLib("fencelock-pgxpool", true, func(b *testin
 	return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), d, nil) }
 })
 
+// pglockLib is cirello.io/pglock with its defaults on a table of its own
+// shape (pglock's CreateTable), on lib/pq (pglock.New refuses other
+// drivers) and a database/sql pool of rawConns
+// connections (database/sql keeps only 2 idle by default, so 16
+// goroutines would open and close connections all the time): try is
+// FailIfLocked, wait pglock's own (it sleeps the lease duration between
+// attempts).
+var pglockLib = benchkit.Lib{Name: "pglock", Setup: func(b *testing.B) benchkit.Lockers {
+	db, err := sql.Open("postgres", dsn(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	db.SetMaxOpenConns(rawConns)
+	db.SetMaxIdleConns(rawConns)
+	b.Cleanup(func() { db.Close() })
+	c, err := pglock.New(db, pglock.WithCustomTable("bench_pglock_"+benchkit.RandomHex()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.CreateTable(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.DropTable() })
+	lock := func(opts ...pglock.LockOption) benchkit.LockFunc {
+		return func(ctx context.Context, key string) (func() error, error) {
+			l, err := c.AcquireContext(ctx, key, opts...)
+			if errors.Is(err, pglock.ErrNotAcquired) {
+				return nil, benchkit.ErrHeld
+			}
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return c.ReleaseContext(context.Background(), l) }, nil
+		}
+	}
+	return benchkit.Same(lock(pglock.FailIfLocked()), lock())
+}}
+
+// walCounters are pg_stat_wal's wal_sync and wal_records, read on p (a
+// pool on the server itself, not through the counting proxy). The view
+// is updated up to a second after the transactions it counts, so the
+// first counter's read waits for both to settle and the second returns
+// what that read saw (benchkit reads counters in their order).
+func walCounters(p *pgxpool.Pool) []benchkit.Counter {
+	var records int64
+	syncs := benchkit.Settled(func() (float64, error) {
+		var s int64
+		err := p.QueryRow(context.Background(), "SELECT wal_sync, wal_records FROM pg_stat_wal").Scan(&s, &records)
+		return float64(s) + float64(records)/(1<<40), err // settled when both are
+	}, 400*time.Millisecond, 1500*time.Millisecond, 12*time.Second)
+	return []benchkit.Counter{
+		{Name: "wal-syncs", Read: func() (float64, error) { v, err := syncs(); return float64(int64(v)), err }},
+		{Name: "wal-records", Read: func() (float64, error) { return float64(records), nil }},
+	}
+}
+
+// countedGrants is how many acquire+release cycles the untimed counting
+// pass of the 16-goroutine workload runs per library.
+const countedGrants = 640
+
 // interleaved runs the raw statements, the backend alone, the fencelock
-// client and the same on pgx's pool size in turns of 64 acquire+release,
-// by 1 and by 16 goroutines.
+// client, the same on pgx's pool size and pglock in turns of 64
+// acquire+release, by 1 and by 16 goroutines; with 16 it also counts round
+// trips and WAL per grant (benchkit.Counted).
 func interleaved(b *testing.B, opts ...benchkit.Option) {
-	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true), pgxPoolLib}
+	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true), pgxPoolLib, pglockLib}
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			benchkit.Interleaved(b, g, 64, libs, append(opts, benchkit.Rate("ops/s"))...)
+			o := append(slices.Clip(opts), benchkit.Rate("ops/s"))
+			if g > 1 {
+				direct := dsn(b)
+				route := func(*testing.B) benchkit.Route {
+					return benchkit.Route{Var: "FENCELOCK_BENCH_POSTGRES", URL: direct}
+				}
+				o = append(o, benchkit.Counted(countedGrants, route, walCounters(poolOf(b, direct))...))
+			}
+			benchkit.Interleaved(b, g, 64, libs, o...)
 		})
 	}
 }

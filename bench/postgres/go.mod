@@ -7,8 +7,10 @@ require github.com/fencelock/fencelock v0.0.0
 replace github.com/fencelock/fencelock => ../..
 
 require (
+	cirello.io/pglock v1.16.1
 	github.com/fencelock/fencelock/backend/postgres v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.10.9
 )
 
 require (

@@ -7,7 +7,10 @@
 //
 // FENCELOCK_BENCH_REDIS, if set, names the server instead of
 // FENCELOCK_TEST_REDIS: the test server fsyncs every write (appendfsync
-// always), so its numbers measure the disk more than the lock.
+// always), so its numbers measure the disk more than the lock; a server
+// in its distribution's default persistence (RDB snapshots, no AOF:
+// scripts/testenv's redis-stock, FENCELOCK_TEST_REDIS_STOCK) measures the
+// scripts' CPU instead. bench/run runs both.
 //
 // fencelock is opened as a user of URLs gets it: fencelock.Open(ctx, URL,
 // nil) with the server's URL as it is (the default prefix); the raw operations

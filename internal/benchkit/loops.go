@@ -136,8 +136,10 @@ func (c config) serverCPU() (time.Duration, bool) {
 // on Redis at 16 goroutines 64 more bytes in raw's key names cost it
 // 0.04–0.06 of its rate (bench/redis BenchmarkKeyLength). It reports each Lib's rate
 // over the time it took ("<name>-acq+rel/s", see Rate) and, for all but the
-// first, its ratio to the first ("<name>/<first>"). Options: Rate,
-// FreshKeys.
+// first, its ratio to the first ("<name>/<first>"). With one goroutine it
+// also reports the latency of one acquire+release at p50 and p99 over all
+// rounds ("<name>-p50-µs", "<name>-p99-µs"; see Unit). Options: Rate, Unit,
+// FreshKeys, Counted.
 func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option) {
 	c := newConfig(opts)
 	locks := make([][]LockFunc, len(libs))
@@ -148,15 +150,18 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 		keys[li] = c.keyer(base + "-" + libTag(li))
 	}
 	spent := make([]time.Duration, len(libs))
+	lone := goroutines == 1
+	lat := make([][]time.Duration, len(libs))
 	b.ResetTimer()
 	for round := range b.N {
 		for k := range libs {
 			li := (round + k) % len(libs)
-			el, _, err := cycles(locks[li], turn, round*turn, keys[li], false)
+			el, l, err := cycles(locks[li], turn, round*turn, keys[li], lone)
 			if err != nil {
 				b.Fatalf("%s: %v", libs[li].Name, err)
 			}
 			spent[li] += el
+			lat[li] = append(lat[li], l...)
 		}
 	}
 	b.StopTimer()
@@ -166,6 +171,14 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 		if li > 0 {
 			b.ReportMetric(spent[0].Seconds()/spent[li].Seconds(), lib.Name+"/"+libs[0].Name)
 		}
+		if lone {
+			slices.Sort(lat[li])
+			b.ReportMetric(c.in(pick(lat[li], 50)), lib.Name+"-p50-"+c.unitName())
+			b.ReportMetric(c.in(pick(lat[li], 99)), lib.Name+"-p99-"+c.unitName())
+		}
+	}
+	if c.counted != nil {
+		c.counted.run(b, goroutines, libs, c.keyer)
 	}
 }
 

@@ -17,6 +17,7 @@ type config struct {
 	holds    []time.Duration
 	server   CPUFunc
 	counters []counter
+	counted  *countPass
 }
 
 type counter struct {

@@ -59,6 +59,8 @@ type store struct {
 	libs map[string]string
 	// noPeer, if not empty, says why no peer library is compared.
 	noPeer string
+	// note, if not empty, is said under the descriptions.
+	note string
 }
 
 // stores are the stores in the order of the page. A results file of a
@@ -70,8 +72,8 @@ var stores = []store{
 		libs: map[string]string{
 			"backend":           "the backend's `Acquire` and `Release` alone, without the engine (no lease, renewal or loss watch).",
 			"fencelock-pgxpool": "fencelock on a URL that sets `pool_max_conns` to pgx's own default, max(4, CPUs), instead of fencelock's default pool.",
+			"pglock":            "[cirello.io/pglock](https://github.com/cirello-io/pglock) with its defaults, on lib/pq (the only driver it accepts) and a pool of raw's 16 connections: no fencing token (its record version number is a cycling sequence value only its own statements check), and a blocking acquire that sleeps its lease (20 s) between attempts.",
 		},
-		noPeer: "No peer library: cirello.io/pglock, which has no fencing token, is not in bench/postgres (its module could not be fetched there).",
 	},
 	{
 		file: "redis", title: "Redis",
@@ -81,6 +83,17 @@ var stores = []store{
 			"redislock":              "[bsm/redislock](https://github.com/bsm/redislock): no fencing token (its value is random), no signal when the lock is lost, retries on a timer.",
 			"redsync":                "[go-redsync/redsync](https://github.com/go-redsync/redsync) on one server: no fencing token, no loss signal (you extend before `Until()`), retries on a timer.",
 		},
+		note: "The server has `appendfsync always`: every acknowledged write is on disk, for fencelock and the peers alike. Redis does not count its AOF fsyncs; it makes at most one per event-loop iteration that wrote, so at most one per server read.",
+	},
+	{
+		file: "redis-stock", title: "Redis, default persistence",
+		raw: "as on the durable Redis above.",
+		libs: map[string]string{
+			"fencelock-backend-only": "as above.",
+			"redislock":              "as above.",
+			"redsync":                "as above.",
+		},
+		note: "The server runs its distribution's default persistence (RDB snapshots, no AOF: `scripts/testenv`'s redis-stock), as many installations do: an acknowledged lock can be lost in a crash, and the scripts' CPU, not the disk, bounds the rates.",
 	},
 	{
 		file: "etcd", title: "etcd",
@@ -199,6 +212,23 @@ type workload struct {
 	ref   string // the library the ratios are to
 	rates map[string][]float64
 	ratio map[string][]float64 // to ref, per run
+	// extra holds, per column of extras, each library's values.
+	extra map[string]map[string][]float64
+}
+
+// extras are the metrics a workload may report per library beside its
+// rate ("<lib>-<metric>"), in the order of their columns, and their
+// headings: a lone caller's latency, and what a grant costs (counted by
+// benchkit.Counted).
+var extras = []struct{ metric, heading string }{
+	{"p50-µs", "p50 µs"},
+	{"p99-µs", "p99 µs"},
+	{"rtt/grant", "round trips/grant"},
+	{"wal-syncs/grant", "WAL syncs/grant"},
+	{"wal-records/grant", "WAL records/grant"},
+	{"server-reads/grant", "server reads/grant"},
+	{"commands/grant", "commands/grant"},
+	{"net-bytes/grant", "bytes/grant"},
 }
 
 // split finds the libraries of b: a rate metric is "<lib>-<unit>/s", a
@@ -233,6 +263,21 @@ func split(b *Bench) (*workload, error) {
 			}
 			w.ref = ref
 			w.ratio[lib] = append(w.ratio[lib], v)
+		}
+	}
+	w.extra = map[string]map[string][]float64{}
+	for _, run := range b.Runs {
+		for metric, v := range run {
+			for lib := range w.rates {
+				rest, ok := strings.CutPrefix(metric, lib+"-")
+				if !ok || !slices.ContainsFunc(extras, func(e struct{ metric, heading string }) bool { return e.metric == rest }) {
+					continue
+				}
+				if w.extra[rest] == nil {
+					w.extra[rest] = map[string][]float64{}
+				}
+				w.extra[rest][lib] = append(w.extra[rest][lib], v)
+			}
 		}
 	}
 	if len(w.rates) < 2 || w.ref == "" {
@@ -318,6 +363,15 @@ func rate(v float64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// figure formats a per-grant count or a latency: like rate from 100 on,
+// two decimals below.
+func figure(v float64) string {
+	if v >= 100 {
+		return rate(v)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 // ratio formats the median of the per-run ratios v and their range.
@@ -407,9 +461,19 @@ libraries. Each store's table comes from one ` + "`go test -bench`" + ` command
   (hand-offs, compared with ` + "`zk.Lock`" + `); the other stores' contended
   benchmarks (` + "`BenchmarkContended8`" + `, ` + "`BenchmarkContended`" + ` in
   bench/STORE) run each library on its own and are not reported here.
+- **Beside the rates.** With one goroutine, the p50 and p99 latency of an
+  acquire+release, over all rounds. Where a store's run counts them
+  (` + "`benchkit.Counted`" + `: after the timed rounds, each library runs once
+  more through a proxy that counts round trips), what a grant (an
+  acquire and its release) costs with 16 goroutines: the client's round
+  trips, and the store's own counters (PostgreSQL's WAL syncs and
+  records, Redis's reads, commands and bytes), medians of the runs. The
+  store's counters include whatever else it served meanwhile.
 - **Durable servers.** The servers are ` + "`scripts/testenv`" + `'s: PostgreSQL
-  with fsync and synchronous commit, Redis with ` + "`appendfsync always`" + `,
-  etcd and ZooKeeper fsyncing every write; rates follow the disk.
+  with fsync and synchronous commit, Redis with ` + "`appendfsync always`" + `
+  (and, as a store of its own, Redis in its distribution's default
+  persistence), etcd and ZooKeeper fsyncing every write; rates follow
+  the disk.
 
 `
 
@@ -455,11 +519,20 @@ func storeSection(b *bytes.Buffer, s store, r *Result) error {
 	if s.noPeer != "" {
 		fmt.Fprintf(b, "\n%s\n", s.noPeer)
 	}
+	if s.note != "" {
+		fmt.Fprintf(b, "\n%s\n", s.note)
+	}
 	b.WriteString("\n| library |")
 	sep := "\n|---|"
 	for _, w := range ws {
 		fmt.Fprintf(b, " %s: %s | × %s |", w.label, w.unit, w.ref)
 		sep += "---:|---:|"
+		for _, e := range extras {
+			if w.extra[e.metric] != nil {
+				fmt.Fprintf(b, " %s |", e.heading)
+				sep += "---:|"
+			}
+		}
 	}
 	b.WriteString(sep + "\n")
 	for _, lib := range libs {
@@ -476,6 +549,16 @@ func storeSection(b *bytes.Buffer, s store, r *Result) error {
 				fmt.Fprintf(b, " %s | 1 |", rate(Median(w.rates[lib])))
 			default:
 				fmt.Fprintf(b, " %s | %s |", rate(Median(w.rates[lib])), ratio(w.ratio[lib]))
+			}
+			for _, e := range extras {
+				if w.extra[e.metric] == nil {
+					continue
+				}
+				if v := w.extra[e.metric][lib]; v != nil {
+					fmt.Fprintf(b, " %s |", figure(Median(v)))
+				} else {
+					b.WriteString(" – |")
+				}
 			}
 		}
 		b.WriteString("\n")

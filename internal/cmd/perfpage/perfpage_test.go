@@ -211,3 +211,31 @@ func anchor(h string) string {
 	}
 	return b.String()
 }
+
+// TestTableShowsCostsBesideRates checks the columns beside the rates: a
+// lone caller's latencies and the per-grant counts, medians of the runs,
+// a dash for a library that did not report one.
+func TestTableShowsCostsBesideRates(t *testing.T) {
+	lines := "command: x\n" +
+		"BenchmarkInterleaved/goroutines=1-2 1 1 ns/op 100 raw-acq+rel/s 1000 raw-p50-µs 3000 raw-p99-µs 90 fencelock-acq+rel/s 0.9 fencelock/raw 1100 fencelock-p50-µs 3500 fencelock-p99-µs\n" +
+		"BenchmarkInterleaved/goroutines=1-2 1 1 ns/op 100 raw-acq+rel/s 1200 raw-p50-µs 3200 raw-p99-µs 90 fencelock-acq+rel/s 0.9 fencelock/raw 1300 fencelock-p50-µs 3700 fencelock-p99-µs\n" +
+		"BenchmarkInterleaved/goroutines=16-2 1 1 ns/op 100 raw-acq+rel/s 2 raw-rtt/grant 4 raw-commands/grant 110 fencelock-acq+rel/s 1.1 fencelock/raw 0.5 fencelock-rtt/grant\n" +
+		"BenchmarkInterleaved/goroutines=16-2 1 1 ns/op 100 raw-acq+rel/s 2 raw-rtt/grant 6 raw-commands/grant 110 fencelock-acq+rel/s 1.1 fencelock/raw 1.5 fencelock-rtt/grant\n"
+	page, err := Generate(fstest.MapFS{"redis.txt": {Data: []byte(lines)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := string(page)
+	head := "| library | 1 goroutine: acq+rel/s | × raw | p50 µs | p99 µs | 16 goroutines, a key each: acq+rel/s | × raw | round trips/grant | commands/grant |"
+	if !strings.Contains(p, head) {
+		t.Errorf("no heading %q in:\n%s", head, p)
+	}
+	for name, want := range map[string]string{
+		"raw":           "| raw | 100 | 1 | 1,100 | 3,100 | 100 | 1 | 2.00 | 5.00 |",
+		"**fencelock**": "| **fencelock** | 90.0 | 0.90 (0.90–0.90) | 1,200 | 3,600 | 110 | 1.10 (1.10–1.10) | 1.00 | – |",
+	} {
+		if got := row(t, p, name); got != want {
+			t.Errorf("row\n%s\nwant\n%s", got, want)
+		}
+	}
+}
