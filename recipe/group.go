@@ -26,6 +26,12 @@ const (
 // with that lease's *LostError as cause), and its other leases are then
 // released. A grant embeds it and starts it once (start); it must not be
 // copied after that. Its fields other than c, ctx and cancel are under mu.
+//
+// Lock order: a lease's lock, then mu. A lease ends under its own lock
+// and then takes mu (partEnded, through Lease.OnEnd), so nothing may call
+// a lease's method while it holds mu: a lease ending meanwhile would wait
+// for mu while mu's holder waits for that lease, and the grant would hang
+// for good (its Done never closed, every later method blocked).
 type leaseGroup struct {
 	c      *fencelock.Client
 	ctx    context.Context
@@ -84,7 +90,8 @@ func (g *leaseGroup) partEnded(cause error) {
 // it changes nothing and returns the error of a call on an ended grant
 // (notHeldErr). A lease of ls the group did not hold then ends the
 // grant when it ends; one it held that ls lacks no longer does: the
-// caller releases it.
+// caller releases it. also must not call a lease's method (see
+// leaseGroup's lock order).
 func (g *leaseGroup) replaceLeases(ls []*fencelock.Lease, also func()) error {
 	g.mu.Lock()
 	if g.state != held {

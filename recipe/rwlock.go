@@ -864,11 +864,12 @@ func (g *RWGrant) Upgradeable() bool {
 // checks it by the rule of RWFence.
 func (g *RWGrant) Token() fencelock.Token {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.write {
-		return g.leases[0].Token()
+	write, gate, token := g.write, g.leases[0], g.token
+	g.mu.Unlock()
+	if write {
+		return gate.Token() // not under g.mu: see leaseGroup
 	}
-	return g.token
+	return token
 }
 
 // Lease returns the grant's principal lease: a reader's slot, a writer's
@@ -992,7 +993,8 @@ func (g *RWGrant) upgrade(ctx context.Context, wait bool) (err error) {
 	}
 	gate.RestartMinHold(rw.c.Options().Clock.Now())
 	// The slot is no longer the grant's: its end does not end the grant.
-	if err := g.replaceLeases([]*fencelock.Lease{gate, up}, func() { g.write, g.token = true, gate.Token() }); err != nil {
+	token := gate.Token() // not under g.mu: see leaseGroup
+	if err := g.replaceLeases([]*fencelock.Lease{gate, up}, func() { g.write, g.token = true, token }); err != nil {
 		releaseAll(ctx, gate)
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/fencelock/fencelock/internal/pause"
 	"github.com/fencelock/fencelock/safety/history"
@@ -272,9 +273,12 @@ func (p *Proc) Kill() error {
 
 // Stop asks the process to stop: it sends stop (if not nil) as a command,
 // closes stdin, resumes the process in case it is paused, and waits for
-// it to exit. If ctx ends first, the process is killed (SIGKILL, without a
-// Crash event) and Stop returns an error saying so. Stop returns the
-// process's exit error otherwise.
+// it to exit. If ctx ends first, the process is made to exit (SIGQUIT, for
+// a Go process its goroutines' stacks on stderr; SIGKILL if it has not
+// exited quitGrace later; no Crash event) and Stop returns an error
+// saying so, naming what each goroutine of the process's own code was
+// doing (see stuckGoroutines). Stop returns the process's exit error
+// otherwise.
 func (p *Proc) Stop(ctx context.Context, stop any) error {
 	if stop != nil {
 		_ = p.Send(stop)
@@ -291,9 +295,77 @@ func (p *Proc) Stop(ctx context.Context, stop any) error {
 		return p.Wait()
 	case <-ctx.Done():
 	}
-	_ = p.signal(syscall.SIGKILL)
-	<-p.exited
-	return fmt.Errorf("proc: %s did not stop in time and was killed: %w\n%s", p.name, ctx.Err(), tail(p.Stderr(), 20))
+	// What it still waits for is the bug to find: a Go process writes
+	// every goroutine's stack to stderr on SIGQUIT, and exits.
+	_ = p.signal(syscall.SIGQUIT)
+	grace := time.NewTimer(quitGrace)
+	defer grace.Stop()
+	select {
+	case <-p.exited:
+	case <-grace.C:
+		_ = p.signal(syscall.SIGKILL)
+		<-p.exited
+	}
+	stderr := p.Stderr()
+	if stuck := stuckGoroutines(stderr, 20); stuck != "" {
+		return fmt.Errorf("proc: %s did not stop in time and was killed (SIGQUIT): %w; its goroutines then:\n%s", p.name, ctx.Err(), stuck)
+	}
+	return fmt.Errorf("proc: %s did not stop in time and was killed: %w\n%s", p.name, ctx.Err(), tail(stderr, 20))
+}
+
+// quitGrace is how long Stop gives a process that did not stop in time to
+// write its goroutines' stacks and exit after SIGQUIT before it kills it.
+const quitGrace = 2 * time.Second
+
+// stuckGoroutines summarises a Go goroutine dump (what a Go process writes
+// on SIGQUIT) found in stderr: one line per goroutine running code outside
+// the standard library, at most n, each with its state (what it waits for,
+// and for how long when that is a minute or more) and its two innermost
+// frames outside the standard library, innermost first. It returns "" if
+// stderr holds no such goroutine.
+func stuckGoroutines(stderr string, n int) string {
+	var out []string
+	more := 0
+	for _, block := range strings.Split(stderr, "\n\n") {
+		block = strings.TrimLeft(block, "\n")
+		header, body, ok := strings.Cut(block, "\n")
+		if !ok || !strings.HasPrefix(header, "goroutine ") {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
+		state := ""
+		if i, j := strings.IndexByte(header, '['), strings.LastIndexByte(header, ']'); i >= 0 && j > i {
+			state = header[i : j+1]
+		}
+		var frames []string
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "created by ") {
+				continue
+			}
+			fn := line
+			if i := strings.LastIndexByte(fn, '('); i > 0 && strings.HasSuffix(fn, ")") {
+				fn = fn[:i] // the arguments
+			}
+			if first, _, _ := strings.Cut(fn, "/"); strings.Contains(first, ".") && strings.Contains(fn, "/") {
+				frames = append(frames, fn)
+				if len(frames) == 2 {
+					break
+				}
+			}
+		}
+		if len(frames) == 0 {
+			continue
+		}
+		if len(out) == n {
+			more++
+			continue
+		}
+		out = append(out, fmt.Sprintf("goroutine %s %s: %s", id, state, strings.Join(frames, " <- ")))
+	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("(%d more)", more))
+	}
+	return strings.Join(out, "\n")
 }
 
 // Wait waits for the process to exit and returns its exit error (nil for

@@ -46,8 +46,16 @@ func child(mode string) {
 		}
 		emit(line)
 	}
-	if mode == "stubborn" {
+	switch mode {
+	case "stubborn":
 		select {}
+	case "stuck":
+		var mu sync.Mutex
+		mu.Lock()
+		go stuckOnLock(&mu)
+		for {
+			time.Sleep(time.Hour) // a timer pending: not a deadlock the runtime ends
+		}
 	}
 	os.Exit(0)
 }
@@ -234,6 +242,72 @@ func TestStopKillsStubborn(t *testing.T) {
 		t.Fatalf("Stop of a stubborn process: %v", err)
 	}
 	<-p.Exited()
+}
+
+// stuckOnLock waits for mu for good (the child's "stuck" mode).
+func stuckOnLock(mu *sync.Mutex) {
+	mu.Lock()
+}
+
+// TestStopNamesWhatTheProcessWaitsFor: Stop of a Go process that does not
+// stop in time says what its goroutines were waiting in (from its
+// SIGQUIT dump): here the child's goroutine waiting for a lock for good.
+func TestStopNamesWhatTheProcessWaitsFor(t *testing.T) {
+	p, _ := start(t, "stuck")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := p.Stop(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "did not stop in time") {
+		t.Fatalf("Stop of a stuck process: %v; want it killed", err)
+	}
+	if want := "proc.stuckOnLock"; !strings.Contains(err.Error(), want) {
+		t.Errorf("Stop of a stuck process: %v; want it to name the goroutine's wait (%s)", err, want)
+	}
+}
+
+func TestStuckGoroutines(t *testing.T) {
+	dump := `SIGQUIT: quit
+PC=0x47a1c1 m=0 sigcode=0
+
+goroutine 0 gp=0x9a4f60 m=0 mp=0x9a5e60 [idle]:
+runtime.futex(0x9a5fa0, 0x80, 0x0)
+	/usr/local/go/src/runtime/sys_linux_amd64.s:557 +0x21 fp=0x7ffc sp=0x7ffc pc=0x47a1c1
+
+goroutine 1 gp=0xc000002380 m=nil [chan receive]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:435 +0xce
+github.com/fencelock/fencelock/safety/contender.Main({{0xc0000ac000, 0x3}, {0x0, 0x0}}, {0xa2b0c0, 0xc00005e020}, {0xa2b0e0, 0xc00005e028})
+	/src/safety/contender/contender.go:305 +0x3a5
+
+goroutine 37 gp=0xc0001a2000 m=nil [sync.Mutex.Lock, 5 minutes]:
+sync.runtime_SemacquireMutex(0xc0001c8004?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/sema.go:95 +0x25
+sync.(*Mutex).Lock(...)
+	/usr/local/go/src/sync/mutex.go:46
+github.com/fencelock/fencelock/recipe.(*RWGrant).Token(0xc0001c8000)
+	/src/recipe/rwlock.go:866 +0x45
+github.com/fencelock/fencelock/safety/contender.(*worker).upgradeRound.func1()
+	/src/safety/contender/prims.go:189 +0x12c
+created by github.com/fencelock/fencelock/safety/contender.(*worker).upgradeRound in goroutine 20
+	/src/safety/contender/prims.go:182 +0x6b5
+
+goroutine 5 gp=0xc000003c00 m=nil [select]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:435 +0xce
+time.Sleep(0x3b9aca00)
+	/usr/local/go/src/runtime/time.go:338 +0x165
+`
+	want := "goroutine 1 [chan receive]: github.com/fencelock/fencelock/safety/contender.Main\n" +
+		"goroutine 37 [sync.Mutex.Lock, 5 minutes]: github.com/fencelock/fencelock/recipe.(*RWGrant).Token <- github.com/fencelock/fencelock/safety/contender.(*worker).upgradeRound.func1"
+	if got := stuckGoroutines(dump, 20); got != want {
+		t.Errorf("stuckGoroutines =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := stuckGoroutines(dump, 1), "goroutine 1 [chan receive]: github.com/fencelock/fencelock/safety/contender.Main\n(1 more)"; got != want {
+		t.Errorf("stuckGoroutines, at most 1 =\n%s\nwant\n%s", got, want)
+	}
+	if got := stuckGoroutines("panic: boom\n", 20); got != "" {
+		t.Errorf("stuckGoroutines of no dump = %q; want empty", got)
+	}
 }
 
 // TestExitStatus: a non-zero exit is reported by Wait.
