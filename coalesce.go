@@ -15,6 +15,14 @@ import (
 // of rows holds its row locks longer.
 const maxBatch = 64
 
+// maxInFlight is how many requests or batches a lane keeps in flight at
+// once. One would leave the store idle while a batch's answer travels
+// back and the next batch travels out; a store that executes requests
+// one at a time (Redis) then does less than with a connection per
+// caller. Two keep it busy, and under load each still carries the calls
+// that queued meanwhile.
+const maxInFlight = 2
+
 // Coalescing (see docs/internals.md, "Coalescing"). A lane sends one kind
 // of request (acquire attempts, releases) to the store, at most one
 // batch at a time. A call that finds the lane idle goes at once, alone,
@@ -35,7 +43,9 @@ type lane[Q, R any] struct {
 	late func(Q, R, error)
 
 	mu    sync.Mutex
-	busy  bool // a request or batch is in flight, or about to be sent
+	// busy counts the requests or batches in flight (or about to be
+	// sent): at most maxInFlight.
+	busy int
 	queue []*member[Q, R]
 
 	batches atomic.Uint64 // batches of two or more sent
@@ -78,8 +88,8 @@ func (l *lane[Q, R]) do(ctx context.Context, req Q) (R, error) {
 		return zero, err
 	}
 	l.mu.Lock()
-	if !l.busy {
-		l.busy = true
+	if l.busy < maxInFlight {
+		l.busy++
 		l.mu.Unlock()
 		r, err := l.single(ctx, req)
 		l.mu.Lock()
@@ -145,7 +155,7 @@ func (l *lane[Q, R]) do(ctx context.Context, req Q) (R, error) {
 // send; with none queued the lane is idle. Called with l.mu held.
 func (l *lane[Q, R]) nextLocked() {
 	if len(l.queue) == 0 {
-		l.busy = false
+		l.busy--
 		return
 	}
 	var (

@@ -94,6 +94,20 @@ func tryAsync(ctx context.Context, c *fencelock.Client, key string, out chan<- t
 	}()
 }
 
+// fillLanes starts fencelock.CoalesceInFlight TryAcquires of keys first0,
+// first1, …, which wait at p's gate and take every place a lane has in
+// flight, and waits until they do: the calls after them queue.
+func fillLanes(t *testing.T, c *fencelock.Client, out chan<- tryOutcome) []string {
+	var keys []string
+	for i := range fencelock.CoalesceInFlight {
+		k := "first" + string(rune('0'+i))
+		keys = append(keys, k)
+		tryAsync(t.Context(), c, k, out)
+	}
+	synctest.Wait()
+	return keys
+}
+
 // A lone caller goes through the backend's single Acquire and Release,
 // never a batch: coalescing costs it nothing.
 func TestLoneCallerIsNeverBatched(t *testing.T) {
@@ -132,15 +146,14 @@ func TestCoalescedAcquiresEachGetTheirOwnAnswer(t *testing.T) {
 		p.gate = make(chan struct{})
 		c := newClient(t, p, &fencelock.Options{ReleaseTimeout: time.Second})
 		out := make(chan tryOutcome, 16)
-		tryAsync(t.Context(), c, "first", out) // goes alone, waits at the gate
-		synctest.Wait()
+		firsts := fillLanes(t, c, out) // each goes alone, waits at the gate
 		keys := []string{"k1", "held", "", "k2", "k3"}
 		for _, k := range keys {
 			tryAsync(t.Context(), c, k, out)
 		}
 		cctx, cancel := context.WithCancel(t.Context())
 		tryAsync(cctx, c, "cancelled", out)
-		synctest.Wait() // every one queued behind "first"
+		synctest.Wait() // every one queued behind the firsts
 		cancel()
 		// The attempt outlives its caller's end by the overrun budget
 		// (ReleaseTimeout): then it leaves the queue.
@@ -151,11 +164,11 @@ func TestCoalescedAcquiresEachGetTheirOwnAnswer(t *testing.T) {
 		p.gate = nil
 		p.mu.Unlock()
 		got := map[string]tryOutcome{}
-		for range len(keys) + 2 {
+		for range len(keys) + len(firsts) + 1 {
 			o := <-out
 			got[o.key] = o
 		}
-		for _, k := range []string{"first", "k1", "k2", "k3"} {
+		for _, k := range append(firsts, "k1", "k2", "k3") {
 			o := got[k]
 			if o.err != nil {
 				t.Fatalf("%s: %v", k, o.err)
@@ -202,18 +215,19 @@ func TestMemberLeavingBatchInFlightLeavesNoRecord(t *testing.T) {
 		p.gate, p.batchGate = make(chan struct{}), make(chan struct{})
 		c := newClient(t, p, &fencelock.Options{ReleaseTimeout: time.Second})
 		out := make(chan tryOutcome, 4)
-		tryAsync(t.Context(), c, "first", out)
-		synctest.Wait()
+		firsts := fillLanes(t, c, out)
 		actx, cancel := context.WithCancel(t.Context())
 		tryAsync(actx, c, "a", out)
 		tryAsync(t.Context(), c, "b", out)
 		synctest.Wait()
 		p.mu.Lock()
-		close(p.gate) // first returns; a and b go as one batch, held at batchGate
+		close(p.gate) // the firsts return; a and b go as one batch, held at batchGate
 		p.gate = nil
 		p.mu.Unlock()
-		if o := <-out; o.err != nil {
-			t.Fatal(o.err)
+		for range firsts {
+			if o := <-out; o.err != nil {
+				t.Fatal(o.err)
+			}
 		}
 		synctest.Wait()
 		cancel()
@@ -245,8 +259,14 @@ func TestCoalescedReleasesEachGetTheirOwnAnswer(t *testing.T) {
 		s := memory.NewStore()
 		p := newProbe(s)
 		c := newClient(t, p, nil)
-		var leases []*fencelock.Lease
-		for _, k := range []string{"first", "r1", "r2", "r3"} {
+		var (
+			leases []*fencelock.Lease
+			firsts []string
+		)
+		for i := range fencelock.CoalesceInFlight {
+			firsts = append(firsts, "first"+string(rune('0'+i)))
+		}
+		for _, k := range append(slices.Clone(firsts), "r1", "r2", "r3") {
 			l, err := c.TryAcquire(t.Context(), k)
 			if err != nil {
 				t.Fatal(err)
@@ -263,9 +283,11 @@ func TestCoalescedReleasesEachGetTheirOwnAnswer(t *testing.T) {
 		p.mu.Unlock()
 		errs := make([]error, len(leases))
 		var wg sync.WaitGroup
-		wg.Go(func() { errs[0] = leases[0].Release(t.Context()) })
+		for i := range firsts {
+			wg.Go(func() { errs[i] = leases[i].Release(t.Context()) })
+		}
 		synctest.Wait()
-		for i := 1; i < len(leases); i++ {
+		for i := len(firsts); i < len(leases); i++ {
 			wg.Go(func() { errs[i] = leases[i].Release(t.Context()) })
 		}
 		synctest.Wait()
@@ -283,7 +305,7 @@ func TestCoalescedReleasesEachGetTheirOwnAnswer(t *testing.T) {
 				t.Errorf("%s: %v", k, err)
 			}
 		}
-		for _, k := range []string{"first", "r1", "r3"} {
+		for _, k := range append(firsts, "r1", "r3") {
 			if info, _ := s.Backend().Inspect(t.Context(), k); info.Locked() {
 				t.Errorf("%s still held after its release: %+v", k, info)
 			}

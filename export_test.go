@@ -8,3 +8,7 @@ func SchedulerPokes(c *Client) uint64 { return c.pokes.Load() }
 func CoalesceStats(c *Client) (acqBatches, acqMembers, relBatches, relMembers uint64) {
 	return c.coalesceStats()
 }
+
+// CoalesceInFlight is how many requests or batches a lane keeps in
+// flight before calls queue.
+const CoalesceInFlight = maxInFlight
