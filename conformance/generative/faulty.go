@@ -82,7 +82,10 @@ func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
 func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Duration, rec *recorder, i int) *faulty {
 	f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
 	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
-	f.RTT = time.Duration(f.rttHundredths) * tenth / 10
+	if _, ok := inner.(driver.BatchAcquirer); ok {
+		// Its purpose: see faults.RTT.
+		f.RTT = time.Duration(f.rttHundredths) * tenth / 10
+	}
 	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
 	w.lateDone = sync.NewCond(&w.lateMu)
 	w.fake = fakebackend.New(inner, shown(inner))

@@ -406,6 +406,19 @@ func (r *recorder) batches() (acquire, release int) {
 	return r.acqBatches, r.relBatches
 }
 
+// cutShort reports whether a request for owner was a late request cut
+// short (kind "late-cut"): it lands after its senders gave up.
+func (r *recorder) cutShort(owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.faults {
+		if f.kind == "late-cut" && slices.Contains(f.owners, owner) {
+			return true
+		}
+	}
+	return false
+}
+
 // attempt records that an acquire attempt for owner is being sent to the
 // store.
 func (r *recorder) attempt(owner string) {
