@@ -39,8 +39,14 @@ type lane[Q, R any] struct {
 	batch  func(context.Context, []Q) ([]R, []error, error)
 	// late is given the answer of a member that left while its batch was
 	// in flight (its caller has an ambiguous answer): a grant nobody
-	// will hold is released.
+	// will hold is released. It runs before the lane's next turn, so
+	// that no later request reaches the store before it.
 	late func(Q, R, error)
+	// owner, if set, names the caller of a request: the answer of a
+	// member that left is not given to late while a request of the same
+	// owner and key is queued (its call retries, and adopts or refuses
+	// the record itself).
+	owner func(Q) string
 
 	mu    sync.Mutex
 	// busy counts the requests or batches in flight (or about to be
@@ -265,11 +271,41 @@ func (l *lane[Q, R]) send(ctx context.Context, live []*member[Q, R]) {
 		m.state = answered
 		m.signal()
 	}
-	l.nextLocked()
-	l.mu.Unlock()
+	if len(lates) == 0 {
+		l.nextLocked()
+		l.mu.Unlock()
+		return
+	}
+	// A member that left has a retry of its call queued: the retry
+	// meets the record (a store grants its owner the record it holds
+	// again), and its call keeps or abandons it. Releasing the grant
+	// now would remove the record under the retry's lease.
+	adopted := func(m *member[Q, R]) bool {
+		if l.owner == nil {
+			return false
+		}
+		for _, q := range l.queue {
+			if l.owner(q.req) == l.owner(m.req) && l.key(q.req) == l.key(m.req) {
+				return true
+			}
+		}
+		return false
+	}
+	var orphans []*member[Q, R]
 	for _, m := range lates {
+		if !adopted(m) {
+			orphans = append(orphans, m)
+		}
+	}
+	l.mu.Unlock()
+	// Before the lane's next turn: a retry that queues meanwhile is
+	// sent after the release, and gets a record of its own.
+	for _, m := range orphans {
 		l.late(m.req, m.res, m.err)
 	}
+	l.mu.Lock()
+	l.nextLocked()
+	l.mu.Unlock()
 }
 
 // errBatchLength is a batch's error when the backend returned the wrong
@@ -334,10 +370,9 @@ func (c *Client) setUpCoalescing(b Backend) {
 				if err != nil {
 					return // its caller's clean-up (abandon) sees to it
 				}
-				if !c.goBackground(func() { c.releaseGrant(g) }) {
-					c.releaseGrant(g)
-				}
+				c.releaseGrant(g)
 			},
+			owner: func(r driver.AcquireRequest) string { return r.Owner },
 		}
 	}
 	if br, ok := b.(driver.BatchReleaser); ok {

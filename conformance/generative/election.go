@@ -170,6 +170,7 @@ func electionCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats,
 		}
 		atomic.AddInt64(&stats.Programs, 1)
 		atomic.AddInt64(&stats.Leases, int64(terms))
+		stats.countBatches(rec)
 		var fail []string
 		for _, v := range vs {
 			if why, ok := o.Known[v.property]; ok {

@@ -31,10 +31,18 @@ type faults struct {
 	// caller's context ends, so that a late request leaves nothing the
 	// engine does not see.
 	LateMax time.Duration
+	// RTT is the time every request of the client spends on its way to
+	// the store, as on a network (not a fault: nothing is lost, and a
+	// request whose caller gives up on the way never arrives). It keeps
+	// requests in flight in a testing/synctest bubble, where the memory
+	// backend answers at once, so that the engine coalesces the calls
+	// of a client's workers into batches as it does on a real store.
+	RTT time.Duration
 	// Seed seeds the client's fault draws.
 	Seed uint64
 
 	maxDelayTenths int // MaxDelay in tenths of the TTL, as generated
+	rttHundredths  int // RTT in hundredths of the TTL, as generated
 }
 
 // drawFaults draws one client's faults: none, light, heavy, or late
@@ -56,6 +64,16 @@ func drawFaults(t *rapid.T, maxDelays []int) faults {
 	return f
 }
 
+// drawRTT draws a client's RTT, in hundredths of the TTL: none, or with
+// SyncTest (where the memory backend answers at once and time is fake)
+// one or three hundredths three times in four.
+func drawRTT(t *rapid.T, o *Options) int {
+	if !o.SyncTest {
+		return 0
+	}
+	return rapid.SampledFrom([]int{0, 1, 1, 3}).Draw(t, "rtt")
+}
+
 func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
 
 // newFaulty wraps inner for client i of a program with faults f: delays
@@ -64,9 +82,19 @@ func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
 func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Duration, rec *recorder, i int) *faulty {
 	f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
 	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
+	if _, ok := inner.(driver.BatchAcquirer); ok {
+		// Its purpose: see faults.RTT.
+		f.RTT = time.Duration(f.rttHundredths) * tenth / 10
+	}
 	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
 	w.lateDone = sync.NewCond(&w.lateMu)
 	w.fake = fakebackend.New(inner, shown(inner))
+	if caps := fakebackend.CapsOf(inner); caps&fakebackend.BatchAcquirer != 0 {
+		w.acqLane = &laneWatch{slow: tenth}
+	}
+	if caps := fakebackend.CapsOf(inner); caps&fakebackend.BatchReleaser != 0 {
+		w.relLane = &laneWatch{slow: tenth}
+	}
 	w.install()
 	return w
 }
@@ -110,6 +138,11 @@ type faulty struct {
 	late     int
 	lateDone *sync.Cond // broadcast when late drops to 0
 
+	// lanes watch the client's acquire and release requests as the
+	// engine's coalescing lanes send them (see queuedBehind); nil where
+	// the backend cannot batch that kind of request.
+	acqLane, relLane *laneWatch
+
 	// out is the store's outage as this client sees it (outage.go): none,
 	// stalled, refusing, or gone. Set by setOutage, read by every call.
 	outMu    sync.Mutex
@@ -137,6 +170,78 @@ func (w *faulty) draw(op string) (fate, time.Duration) {
 		return lateRequest, time.Duration(w.rnd.Int64N(int64(w.f.LateMax) + 1))
 	}
 	return pass, 0
+}
+
+// laneWatch follows one of the engine's coalescing lanes of a client
+// (coalesce.go) from the driver's side. The engine sends at most one
+// request of a lane at a time, and the calls that queued while it was in
+// flight as soon as it returns: a request held up (a delayed reply, a
+// late request, a pause) holds up every call queued behind it, though
+// no fault touched their own requests. A release held up that way may
+// reach the store after its record expired, and the lease is told "not
+// held" with nobody else the cause — as for a release of its own that
+// was late. The watch records such requests as faults of kind "queued"
+// (treated as "late"): a request that arrives at once (within
+// queueGap) after a held-up request of its lane returned, or after
+// another such queued request returned.
+type laneWatch struct {
+	slow time.Duration // a request in the driver this long holds up its lane
+
+	mu     sync.Mutex
+	heldAt time.Time // when the last held-up request of the lane returned
+}
+
+// queueGap is how soon after a request of a lane returns the engine's
+// next request of that lane reaches the driver, if it was queued: at the
+// same instant in a testing/synctest bubble, within the scheduler's
+// delay on a real store.
+const queueGap = 50 * time.Millisecond
+
+// onLane runs a request of lane l (nil: none) for owners, recording it
+// as queued (kind "queued" of op name) if it may have waited behind a
+// held-up request of the lane.
+func onLane[T any](w *faulty, l *laneWatch, name string, owners []string, req func() (T, error)) (T, error) {
+	if l == nil {
+		return req()
+	}
+	start := time.Now()
+	l.mu.Lock()
+	queued := !l.heldAt.IsZero() && start.Sub(l.heldAt) <= queueGap
+	l.mu.Unlock()
+	if queued {
+		w.rec.fault(w.client, name, "queued", owners, false)
+	}
+	v, err := req()
+	if end := time.Now(); queued || end.Sub(start) >= l.slow {
+		l.mu.Lock()
+		if end.After(l.heldAt) {
+			l.heldAt = end
+		}
+		l.mu.Unlock()
+	}
+	return v, err
+}
+
+// drawMembers draws the fates of the n members of a batch that the
+// batch's own fate let through: one member may fail before it reaches
+// the store (nothing stored for it), or lose its reply (stored, its
+// answer ambiguous), while the others are answered.
+func (w *faulty) drawMembers(n int) []fate {
+	fates := make([]fate, n)
+	if !w.f.any() {
+		return fates
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range fates {
+		switch m := w.rnd.IntN(1000); {
+		case m < w.f.Fail:
+			fates[i] = failBefore
+		case m < w.f.Fail+w.f.Lose:
+			fates[i] = loseReply
+		}
+	}
+	return fates
 }
 
 // settle waits until every late request whose caller gave up has been
@@ -217,6 +322,16 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 			}
 		}
 	}
+	if w.f.RTT > 0 {
+		t := time.NewTimer(w.f.RTT)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			// Its caller gave up before it arrived: nothing applied.
+			t.Stop()
+			return zero, ctx.Err()
+		}
+	}
 	v, err := op(ctx)
 	if err != nil && ctx.Err() == nil && !answered(err) {
 		w.rec.storeFailed(owners)
@@ -262,10 +377,10 @@ func answered(err error) bool {
 var debug = os.Getenv("FENCELOCK_GEN_DEBUG") != ""
 
 // shown is what the wrapper shows the engine of inner's capabilities: the
-// four the engine uses, exactly as inner has them (so the engine takes
+// six the engine uses, exactly as inner has them (so the engine takes
 // the same paths as without the wrapper), and a description.
 func shown(inner driver.Backend) fakebackend.Caps {
-	caps := fakebackend.CapsOf(inner) & (fakebackend.Waiter | fakebackend.BatchRenewer | fakebackend.LossNotifier)
+	caps := fakebackend.CapsOf(inner) & (fakebackend.Waiter | fakebackend.BatchRenewer | fakebackend.LossNotifier | fakebackend.BatchAcquirer | fakebackend.BatchReleaser)
 	if _, ok := driver.Watches(inner); ok {
 		caps |= fakebackend.Watcher
 	}
@@ -279,13 +394,15 @@ func shown(inner driver.Backend) fakebackend.Caps {
 func (w *faulty) install() {
 	f := w.fake
 	f.OnAcquire(func(ctx context.Context, req driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
-		return call(w, ctx, "acquire", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
-			w.rec.attempt(req.Owner)
-			g, err := next(ctx, req)
-			if debug {
-				w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
-			}
-			return g, err
+		return onLane(w, w.acqLane, "acquire", []string{req.Owner}, func() (driver.Grant, error) {
+			return call(w, ctx, "acquire", false, []string{req.Owner}, func(ctx context.Context) (driver.Grant, error) {
+				w.rec.attempt(req.Owner)
+				g, err := next(ctx, req)
+				if debug {
+					w.rec.note("acquire %s -> %v %v", req.Owner, g, err)
+				}
+				return g, err
+			})
 		})
 	})
 	// The store's own wait (the engine sees a Waiter only if the store is
@@ -331,14 +448,36 @@ func (w *faulty) install() {
 		})
 	})
 	f.OnRelease(func(ctx context.Context, g driver.Grant, next fakebackend.ReleaseFunc) error {
-		_, err := call(w, ctx, "release", false, []string{g.Owner}, func(ctx context.Context) (struct{}, error) {
-			err := next(ctx, g)
-			if debug {
-				w.rec.note("release %v -> %v", g, err)
-			}
-			return struct{}{}, err
+		_, err := onLane(w, w.relLane, "release", []string{g.Owner}, func() (struct{}, error) {
+			return call(w, ctx, "release", false, []string{g.Owner}, func(ctx context.Context) (struct{}, error) {
+				err := next(ctx, g)
+				if debug {
+					w.rec.note("release %v -> %v", g, err)
+				}
+				return struct{}{}, err
+			})
 		})
 		return err
+	})
+	f.OnAcquireBatch(func(ctx context.Context, reqs []driver.AcquireRequest, next fakebackend.AcquireBatchFunc) ([]driver.AcquireResult, error) {
+		owners := make([]string, len(reqs))
+		for i, r := range reqs {
+			owners[i] = r.Owner
+		}
+		w.rec.batch("acquire", w.client, owners)
+		return onLane(w, w.acqLane, "acquire", owners, func() ([]driver.AcquireResult, error) {
+			return w.acquireBatch(ctx, reqs, owners, next)
+		})
+	})
+	f.OnReleaseBatch(func(ctx context.Context, grants []driver.Grant, next fakebackend.ReleaseBatchFunc) ([]error, error) {
+		owners := make([]string, len(grants))
+		for i, g := range grants {
+			owners[i] = g.Owner
+		}
+		w.rec.batch("release", w.client, owners)
+		return onLane(w, w.relLane, "release", owners, func() ([]error, error) {
+			return w.releaseBatch(ctx, grants, owners, next)
+		})
 	})
 	reach := func(ctx context.Context) error {
 		if w.dead.Load() {
@@ -355,6 +494,93 @@ func (w *faulty) install() {
 	f.OnClose(func(next func() error) error {
 		w.settle()
 		return next()
+	})
+}
+
+// acquireBatch sends a batch of acquire attempts under the batch's fate
+// (call), each member under a fate of its own (drawMembers).
+func (w *faulty) acquireBatch(ctx context.Context, reqs []driver.AcquireRequest, owners []string, next fakebackend.AcquireBatchFunc) ([]driver.AcquireResult, error) {
+	return call(w, ctx, "acquire", false, owners, func(ctx context.Context) ([]driver.AcquireResult, error) {
+		fates := w.drawMembers(len(reqs))
+		var sent []driver.AcquireRequest
+		for i, r := range reqs {
+			if fates[i] == failBefore {
+				w.rec.fault(w.client, "acquire", "fail", []string{r.Owner}, false)
+				continue
+			}
+			w.rec.attempt(r.Owner)
+			sent = append(sent, r)
+		}
+		var res []driver.AcquireResult
+		if len(sent) > 0 {
+			var err error
+			if res, err = next(ctx, sent); err != nil || len(res) != len(sent) {
+				// A failed batch, or one whose answer has the wrong
+				// length: the engine's to see as it is.
+				return res, err
+			}
+		}
+		out := make([]driver.AcquireResult, len(reqs))
+		for i, r := range reqs {
+			if fates[i] == failBefore {
+				out[i].Err = errInjected
+				continue
+			}
+			out[i], res = res[0], res[1:]
+			if out[i].Err != nil && ctx.Err() == nil && !answered(out[i].Err) {
+				w.rec.storeFailed([]string{r.Owner})
+			}
+			if fates[i] == loseReply {
+				// Its reply is lost; the others' arrive.
+				w.rec.fault(w.client, "acquire", "lose", []string{r.Owner}, false)
+				out[i] = driver.AcquireResult{Err: errInjected}
+			}
+		}
+		if debug {
+			w.rec.note("acquire-batch %v -> %v", reqs, out)
+		}
+		return out, nil
+	})
+}
+
+// releaseBatch sends a batch of releases as acquireBatch sends attempts.
+func (w *faulty) releaseBatch(ctx context.Context, grants []driver.Grant, owners []string, next fakebackend.ReleaseBatchFunc) ([]error, error) {
+	return call(w, ctx, "release", false, owners, func(ctx context.Context) ([]error, error) {
+		fates := w.drawMembers(len(grants))
+		var sent []driver.Grant
+		for i, g := range grants {
+			if fates[i] == failBefore {
+				w.rec.fault(w.client, "release", "fail", []string{g.Owner}, false)
+				continue
+			}
+			sent = append(sent, g)
+		}
+		var res []error
+		if len(sent) > 0 {
+			var err error
+			if res, err = next(ctx, sent); err != nil || len(res) != len(sent) {
+				return res, err
+			}
+		}
+		out := make([]error, len(grants))
+		for i, g := range grants {
+			if fates[i] == failBefore {
+				out[i] = errInjected
+				continue
+			}
+			out[i], res = res[0], res[1:]
+			if out[i] != nil && ctx.Err() == nil && !answered(out[i]) {
+				w.rec.storeFailed([]string{g.Owner})
+			}
+			if fates[i] == loseReply {
+				w.rec.fault(w.client, "release", "lose", []string{g.Owner}, false)
+				out[i] = errInjected
+			}
+		}
+		if debug {
+			w.rec.note("release-batch %v -> %v", grants, out)
+		}
+		return out, nil
 	})
 }
 

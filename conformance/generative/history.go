@@ -131,6 +131,9 @@ type recorder struct {
 	// unanswered are the owners a store call failed for without an
 	// answer (see storeFailed).
 	unanswered map[string]bool
+	// acqBatches and relBatches count the batches of two or more
+	// coalesced acquire attempts and releases the clients sent.
+	acqBatches, relBatches int
 }
 
 func newRecorder() *recorder {
@@ -303,13 +306,19 @@ func (r *recorder) violate(property, format string, args ...any) {
 	r.direct = append(r.direct, v)
 }
 
+// isLate reports whether a fault's kind is a request that reached the
+// store late: a late request ("late", "late-cut"), or one that waited in
+// its client's coalescing lane behind a held-up request ("queued", see
+// laneWatch).
+func isLate(kind string) bool { return kind == "late" || kind == "late-cut" || kind == "queued" }
+
 // faultedBeyondLate reports whether a fault other than a late request
-// (kinds "late" and "late-cut") touched the program.
+// (isLate) touched the program.
 func (r *recorder) faultedBeyondLate() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range r.faults {
-		if f.kind != "late" && f.kind != "late-cut" {
+		if !isLate(f.kind) {
 			return true
 		}
 	}
@@ -332,7 +341,7 @@ func (r *recorder) lateWhileClosing() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range r.faults {
-		if f.kind != "late" && f.kind != "late-cut" {
+		if !isLate(f.kind) {
 			continue
 		}
 		if c, ok := r.closed[f.client]; ok && f.seq > c {
@@ -371,6 +380,43 @@ func (r *recorder) failedInStore(owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.unanswered[owner]
+}
+
+// batch records that client's engine sent a batch of coalesced requests
+// (op "acquire" or "release") for owners, in one call to its driver.
+func (r *recorder) batch(op string, client int, owners []string) {
+	s := r.tick()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(owners) >= 2 {
+		if op == "acquire" {
+			r.acqBatches++
+		} else {
+			r.relBatches++
+		}
+	}
+	r.notes = append(r.notes, fmt.Sprintf("%5d client %d sends a batch of %d %ss: %v", s, client, len(owners), op, owners))
+}
+
+// batches returns how many batches of two or more acquire attempts and
+// releases the clients sent.
+func (r *recorder) batches() (acquire, release int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.acqBatches, r.relBatches
+}
+
+// cutShort reports whether a request for owner was a late request cut
+// short (kind "late-cut"): it lands after its senders gave up.
+func (r *recorder) cutShort(owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.faults {
+		if f.kind == "late-cut" && slices.Contains(f.owners, owner) {
+			return true
+		}
+	}
+	return false
 }
 
 // attempt records that an acquire attempt for owner is being sent to the
@@ -567,7 +613,7 @@ func (r *recorder) check() []violation {
 			switch {
 			case f.rotate && (f.kind == "lose" || f.kind == "delay-cut" || f.kind == "late-cut"):
 				unsure[o] = true
-			case (f.kind == "late" || f.kind == "late-cut") && f.op != "acquire":
+			case isLate(f.kind) && f.op != "acquire":
 				// A renewal or release that reached the store late may
 				// have come after the record expired (a release into
 				// the minimum hold is a renewal too).

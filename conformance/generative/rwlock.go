@@ -119,6 +119,7 @@ func genRW(t *rapid.T, o *Options) rwProg {
 		if !p.clean {
 			c.faults = drawFaults(t, []int{1, 5})
 		}
+		c.faults.rttHundredths = drawRTT(t, o)
 		for range rapid.IntRange(1, 2).Draw(t, "workers") {
 			var w []rwStep
 			for range rapid.IntRange(1, 4).Draw(t, "steps") {
@@ -226,6 +227,7 @@ func rwCheck(rt *rapid.T, h conformance.Harness, o *Options, stats *Stats, faile
 		atomic.AddInt64(&stats.Leases, int64(len(run.grants)))
 		atomic.AddInt64(&stats.Writes, int64(len(run.access)))
 		run.mu.Unlock()
+		stats.countBatches(run.rec)
 		var fail []string
 		for _, v := range run.check() {
 			if why, ok := o.Known[v.property]; ok {

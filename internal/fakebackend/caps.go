@@ -21,6 +21,8 @@ type (
 	describer     struct{ f *Fake }
 	tokenFloorer  struct{ f *Fake }
 	guarantor     struct{ f *Fake }
+	batchAcquirer struct{ f *Fake }
+	batchReleaser struct{ f *Fake }
 )
 
 func (c core) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
@@ -75,4 +77,12 @@ func (c tokenFloorer) RaiseFloor(ctx context.Context, key string, floor driver.T
 
 func (c guarantor) Guarantees(ctx context.Context) (map[driver.Guarantee]driver.Measurement, error) {
 	return c.f.guarantees(ctx)
+}
+
+func (c batchAcquirer) AcquireBatch(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	return c.f.acquireBatch(ctx, reqs)
+}
+
+func (c batchReleaser) ReleaseBatch(ctx context.Context, gs []driver.Grant) ([]error, error) {
+	return c.f.releaseBatch(ctx, gs)
 }

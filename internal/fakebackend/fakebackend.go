@@ -17,8 +17,9 @@
 // Fake's Caps: Plain is the bare driver.Backend (waits poll, renewals go
 // one at a time), Memory what the memory backend offers. A capability the
 // wrapped backend lacks is emulated (Waiter: AcquireWait retries Acquire,
-// woken by the wrapped backend's Watch or by a poll; BatchRenewer: one
-// Renew per grant) or answers driver.ErrUnsupported.
+// woken by the wrapped backend's Watch or by a poll; BatchRenewer,
+// BatchAcquirer and BatchReleaser: one call per member) or answers
+// driver.ErrUnsupported.
 //
 // Faults and hooks are waits the test controls, never sleeps: a Gate
 // holds a request until the test opens it and tells the test when a
@@ -49,7 +50,9 @@ const (
 	AcquireWait  Op = "wait"
 	Renew        Op = "renew"
 	RenewBatch   Op = "renewbatch"
+	AcquireBatch Op = "acquirebatch"
 	Release      Op = "release"
+	ReleaseBatch Op = "releasebatch"
 	Inspect      Op = "inspect"
 	List         Op = "list"
 	Watch        Op = "watch"
@@ -59,7 +62,7 @@ const (
 
 // Requests are the operations that carry a request to the store and can
 // be faulted with SetAll: every Op but Watch, ForceRelease and Close.
-var Requests = []Op{Acquire, Renew, RenewBatch, Release, Inspect, List, AcquireWait}
+var Requests = []Op{Acquire, Renew, RenewBatch, Release, Inspect, List, AcquireWait, AcquireBatch, ReleaseBatch}
 
 // Caps is a set of the optional driver capabilities a Fake shows.
 type Caps uint16
@@ -74,11 +77,13 @@ const (
 	Describer
 	TokenFloorer
 	Guarantor
+	BatchAcquirer
+	BatchReleaser
 
 	// Plain shows no optional capability: the bare driver.Backend.
 	Plain Caps = 0
 	// Memory is what the memory backend shows.
-	Memory  = Watcher | BatchRenewer | LossNotifier | ForceReleaser | Describer | TokenFloorer | Guarantor
+	Memory  = Watcher | BatchRenewer | LossNotifier | ForceReleaser | Describer | TokenFloorer | Guarantor | BatchAcquirer | BatchReleaser
 	allCaps = Memory | Waiter
 )
 
@@ -109,6 +114,12 @@ func CapsOf(b driver.Backend) Caps {
 	if _, ok := b.(driver.Guarantor); ok {
 		c |= Guarantor
 	}
+	if _, ok := b.(driver.BatchAcquirer); ok {
+		c |= BatchAcquirer
+	}
+	if _, ok := b.(driver.BatchReleaser); ok {
+		c |= BatchReleaser
+	}
 	return c
 }
 
@@ -126,8 +137,12 @@ type (
 	RenewFunc = func(ctx context.Context, g driver.Grant, r driver.RenewRequest) (driver.Grant, error)
 	// RenewBatchFunc is a RenewBatch.
 	RenewBatchFunc = func(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error)
+	// AcquireBatchFunc is an AcquireBatch.
+	AcquireBatchFunc = func(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error)
 	// ReleaseFunc is a Release.
 	ReleaseFunc = func(ctx context.Context, g driver.Grant) error
+	// ReleaseBatchFunc is a ReleaseBatch.
+	ReleaseBatchFunc = func(ctx context.Context, gs []driver.Grant) ([]error, error)
 	// InspectFunc is an Inspect.
 	InspectFunc = func(ctx context.Context, key string) (driver.Info, error)
 	// WatchFunc is a Watch.
@@ -151,7 +166,9 @@ type Fake struct {
 		acquire, acquireWait AcquireFunc
 		renew                RenewFunc
 		renewBatch           RenewBatchFunc
+		acquireBatch         AcquireBatchFunc
 		release              ReleaseFunc
+		releaseBatch         ReleaseBatchFunc
 		inspect              InspectFunc
 		watch                WatchFunc
 		close                func() error
@@ -256,6 +273,26 @@ func (f *Fake) OnRenewBatch(h func(ctx context.Context, gs []driver.Grant, r dri
 	defer f.mu.Unlock()
 	f.hooks.renewBatch = func(ctx context.Context, gs []driver.Grant, r driver.RenewRequest) ([]driver.RenewResult, error) {
 		return h(ctx, gs, r, f.innerRenewBatch)
+	}
+}
+
+// OnAcquireBatch replaces the store's AcquireBatch with h; next is the
+// store's (or one Acquire per request, if the store has no AcquireBatch).
+func (f *Fake) OnAcquireBatch(h func(ctx context.Context, reqs []driver.AcquireRequest, next AcquireBatchFunc) ([]driver.AcquireResult, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hooks.acquireBatch = func(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+		return h(ctx, reqs, f.innerAcquireBatch)
+	}
+}
+
+// OnReleaseBatch replaces the store's ReleaseBatch with h; next is the
+// store's (or one Release per grant, if the store has no ReleaseBatch).
+func (f *Fake) OnReleaseBatch(h func(ctx context.Context, gs []driver.Grant, next ReleaseBatchFunc) ([]error, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hooks.releaseBatch = func(ctx context.Context, gs []driver.Grant) ([]error, error) {
+		return h(ctx, gs, f.innerReleaseBatch)
 	}
 }
 
@@ -444,6 +481,64 @@ func (f *Fake) renewBatch(ctx context.Context, gs []driver.Grant, r driver.Renew
 		}
 	}
 	return res, err
+}
+
+func (f *Fake) innerAcquireBatch(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	if b, ok := f.inner.(driver.BatchAcquirer); ok {
+		return b.AcquireBatch(ctx, reqs)
+	}
+	out := make([]driver.AcquireResult, len(reqs))
+	for i, r := range reqs {
+		out[i].Grant, out[i].Err = f.inner.Acquire(ctx, r)
+	}
+	return out, nil
+}
+
+func (f *Fake) acquireBatch(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.AcquireResult, error) {
+	var call AcquireBatchFunc
+	fault, late := f.enter(AcquireBatch, func() { call = f.hooks.acquireBatch })
+	if err := f.run(ctx, fault); err != nil {
+		return nil, err
+	}
+	if call == nil {
+		call = f.innerAcquireBatch
+	}
+	res, err := call(ctx, reqs)
+	if err == nil {
+		if err := f.run(ctx, late); err != nil {
+			return nil, err
+		}
+	}
+	return res, err
+}
+
+func (f *Fake) innerReleaseBatch(ctx context.Context, gs []driver.Grant) ([]error, error) {
+	if b, ok := f.inner.(driver.BatchReleaser); ok {
+		return b.ReleaseBatch(ctx, gs)
+	}
+	errs := make([]error, len(gs))
+	for i, g := range gs {
+		errs[i] = f.inner.Release(ctx, g)
+	}
+	return errs, nil
+}
+
+func (f *Fake) releaseBatch(ctx context.Context, gs []driver.Grant) ([]error, error) {
+	var call ReleaseBatchFunc
+	fault, late := f.enter(ReleaseBatch, func() { call = f.hooks.releaseBatch })
+	if err := f.run(ctx, fault); err != nil {
+		return nil, err
+	}
+	if call == nil {
+		call = f.innerReleaseBatch
+	}
+	errs, err := call(ctx, gs)
+	if err == nil {
+		if err := f.run(ctx, late); err != nil {
+			return nil, err
+		}
+	}
+	return errs, err
 }
 
 func (f *Fake) release(ctx context.Context, g driver.Grant) error {

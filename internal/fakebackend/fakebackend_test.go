@@ -19,14 +19,14 @@ import (
 // Every set of capabilities is shown exactly: no more (a hidden Watcher
 // would still make the engine wait by notification), no fewer.
 func TestBackendShowsExactlyItsCaps(t *testing.T) {
-	for c := range fakebackend.Caps(1 << 8) {
+	for c := range fakebackend.Caps(1 << 10) {
 		b := fakebackend.New(memory.New(), c).Backend()
 		if got := fakebackend.CapsOf(b); got != c {
-			t.Errorf("New(_, %08b).Backend() shows %08b", c, got)
+			t.Errorf("New(_, %010b).Backend() shows %010b", c, got)
 		}
 	}
 	if got := fakebackend.CapsOf(memory.New()); got != fakebackend.Memory {
-		t.Errorf("the memory backend shows %08b; Memory is %08b", got, fakebackend.Memory)
+		t.Errorf("the memory backend shows %010b; Memory is %010b", got, fakebackend.Memory)
 	}
 }
 

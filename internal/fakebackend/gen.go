@@ -14,7 +14,7 @@ import (
 )
 
 // caps in the order of the Caps bits.
-var caps = []string{"waiter", "watcher", "batchRenewer", "lossNotifier", "forceReleaser", "describer", "tokenFloorer", "guarantor"}
+var caps = []string{"waiter", "watcher", "batchRenewer", "lossNotifier", "forceReleaser", "describer", "tokenFloorer", "guarantor", "batchAcquirer", "batchReleaser"}
 
 func main() {
 	var b bytes.Buffer

@@ -1794,6 +1794,6406 @@ type view255 struct {
 	tokenFloorer
 	guarantor
 }
+type view256 struct {
+	core
+	batchAcquirer
+}
+type view257 struct {
+	core
+	waiter
+	batchAcquirer
+}
+type view258 struct {
+	core
+	watcher
+	batchAcquirer
+}
+type view259 struct {
+	core
+	waiter
+	watcher
+	batchAcquirer
+}
+type view260 struct {
+	core
+	batchRenewer
+	batchAcquirer
+}
+type view261 struct {
+	core
+	waiter
+	batchRenewer
+	batchAcquirer
+}
+type view262 struct {
+	core
+	watcher
+	batchRenewer
+	batchAcquirer
+}
+type view263 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	batchAcquirer
+}
+type view264 struct {
+	core
+	lossNotifier
+	batchAcquirer
+}
+type view265 struct {
+	core
+	waiter
+	lossNotifier
+	batchAcquirer
+}
+type view266 struct {
+	core
+	watcher
+	lossNotifier
+	batchAcquirer
+}
+type view267 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	batchAcquirer
+}
+type view268 struct {
+	core
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+}
+type view269 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+}
+type view270 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+}
+type view271 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+}
+type view272 struct {
+	core
+	forceReleaser
+	batchAcquirer
+}
+type view273 struct {
+	core
+	waiter
+	forceReleaser
+	batchAcquirer
+}
+type view274 struct {
+	core
+	watcher
+	forceReleaser
+	batchAcquirer
+}
+type view275 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	batchAcquirer
+}
+type view276 struct {
+	core
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+}
+type view277 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+}
+type view278 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+}
+type view279 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+}
+type view280 struct {
+	core
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view281 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view282 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view283 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view284 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view285 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view286 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view287 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+}
+type view288 struct {
+	core
+	describer
+	batchAcquirer
+}
+type view289 struct {
+	core
+	waiter
+	describer
+	batchAcquirer
+}
+type view290 struct {
+	core
+	watcher
+	describer
+	batchAcquirer
+}
+type view291 struct {
+	core
+	waiter
+	watcher
+	describer
+	batchAcquirer
+}
+type view292 struct {
+	core
+	batchRenewer
+	describer
+	batchAcquirer
+}
+type view293 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	batchAcquirer
+}
+type view294 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	batchAcquirer
+}
+type view295 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	batchAcquirer
+}
+type view296 struct {
+	core
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view297 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view298 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view299 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view300 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view301 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view302 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view303 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+}
+type view304 struct {
+	core
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view305 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view306 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view307 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view308 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view309 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view310 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view311 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view312 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view313 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view314 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view315 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view316 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view317 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view318 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view319 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+}
+type view320 struct {
+	core
+	tokenFloorer
+	batchAcquirer
+}
+type view321 struct {
+	core
+	waiter
+	tokenFloorer
+	batchAcquirer
+}
+type view322 struct {
+	core
+	watcher
+	tokenFloorer
+	batchAcquirer
+}
+type view323 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	batchAcquirer
+}
+type view324 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+}
+type view325 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+}
+type view326 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+}
+type view327 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+}
+type view328 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view329 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view330 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view331 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view332 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view333 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view334 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view335 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+}
+type view336 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view337 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view338 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view339 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view340 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view341 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view342 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view343 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view344 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view345 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view346 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view347 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view348 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view349 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view350 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view351 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+}
+type view352 struct {
+	core
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view353 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view354 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view355 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view356 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view357 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view358 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view359 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view360 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view361 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view362 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view363 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view364 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view365 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view366 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view367 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view368 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view369 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view370 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view371 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view372 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view373 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view374 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view375 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view376 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view377 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view378 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view379 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view380 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view381 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view382 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view383 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+}
+type view384 struct {
+	core
+	guarantor
+	batchAcquirer
+}
+type view385 struct {
+	core
+	waiter
+	guarantor
+	batchAcquirer
+}
+type view386 struct {
+	core
+	watcher
+	guarantor
+	batchAcquirer
+}
+type view387 struct {
+	core
+	waiter
+	watcher
+	guarantor
+	batchAcquirer
+}
+type view388 struct {
+	core
+	batchRenewer
+	guarantor
+	batchAcquirer
+}
+type view389 struct {
+	core
+	waiter
+	batchRenewer
+	guarantor
+	batchAcquirer
+}
+type view390 struct {
+	core
+	watcher
+	batchRenewer
+	guarantor
+	batchAcquirer
+}
+type view391 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	guarantor
+	batchAcquirer
+}
+type view392 struct {
+	core
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view393 struct {
+	core
+	waiter
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view394 struct {
+	core
+	watcher
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view395 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view396 struct {
+	core
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view397 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view398 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view399 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+}
+type view400 struct {
+	core
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view401 struct {
+	core
+	waiter
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view402 struct {
+	core
+	watcher
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view403 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view404 struct {
+	core
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view405 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view406 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view407 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view408 struct {
+	core
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view409 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view410 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view411 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view412 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view413 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view414 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view415 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+}
+type view416 struct {
+	core
+	describer
+	guarantor
+	batchAcquirer
+}
+type view417 struct {
+	core
+	waiter
+	describer
+	guarantor
+	batchAcquirer
+}
+type view418 struct {
+	core
+	watcher
+	describer
+	guarantor
+	batchAcquirer
+}
+type view419 struct {
+	core
+	waiter
+	watcher
+	describer
+	guarantor
+	batchAcquirer
+}
+type view420 struct {
+	core
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+}
+type view421 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+}
+type view422 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+}
+type view423 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+}
+type view424 struct {
+	core
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view425 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view426 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view427 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view428 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view429 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view430 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view431 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+}
+type view432 struct {
+	core
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view433 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view434 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view435 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view436 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view437 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view438 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view439 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view440 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view441 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view442 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view443 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view444 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view445 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view446 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view447 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+}
+type view448 struct {
+	core
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view449 struct {
+	core
+	waiter
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view450 struct {
+	core
+	watcher
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view451 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view452 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view453 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view454 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view455 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view456 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view457 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view458 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view459 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view460 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view461 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view462 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view463 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view464 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view465 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view466 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view467 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view468 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view469 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view470 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view471 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view472 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view473 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view474 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view475 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view476 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view477 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view478 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view479 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view480 struct {
+	core
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view481 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view482 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view483 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view484 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view485 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view486 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view487 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view488 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view489 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view490 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view491 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view492 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view493 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view494 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view495 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view496 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view497 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view498 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view499 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view500 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view501 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view502 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view503 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view504 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view505 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view506 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view507 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view508 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view509 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view510 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view511 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+}
+type view512 struct {
+	core
+	batchReleaser
+}
+type view513 struct {
+	core
+	waiter
+	batchReleaser
+}
+type view514 struct {
+	core
+	watcher
+	batchReleaser
+}
+type view515 struct {
+	core
+	waiter
+	watcher
+	batchReleaser
+}
+type view516 struct {
+	core
+	batchRenewer
+	batchReleaser
+}
+type view517 struct {
+	core
+	waiter
+	batchRenewer
+	batchReleaser
+}
+type view518 struct {
+	core
+	watcher
+	batchRenewer
+	batchReleaser
+}
+type view519 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	batchReleaser
+}
+type view520 struct {
+	core
+	lossNotifier
+	batchReleaser
+}
+type view521 struct {
+	core
+	waiter
+	lossNotifier
+	batchReleaser
+}
+type view522 struct {
+	core
+	watcher
+	lossNotifier
+	batchReleaser
+}
+type view523 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	batchReleaser
+}
+type view524 struct {
+	core
+	batchRenewer
+	lossNotifier
+	batchReleaser
+}
+type view525 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	batchReleaser
+}
+type view526 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	batchReleaser
+}
+type view527 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	batchReleaser
+}
+type view528 struct {
+	core
+	forceReleaser
+	batchReleaser
+}
+type view529 struct {
+	core
+	waiter
+	forceReleaser
+	batchReleaser
+}
+type view530 struct {
+	core
+	watcher
+	forceReleaser
+	batchReleaser
+}
+type view531 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	batchReleaser
+}
+type view532 struct {
+	core
+	batchRenewer
+	forceReleaser
+	batchReleaser
+}
+type view533 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	batchReleaser
+}
+type view534 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	batchReleaser
+}
+type view535 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	batchReleaser
+}
+type view536 struct {
+	core
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view537 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view538 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view539 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view540 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view541 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view542 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view543 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchReleaser
+}
+type view544 struct {
+	core
+	describer
+	batchReleaser
+}
+type view545 struct {
+	core
+	waiter
+	describer
+	batchReleaser
+}
+type view546 struct {
+	core
+	watcher
+	describer
+	batchReleaser
+}
+type view547 struct {
+	core
+	waiter
+	watcher
+	describer
+	batchReleaser
+}
+type view548 struct {
+	core
+	batchRenewer
+	describer
+	batchReleaser
+}
+type view549 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	batchReleaser
+}
+type view550 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	batchReleaser
+}
+type view551 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	batchReleaser
+}
+type view552 struct {
+	core
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view553 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view554 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view555 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view556 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view557 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view558 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view559 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchReleaser
+}
+type view560 struct {
+	core
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view561 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view562 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view563 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view564 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view565 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view566 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view567 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view568 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view569 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view570 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view571 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view572 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view573 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view574 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view575 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchReleaser
+}
+type view576 struct {
+	core
+	tokenFloorer
+	batchReleaser
+}
+type view577 struct {
+	core
+	waiter
+	tokenFloorer
+	batchReleaser
+}
+type view578 struct {
+	core
+	watcher
+	tokenFloorer
+	batchReleaser
+}
+type view579 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	batchReleaser
+}
+type view580 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	batchReleaser
+}
+type view581 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	batchReleaser
+}
+type view582 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchReleaser
+}
+type view583 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchReleaser
+}
+type view584 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view585 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view586 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view587 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view588 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view589 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view590 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view591 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchReleaser
+}
+type view592 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view593 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view594 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view595 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view596 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view597 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view598 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view599 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view600 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view601 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view602 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view603 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view604 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view605 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view606 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view607 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchReleaser
+}
+type view608 struct {
+	core
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view609 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view610 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view611 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view612 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view613 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view614 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view615 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view616 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view617 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view618 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view619 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view620 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view621 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view622 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view623 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view624 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view625 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view626 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view627 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view628 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view629 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view630 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view631 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view632 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view633 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view634 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view635 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view636 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view637 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view638 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view639 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchReleaser
+}
+type view640 struct {
+	core
+	guarantor
+	batchReleaser
+}
+type view641 struct {
+	core
+	waiter
+	guarantor
+	batchReleaser
+}
+type view642 struct {
+	core
+	watcher
+	guarantor
+	batchReleaser
+}
+type view643 struct {
+	core
+	waiter
+	watcher
+	guarantor
+	batchReleaser
+}
+type view644 struct {
+	core
+	batchRenewer
+	guarantor
+	batchReleaser
+}
+type view645 struct {
+	core
+	waiter
+	batchRenewer
+	guarantor
+	batchReleaser
+}
+type view646 struct {
+	core
+	watcher
+	batchRenewer
+	guarantor
+	batchReleaser
+}
+type view647 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	guarantor
+	batchReleaser
+}
+type view648 struct {
+	core
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view649 struct {
+	core
+	waiter
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view650 struct {
+	core
+	watcher
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view651 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view652 struct {
+	core
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view653 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view654 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view655 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchReleaser
+}
+type view656 struct {
+	core
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view657 struct {
+	core
+	waiter
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view658 struct {
+	core
+	watcher
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view659 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view660 struct {
+	core
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view661 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view662 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view663 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view664 struct {
+	core
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view665 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view666 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view667 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view668 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view669 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view670 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view671 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchReleaser
+}
+type view672 struct {
+	core
+	describer
+	guarantor
+	batchReleaser
+}
+type view673 struct {
+	core
+	waiter
+	describer
+	guarantor
+	batchReleaser
+}
+type view674 struct {
+	core
+	watcher
+	describer
+	guarantor
+	batchReleaser
+}
+type view675 struct {
+	core
+	waiter
+	watcher
+	describer
+	guarantor
+	batchReleaser
+}
+type view676 struct {
+	core
+	batchRenewer
+	describer
+	guarantor
+	batchReleaser
+}
+type view677 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	guarantor
+	batchReleaser
+}
+type view678 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchReleaser
+}
+type view679 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchReleaser
+}
+type view680 struct {
+	core
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view681 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view682 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view683 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view684 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view685 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view686 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view687 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchReleaser
+}
+type view688 struct {
+	core
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view689 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view690 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view691 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view692 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view693 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view694 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view695 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view696 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view697 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view698 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view699 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view700 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view701 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view702 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view703 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchReleaser
+}
+type view704 struct {
+	core
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view705 struct {
+	core
+	waiter
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view706 struct {
+	core
+	watcher
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view707 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view708 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view709 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view710 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view711 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view712 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view713 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view714 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view715 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view716 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view717 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view718 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view719 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view720 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view721 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view722 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view723 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view724 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view725 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view726 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view727 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view728 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view729 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view730 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view731 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view732 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view733 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view734 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view735 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view736 struct {
+	core
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view737 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view738 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view739 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view740 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view741 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view742 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view743 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view744 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view745 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view746 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view747 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view748 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view749 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view750 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view751 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view752 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view753 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view754 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view755 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view756 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view757 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view758 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view759 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view760 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view761 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view762 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view763 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view764 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view765 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view766 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view767 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchReleaser
+}
+type view768 struct {
+	core
+	batchAcquirer
+	batchReleaser
+}
+type view769 struct {
+	core
+	waiter
+	batchAcquirer
+	batchReleaser
+}
+type view770 struct {
+	core
+	watcher
+	batchAcquirer
+	batchReleaser
+}
+type view771 struct {
+	core
+	waiter
+	watcher
+	batchAcquirer
+	batchReleaser
+}
+type view772 struct {
+	core
+	batchRenewer
+	batchAcquirer
+	batchReleaser
+}
+type view773 struct {
+	core
+	waiter
+	batchRenewer
+	batchAcquirer
+	batchReleaser
+}
+type view774 struct {
+	core
+	watcher
+	batchRenewer
+	batchAcquirer
+	batchReleaser
+}
+type view775 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	batchAcquirer
+	batchReleaser
+}
+type view776 struct {
+	core
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view777 struct {
+	core
+	waiter
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view778 struct {
+	core
+	watcher
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view779 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view780 struct {
+	core
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view781 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view782 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view783 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	batchAcquirer
+	batchReleaser
+}
+type view784 struct {
+	core
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view785 struct {
+	core
+	waiter
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view786 struct {
+	core
+	watcher
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view787 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view788 struct {
+	core
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view789 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view790 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view791 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view792 struct {
+	core
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view793 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view794 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view795 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view796 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view797 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view798 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view799 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	batchAcquirer
+	batchReleaser
+}
+type view800 struct {
+	core
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view801 struct {
+	core
+	waiter
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view802 struct {
+	core
+	watcher
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view803 struct {
+	core
+	waiter
+	watcher
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view804 struct {
+	core
+	batchRenewer
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view805 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view806 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view807 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view808 struct {
+	core
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view809 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view810 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view811 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view812 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view813 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view814 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view815 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view816 struct {
+	core
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view817 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view818 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view819 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view820 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view821 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view822 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view823 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view824 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view825 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view826 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view827 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view828 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view829 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view830 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view831 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	batchAcquirer
+	batchReleaser
+}
+type view832 struct {
+	core
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view833 struct {
+	core
+	waiter
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view834 struct {
+	core
+	watcher
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view835 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view836 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view837 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view838 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view839 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view840 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view841 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view842 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view843 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view844 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view845 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view846 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view847 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view848 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view849 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view850 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view851 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view852 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view853 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view854 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view855 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view856 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view857 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view858 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view859 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view860 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view861 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view862 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view863 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view864 struct {
+	core
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view865 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view866 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view867 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view868 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view869 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view870 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view871 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view872 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view873 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view874 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view875 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view876 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view877 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view878 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view879 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view880 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view881 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view882 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view883 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view884 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view885 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view886 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view887 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view888 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view889 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view890 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view891 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view892 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view893 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view894 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view895 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	batchAcquirer
+	batchReleaser
+}
+type view896 struct {
+	core
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view897 struct {
+	core
+	waiter
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view898 struct {
+	core
+	watcher
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view899 struct {
+	core
+	waiter
+	watcher
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view900 struct {
+	core
+	batchRenewer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view901 struct {
+	core
+	waiter
+	batchRenewer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view902 struct {
+	core
+	watcher
+	batchRenewer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view903 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view904 struct {
+	core
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view905 struct {
+	core
+	waiter
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view906 struct {
+	core
+	watcher
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view907 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view908 struct {
+	core
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view909 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view910 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view911 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view912 struct {
+	core
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view913 struct {
+	core
+	waiter
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view914 struct {
+	core
+	watcher
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view915 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view916 struct {
+	core
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view917 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view918 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view919 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view920 struct {
+	core
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view921 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view922 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view923 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view924 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view925 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view926 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view927 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view928 struct {
+	core
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view929 struct {
+	core
+	waiter
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view930 struct {
+	core
+	watcher
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view931 struct {
+	core
+	waiter
+	watcher
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view932 struct {
+	core
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view933 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view934 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view935 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view936 struct {
+	core
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view937 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view938 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view939 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view940 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view941 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view942 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view943 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view944 struct {
+	core
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view945 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view946 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view947 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view948 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view949 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view950 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view951 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view952 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view953 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view954 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view955 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view956 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view957 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view958 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view959 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view960 struct {
+	core
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view961 struct {
+	core
+	waiter
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view962 struct {
+	core
+	watcher
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view963 struct {
+	core
+	waiter
+	watcher
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view964 struct {
+	core
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view965 struct {
+	core
+	waiter
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view966 struct {
+	core
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view967 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view968 struct {
+	core
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view969 struct {
+	core
+	waiter
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view970 struct {
+	core
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view971 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view972 struct {
+	core
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view973 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view974 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view975 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view976 struct {
+	core
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view977 struct {
+	core
+	waiter
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view978 struct {
+	core
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view979 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view980 struct {
+	core
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view981 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view982 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view983 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view984 struct {
+	core
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view985 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view986 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view987 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view988 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view989 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view990 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view991 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view992 struct {
+	core
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view993 struct {
+	core
+	waiter
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view994 struct {
+	core
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view995 struct {
+	core
+	waiter
+	watcher
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view996 struct {
+	core
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view997 struct {
+	core
+	waiter
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view998 struct {
+	core
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view999 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1000 struct {
+	core
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1001 struct {
+	core
+	waiter
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1002 struct {
+	core
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1003 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1004 struct {
+	core
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1005 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1006 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1007 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1008 struct {
+	core
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1009 struct {
+	core
+	waiter
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1010 struct {
+	core
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1011 struct {
+	core
+	waiter
+	watcher
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1012 struct {
+	core
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1013 struct {
+	core
+	waiter
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1014 struct {
+	core
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1015 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1016 struct {
+	core
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1017 struct {
+	core
+	waiter
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1018 struct {
+	core
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1019 struct {
+	core
+	waiter
+	watcher
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1020 struct {
+	core
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1021 struct {
+	core
+	waiter
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1022 struct {
+	core
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
+type view1023 struct {
+	core
+	waiter
+	watcher
+	batchRenewer
+	lossNotifier
+	forceReleaser
+	describer
+	tokenFloorer
+	guarantor
+	batchAcquirer
+	batchReleaser
+}
 
 // view returns f as the type showing caps.
 func view(f *Fake, caps Caps) driver.Backend {
@@ -2310,6 +8710,1542 @@ func view(f *Fake, caps Caps) driver.Backend {
 		return view254{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
 	case 255:
 		return view255{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}}
+	case 256:
+		return view256{core{f}, batchAcquirer{f}}
+	case 257:
+		return view257{core{f}, waiter{f}, batchAcquirer{f}}
+	case 258:
+		return view258{core{f}, watcher{f}, batchAcquirer{f}}
+	case 259:
+		return view259{core{f}, waiter{f}, watcher{f}, batchAcquirer{f}}
+	case 260:
+		return view260{core{f}, batchRenewer{f}, batchAcquirer{f}}
+	case 261:
+		return view261{core{f}, waiter{f}, batchRenewer{f}, batchAcquirer{f}}
+	case 262:
+		return view262{core{f}, watcher{f}, batchRenewer{f}, batchAcquirer{f}}
+	case 263:
+		return view263{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, batchAcquirer{f}}
+	case 264:
+		return view264{core{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 265:
+		return view265{core{f}, waiter{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 266:
+		return view266{core{f}, watcher{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 267:
+		return view267{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 268:
+		return view268{core{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 269:
+		return view269{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 270:
+		return view270{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 271:
+		return view271{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}}
+	case 272:
+		return view272{core{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 273:
+		return view273{core{f}, waiter{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 274:
+		return view274{core{f}, watcher{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 275:
+		return view275{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 276:
+		return view276{core{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 277:
+		return view277{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 278:
+		return view278{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 279:
+		return view279{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 280:
+		return view280{core{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 281:
+		return view281{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 282:
+		return view282{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 283:
+		return view283{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 284:
+		return view284{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 285:
+		return view285{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 286:
+		return view286{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 287:
+		return view287{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}}
+	case 288:
+		return view288{core{f}, describer{f}, batchAcquirer{f}}
+	case 289:
+		return view289{core{f}, waiter{f}, describer{f}, batchAcquirer{f}}
+	case 290:
+		return view290{core{f}, watcher{f}, describer{f}, batchAcquirer{f}}
+	case 291:
+		return view291{core{f}, waiter{f}, watcher{f}, describer{f}, batchAcquirer{f}}
+	case 292:
+		return view292{core{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}}
+	case 293:
+		return view293{core{f}, waiter{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}}
+	case 294:
+		return view294{core{f}, watcher{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}}
+	case 295:
+		return view295{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}}
+	case 296:
+		return view296{core{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 297:
+		return view297{core{f}, waiter{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 298:
+		return view298{core{f}, watcher{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 299:
+		return view299{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 300:
+		return view300{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 301:
+		return view301{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 302:
+		return view302{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 303:
+		return view303{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}}
+	case 304:
+		return view304{core{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 305:
+		return view305{core{f}, waiter{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 306:
+		return view306{core{f}, watcher{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 307:
+		return view307{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 308:
+		return view308{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 309:
+		return view309{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 310:
+		return view310{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 311:
+		return view311{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 312:
+		return view312{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 313:
+		return view313{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 314:
+		return view314{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 315:
+		return view315{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 316:
+		return view316{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 317:
+		return view317{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 318:
+		return view318{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 319:
+		return view319{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}}
+	case 320:
+		return view320{core{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 321:
+		return view321{core{f}, waiter{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 322:
+		return view322{core{f}, watcher{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 323:
+		return view323{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 324:
+		return view324{core{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 325:
+		return view325{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 326:
+		return view326{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 327:
+		return view327{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 328:
+		return view328{core{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 329:
+		return view329{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 330:
+		return view330{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 331:
+		return view331{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 332:
+		return view332{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 333:
+		return view333{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 334:
+		return view334{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 335:
+		return view335{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 336:
+		return view336{core{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 337:
+		return view337{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 338:
+		return view338{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 339:
+		return view339{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 340:
+		return view340{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 341:
+		return view341{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 342:
+		return view342{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 343:
+		return view343{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 344:
+		return view344{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 345:
+		return view345{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 346:
+		return view346{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 347:
+		return view347{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 348:
+		return view348{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 349:
+		return view349{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 350:
+		return view350{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 351:
+		return view351{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 352:
+		return view352{core{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 353:
+		return view353{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 354:
+		return view354{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 355:
+		return view355{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 356:
+		return view356{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 357:
+		return view357{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 358:
+		return view358{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 359:
+		return view359{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 360:
+		return view360{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 361:
+		return view361{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 362:
+		return view362{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 363:
+		return view363{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 364:
+		return view364{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 365:
+		return view365{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 366:
+		return view366{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 367:
+		return view367{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 368:
+		return view368{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 369:
+		return view369{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 370:
+		return view370{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 371:
+		return view371{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 372:
+		return view372{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 373:
+		return view373{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 374:
+		return view374{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 375:
+		return view375{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 376:
+		return view376{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 377:
+		return view377{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 378:
+		return view378{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 379:
+		return view379{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 380:
+		return view380{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 381:
+		return view381{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 382:
+		return view382{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 383:
+		return view383{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}}
+	case 384:
+		return view384{core{f}, guarantor{f}, batchAcquirer{f}}
+	case 385:
+		return view385{core{f}, waiter{f}, guarantor{f}, batchAcquirer{f}}
+	case 386:
+		return view386{core{f}, watcher{f}, guarantor{f}, batchAcquirer{f}}
+	case 387:
+		return view387{core{f}, waiter{f}, watcher{f}, guarantor{f}, batchAcquirer{f}}
+	case 388:
+		return view388{core{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}}
+	case 389:
+		return view389{core{f}, waiter{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}}
+	case 390:
+		return view390{core{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}}
+	case 391:
+		return view391{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}}
+	case 392:
+		return view392{core{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 393:
+		return view393{core{f}, waiter{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 394:
+		return view394{core{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 395:
+		return view395{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 396:
+		return view396{core{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 397:
+		return view397{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 398:
+		return view398{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 399:
+		return view399{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}}
+	case 400:
+		return view400{core{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 401:
+		return view401{core{f}, waiter{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 402:
+		return view402{core{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 403:
+		return view403{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 404:
+		return view404{core{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 405:
+		return view405{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 406:
+		return view406{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 407:
+		return view407{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 408:
+		return view408{core{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 409:
+		return view409{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 410:
+		return view410{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 411:
+		return view411{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 412:
+		return view412{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 413:
+		return view413{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 414:
+		return view414{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 415:
+		return view415{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}}
+	case 416:
+		return view416{core{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 417:
+		return view417{core{f}, waiter{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 418:
+		return view418{core{f}, watcher{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 419:
+		return view419{core{f}, waiter{f}, watcher{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 420:
+		return view420{core{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 421:
+		return view421{core{f}, waiter{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 422:
+		return view422{core{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 423:
+		return view423{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 424:
+		return view424{core{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 425:
+		return view425{core{f}, waiter{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 426:
+		return view426{core{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 427:
+		return view427{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 428:
+		return view428{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 429:
+		return view429{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 430:
+		return view430{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 431:
+		return view431{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 432:
+		return view432{core{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 433:
+		return view433{core{f}, waiter{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 434:
+		return view434{core{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 435:
+		return view435{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 436:
+		return view436{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 437:
+		return view437{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 438:
+		return view438{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 439:
+		return view439{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 440:
+		return view440{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 441:
+		return view441{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 442:
+		return view442{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 443:
+		return view443{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 444:
+		return view444{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 445:
+		return view445{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 446:
+		return view446{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 447:
+		return view447{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}}
+	case 448:
+		return view448{core{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 449:
+		return view449{core{f}, waiter{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 450:
+		return view450{core{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 451:
+		return view451{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 452:
+		return view452{core{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 453:
+		return view453{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 454:
+		return view454{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 455:
+		return view455{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 456:
+		return view456{core{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 457:
+		return view457{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 458:
+		return view458{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 459:
+		return view459{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 460:
+		return view460{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 461:
+		return view461{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 462:
+		return view462{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 463:
+		return view463{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 464:
+		return view464{core{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 465:
+		return view465{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 466:
+		return view466{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 467:
+		return view467{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 468:
+		return view468{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 469:
+		return view469{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 470:
+		return view470{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 471:
+		return view471{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 472:
+		return view472{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 473:
+		return view473{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 474:
+		return view474{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 475:
+		return view475{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 476:
+		return view476{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 477:
+		return view477{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 478:
+		return view478{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 479:
+		return view479{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 480:
+		return view480{core{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 481:
+		return view481{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 482:
+		return view482{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 483:
+		return view483{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 484:
+		return view484{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 485:
+		return view485{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 486:
+		return view486{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 487:
+		return view487{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 488:
+		return view488{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 489:
+		return view489{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 490:
+		return view490{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 491:
+		return view491{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 492:
+		return view492{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 493:
+		return view493{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 494:
+		return view494{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 495:
+		return view495{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 496:
+		return view496{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 497:
+		return view497{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 498:
+		return view498{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 499:
+		return view499{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 500:
+		return view500{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 501:
+		return view501{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 502:
+		return view502{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 503:
+		return view503{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 504:
+		return view504{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 505:
+		return view505{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 506:
+		return view506{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 507:
+		return view507{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 508:
+		return view508{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 509:
+		return view509{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 510:
+		return view510{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 511:
+		return view511{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}}
+	case 512:
+		return view512{core{f}, batchReleaser{f}}
+	case 513:
+		return view513{core{f}, waiter{f}, batchReleaser{f}}
+	case 514:
+		return view514{core{f}, watcher{f}, batchReleaser{f}}
+	case 515:
+		return view515{core{f}, waiter{f}, watcher{f}, batchReleaser{f}}
+	case 516:
+		return view516{core{f}, batchRenewer{f}, batchReleaser{f}}
+	case 517:
+		return view517{core{f}, waiter{f}, batchRenewer{f}, batchReleaser{f}}
+	case 518:
+		return view518{core{f}, watcher{f}, batchRenewer{f}, batchReleaser{f}}
+	case 519:
+		return view519{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, batchReleaser{f}}
+	case 520:
+		return view520{core{f}, lossNotifier{f}, batchReleaser{f}}
+	case 521:
+		return view521{core{f}, waiter{f}, lossNotifier{f}, batchReleaser{f}}
+	case 522:
+		return view522{core{f}, watcher{f}, lossNotifier{f}, batchReleaser{f}}
+	case 523:
+		return view523{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, batchReleaser{f}}
+	case 524:
+		return view524{core{f}, batchRenewer{f}, lossNotifier{f}, batchReleaser{f}}
+	case 525:
+		return view525{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, batchReleaser{f}}
+	case 526:
+		return view526{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchReleaser{f}}
+	case 527:
+		return view527{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchReleaser{f}}
+	case 528:
+		return view528{core{f}, forceReleaser{f}, batchReleaser{f}}
+	case 529:
+		return view529{core{f}, waiter{f}, forceReleaser{f}, batchReleaser{f}}
+	case 530:
+		return view530{core{f}, watcher{f}, forceReleaser{f}, batchReleaser{f}}
+	case 531:
+		return view531{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, batchReleaser{f}}
+	case 532:
+		return view532{core{f}, batchRenewer{f}, forceReleaser{f}, batchReleaser{f}}
+	case 533:
+		return view533{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, batchReleaser{f}}
+	case 534:
+		return view534{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchReleaser{f}}
+	case 535:
+		return view535{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchReleaser{f}}
+	case 536:
+		return view536{core{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 537:
+		return view537{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 538:
+		return view538{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 539:
+		return view539{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 540:
+		return view540{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 541:
+		return view541{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 542:
+		return view542{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 543:
+		return view543{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchReleaser{f}}
+	case 544:
+		return view544{core{f}, describer{f}, batchReleaser{f}}
+	case 545:
+		return view545{core{f}, waiter{f}, describer{f}, batchReleaser{f}}
+	case 546:
+		return view546{core{f}, watcher{f}, describer{f}, batchReleaser{f}}
+	case 547:
+		return view547{core{f}, waiter{f}, watcher{f}, describer{f}, batchReleaser{f}}
+	case 548:
+		return view548{core{f}, batchRenewer{f}, describer{f}, batchReleaser{f}}
+	case 549:
+		return view549{core{f}, waiter{f}, batchRenewer{f}, describer{f}, batchReleaser{f}}
+	case 550:
+		return view550{core{f}, watcher{f}, batchRenewer{f}, describer{f}, batchReleaser{f}}
+	case 551:
+		return view551{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, batchReleaser{f}}
+	case 552:
+		return view552{core{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 553:
+		return view553{core{f}, waiter{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 554:
+		return view554{core{f}, watcher{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 555:
+		return view555{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 556:
+		return view556{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 557:
+		return view557{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 558:
+		return view558{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 559:
+		return view559{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchReleaser{f}}
+	case 560:
+		return view560{core{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 561:
+		return view561{core{f}, waiter{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 562:
+		return view562{core{f}, watcher{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 563:
+		return view563{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 564:
+		return view564{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 565:
+		return view565{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 566:
+		return view566{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 567:
+		return view567{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 568:
+		return view568{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 569:
+		return view569{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 570:
+		return view570{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 571:
+		return view571{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 572:
+		return view572{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 573:
+		return view573{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 574:
+		return view574{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 575:
+		return view575{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchReleaser{f}}
+	case 576:
+		return view576{core{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 577:
+		return view577{core{f}, waiter{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 578:
+		return view578{core{f}, watcher{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 579:
+		return view579{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 580:
+		return view580{core{f}, batchRenewer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 581:
+		return view581{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 582:
+		return view582{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 583:
+		return view583{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 584:
+		return view584{core{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 585:
+		return view585{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 586:
+		return view586{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 587:
+		return view587{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 588:
+		return view588{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 589:
+		return view589{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 590:
+		return view590{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 591:
+		return view591{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 592:
+		return view592{core{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 593:
+		return view593{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 594:
+		return view594{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 595:
+		return view595{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 596:
+		return view596{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 597:
+		return view597{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 598:
+		return view598{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 599:
+		return view599{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 600:
+		return view600{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 601:
+		return view601{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 602:
+		return view602{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 603:
+		return view603{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 604:
+		return view604{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 605:
+		return view605{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 606:
+		return view606{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 607:
+		return view607{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 608:
+		return view608{core{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 609:
+		return view609{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 610:
+		return view610{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 611:
+		return view611{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 612:
+		return view612{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 613:
+		return view613{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 614:
+		return view614{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 615:
+		return view615{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 616:
+		return view616{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 617:
+		return view617{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 618:
+		return view618{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 619:
+		return view619{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 620:
+		return view620{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 621:
+		return view621{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 622:
+		return view622{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 623:
+		return view623{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 624:
+		return view624{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 625:
+		return view625{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 626:
+		return view626{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 627:
+		return view627{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 628:
+		return view628{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 629:
+		return view629{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 630:
+		return view630{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 631:
+		return view631{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 632:
+		return view632{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 633:
+		return view633{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 634:
+		return view634{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 635:
+		return view635{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 636:
+		return view636{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 637:
+		return view637{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 638:
+		return view638{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 639:
+		return view639{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchReleaser{f}}
+	case 640:
+		return view640{core{f}, guarantor{f}, batchReleaser{f}}
+	case 641:
+		return view641{core{f}, waiter{f}, guarantor{f}, batchReleaser{f}}
+	case 642:
+		return view642{core{f}, watcher{f}, guarantor{f}, batchReleaser{f}}
+	case 643:
+		return view643{core{f}, waiter{f}, watcher{f}, guarantor{f}, batchReleaser{f}}
+	case 644:
+		return view644{core{f}, batchRenewer{f}, guarantor{f}, batchReleaser{f}}
+	case 645:
+		return view645{core{f}, waiter{f}, batchRenewer{f}, guarantor{f}, batchReleaser{f}}
+	case 646:
+		return view646{core{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchReleaser{f}}
+	case 647:
+		return view647{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchReleaser{f}}
+	case 648:
+		return view648{core{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 649:
+		return view649{core{f}, waiter{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 650:
+		return view650{core{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 651:
+		return view651{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 652:
+		return view652{core{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 653:
+		return view653{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 654:
+		return view654{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 655:
+		return view655{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchReleaser{f}}
+	case 656:
+		return view656{core{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 657:
+		return view657{core{f}, waiter{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 658:
+		return view658{core{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 659:
+		return view659{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 660:
+		return view660{core{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 661:
+		return view661{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 662:
+		return view662{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 663:
+		return view663{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 664:
+		return view664{core{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 665:
+		return view665{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 666:
+		return view666{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 667:
+		return view667{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 668:
+		return view668{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 669:
+		return view669{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 670:
+		return view670{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 671:
+		return view671{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchReleaser{f}}
+	case 672:
+		return view672{core{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 673:
+		return view673{core{f}, waiter{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 674:
+		return view674{core{f}, watcher{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 675:
+		return view675{core{f}, waiter{f}, watcher{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 676:
+		return view676{core{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 677:
+		return view677{core{f}, waiter{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 678:
+		return view678{core{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 679:
+		return view679{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 680:
+		return view680{core{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 681:
+		return view681{core{f}, waiter{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 682:
+		return view682{core{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 683:
+		return view683{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 684:
+		return view684{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 685:
+		return view685{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 686:
+		return view686{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 687:
+		return view687{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 688:
+		return view688{core{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 689:
+		return view689{core{f}, waiter{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 690:
+		return view690{core{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 691:
+		return view691{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 692:
+		return view692{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 693:
+		return view693{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 694:
+		return view694{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 695:
+		return view695{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 696:
+		return view696{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 697:
+		return view697{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 698:
+		return view698{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 699:
+		return view699{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 700:
+		return view700{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 701:
+		return view701{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 702:
+		return view702{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 703:
+		return view703{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchReleaser{f}}
+	case 704:
+		return view704{core{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 705:
+		return view705{core{f}, waiter{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 706:
+		return view706{core{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 707:
+		return view707{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 708:
+		return view708{core{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 709:
+		return view709{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 710:
+		return view710{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 711:
+		return view711{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 712:
+		return view712{core{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 713:
+		return view713{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 714:
+		return view714{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 715:
+		return view715{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 716:
+		return view716{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 717:
+		return view717{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 718:
+		return view718{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 719:
+		return view719{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 720:
+		return view720{core{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 721:
+		return view721{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 722:
+		return view722{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 723:
+		return view723{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 724:
+		return view724{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 725:
+		return view725{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 726:
+		return view726{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 727:
+		return view727{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 728:
+		return view728{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 729:
+		return view729{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 730:
+		return view730{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 731:
+		return view731{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 732:
+		return view732{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 733:
+		return view733{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 734:
+		return view734{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 735:
+		return view735{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 736:
+		return view736{core{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 737:
+		return view737{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 738:
+		return view738{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 739:
+		return view739{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 740:
+		return view740{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 741:
+		return view741{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 742:
+		return view742{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 743:
+		return view743{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 744:
+		return view744{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 745:
+		return view745{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 746:
+		return view746{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 747:
+		return view747{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 748:
+		return view748{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 749:
+		return view749{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 750:
+		return view750{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 751:
+		return view751{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 752:
+		return view752{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 753:
+		return view753{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 754:
+		return view754{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 755:
+		return view755{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 756:
+		return view756{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 757:
+		return view757{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 758:
+		return view758{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 759:
+		return view759{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 760:
+		return view760{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 761:
+		return view761{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 762:
+		return view762{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 763:
+		return view763{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 764:
+		return view764{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 765:
+		return view765{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 766:
+		return view766{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 767:
+		return view767{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchReleaser{f}}
+	case 768:
+		return view768{core{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 769:
+		return view769{core{f}, waiter{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 770:
+		return view770{core{f}, watcher{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 771:
+		return view771{core{f}, waiter{f}, watcher{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 772:
+		return view772{core{f}, batchRenewer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 773:
+		return view773{core{f}, waiter{f}, batchRenewer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 774:
+		return view774{core{f}, watcher{f}, batchRenewer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 775:
+		return view775{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 776:
+		return view776{core{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 777:
+		return view777{core{f}, waiter{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 778:
+		return view778{core{f}, watcher{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 779:
+		return view779{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 780:
+		return view780{core{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 781:
+		return view781{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 782:
+		return view782{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 783:
+		return view783{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 784:
+		return view784{core{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 785:
+		return view785{core{f}, waiter{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 786:
+		return view786{core{f}, watcher{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 787:
+		return view787{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 788:
+		return view788{core{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 789:
+		return view789{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 790:
+		return view790{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 791:
+		return view791{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 792:
+		return view792{core{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 793:
+		return view793{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 794:
+		return view794{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 795:
+		return view795{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 796:
+		return view796{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 797:
+		return view797{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 798:
+		return view798{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 799:
+		return view799{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 800:
+		return view800{core{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 801:
+		return view801{core{f}, waiter{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 802:
+		return view802{core{f}, watcher{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 803:
+		return view803{core{f}, waiter{f}, watcher{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 804:
+		return view804{core{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 805:
+		return view805{core{f}, waiter{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 806:
+		return view806{core{f}, watcher{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 807:
+		return view807{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 808:
+		return view808{core{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 809:
+		return view809{core{f}, waiter{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 810:
+		return view810{core{f}, watcher{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 811:
+		return view811{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 812:
+		return view812{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 813:
+		return view813{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 814:
+		return view814{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 815:
+		return view815{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 816:
+		return view816{core{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 817:
+		return view817{core{f}, waiter{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 818:
+		return view818{core{f}, watcher{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 819:
+		return view819{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 820:
+		return view820{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 821:
+		return view821{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 822:
+		return view822{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 823:
+		return view823{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 824:
+		return view824{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 825:
+		return view825{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 826:
+		return view826{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 827:
+		return view827{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 828:
+		return view828{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 829:
+		return view829{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 830:
+		return view830{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 831:
+		return view831{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 832:
+		return view832{core{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 833:
+		return view833{core{f}, waiter{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 834:
+		return view834{core{f}, watcher{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 835:
+		return view835{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 836:
+		return view836{core{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 837:
+		return view837{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 838:
+		return view838{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 839:
+		return view839{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 840:
+		return view840{core{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 841:
+		return view841{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 842:
+		return view842{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 843:
+		return view843{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 844:
+		return view844{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 845:
+		return view845{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 846:
+		return view846{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 847:
+		return view847{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 848:
+		return view848{core{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 849:
+		return view849{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 850:
+		return view850{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 851:
+		return view851{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 852:
+		return view852{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 853:
+		return view853{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 854:
+		return view854{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 855:
+		return view855{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 856:
+		return view856{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 857:
+		return view857{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 858:
+		return view858{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 859:
+		return view859{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 860:
+		return view860{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 861:
+		return view861{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 862:
+		return view862{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 863:
+		return view863{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 864:
+		return view864{core{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 865:
+		return view865{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 866:
+		return view866{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 867:
+		return view867{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 868:
+		return view868{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 869:
+		return view869{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 870:
+		return view870{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 871:
+		return view871{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 872:
+		return view872{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 873:
+		return view873{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 874:
+		return view874{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 875:
+		return view875{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 876:
+		return view876{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 877:
+		return view877{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 878:
+		return view878{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 879:
+		return view879{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 880:
+		return view880{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 881:
+		return view881{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 882:
+		return view882{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 883:
+		return view883{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 884:
+		return view884{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 885:
+		return view885{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 886:
+		return view886{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 887:
+		return view887{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 888:
+		return view888{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 889:
+		return view889{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 890:
+		return view890{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 891:
+		return view891{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 892:
+		return view892{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 893:
+		return view893{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 894:
+		return view894{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 895:
+		return view895{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 896:
+		return view896{core{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 897:
+		return view897{core{f}, waiter{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 898:
+		return view898{core{f}, watcher{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 899:
+		return view899{core{f}, waiter{f}, watcher{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 900:
+		return view900{core{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 901:
+		return view901{core{f}, waiter{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 902:
+		return view902{core{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 903:
+		return view903{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 904:
+		return view904{core{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 905:
+		return view905{core{f}, waiter{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 906:
+		return view906{core{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 907:
+		return view907{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 908:
+		return view908{core{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 909:
+		return view909{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 910:
+		return view910{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 911:
+		return view911{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 912:
+		return view912{core{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 913:
+		return view913{core{f}, waiter{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 914:
+		return view914{core{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 915:
+		return view915{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 916:
+		return view916{core{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 917:
+		return view917{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 918:
+		return view918{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 919:
+		return view919{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 920:
+		return view920{core{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 921:
+		return view921{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 922:
+		return view922{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 923:
+		return view923{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 924:
+		return view924{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 925:
+		return view925{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 926:
+		return view926{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 927:
+		return view927{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 928:
+		return view928{core{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 929:
+		return view929{core{f}, waiter{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 930:
+		return view930{core{f}, watcher{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 931:
+		return view931{core{f}, waiter{f}, watcher{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 932:
+		return view932{core{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 933:
+		return view933{core{f}, waiter{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 934:
+		return view934{core{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 935:
+		return view935{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 936:
+		return view936{core{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 937:
+		return view937{core{f}, waiter{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 938:
+		return view938{core{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 939:
+		return view939{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 940:
+		return view940{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 941:
+		return view941{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 942:
+		return view942{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 943:
+		return view943{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 944:
+		return view944{core{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 945:
+		return view945{core{f}, waiter{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 946:
+		return view946{core{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 947:
+		return view947{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 948:
+		return view948{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 949:
+		return view949{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 950:
+		return view950{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 951:
+		return view951{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 952:
+		return view952{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 953:
+		return view953{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 954:
+		return view954{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 955:
+		return view955{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 956:
+		return view956{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 957:
+		return view957{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 958:
+		return view958{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 959:
+		return view959{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 960:
+		return view960{core{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 961:
+		return view961{core{f}, waiter{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 962:
+		return view962{core{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 963:
+		return view963{core{f}, waiter{f}, watcher{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 964:
+		return view964{core{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 965:
+		return view965{core{f}, waiter{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 966:
+		return view966{core{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 967:
+		return view967{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 968:
+		return view968{core{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 969:
+		return view969{core{f}, waiter{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 970:
+		return view970{core{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 971:
+		return view971{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 972:
+		return view972{core{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 973:
+		return view973{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 974:
+		return view974{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 975:
+		return view975{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 976:
+		return view976{core{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 977:
+		return view977{core{f}, waiter{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 978:
+		return view978{core{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 979:
+		return view979{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 980:
+		return view980{core{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 981:
+		return view981{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 982:
+		return view982{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 983:
+		return view983{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 984:
+		return view984{core{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 985:
+		return view985{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 986:
+		return view986{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 987:
+		return view987{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 988:
+		return view988{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 989:
+		return view989{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 990:
+		return view990{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 991:
+		return view991{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 992:
+		return view992{core{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 993:
+		return view993{core{f}, waiter{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 994:
+		return view994{core{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 995:
+		return view995{core{f}, waiter{f}, watcher{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 996:
+		return view996{core{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 997:
+		return view997{core{f}, waiter{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 998:
+		return view998{core{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 999:
+		return view999{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1000:
+		return view1000{core{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1001:
+		return view1001{core{f}, waiter{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1002:
+		return view1002{core{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1003:
+		return view1003{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1004:
+		return view1004{core{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1005:
+		return view1005{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1006:
+		return view1006{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1007:
+		return view1007{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1008:
+		return view1008{core{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1009:
+		return view1009{core{f}, waiter{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1010:
+		return view1010{core{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1011:
+		return view1011{core{f}, waiter{f}, watcher{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1012:
+		return view1012{core{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1013:
+		return view1013{core{f}, waiter{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1014:
+		return view1014{core{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1015:
+		return view1015{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1016:
+		return view1016{core{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1017:
+		return view1017{core{f}, waiter{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1018:
+		return view1018{core{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1019:
+		return view1019{core{f}, waiter{f}, watcher{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1020:
+		return view1020{core{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1021:
+		return view1021{core{f}, waiter{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1022:
+		return view1022{core{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
+	case 1023:
+		return view1023{core{f}, waiter{f}, watcher{f}, batchRenewer{f}, lossNotifier{f}, forceReleaser{f}, describer{f}, tokenFloorer{f}, guarantor{f}, batchAcquirer{f}, batchReleaser{f}}
 	}
 	panic("fakebackend: unknown capabilities")
 }
