@@ -48,11 +48,18 @@ type lane[Q, R any] struct {
 	// the record itself).
 	owner func(Q) string
 
-	mu    sync.Mutex
+	mu sync.Mutex
 	// busy counts the requests or batches in flight (or about to be
 	// sent): at most maxInFlight.
-	busy int
+	busy  int
 	queue []*member[Q, R]
+	// left counts, per owner and key (with owner set), the members that
+	// left while their batch was in flight and whose answer has not come
+	// back: a request of the same owner and key (its call's retry) waits
+	// in the queue until it has, even with a place in flight free, so
+	// that it never meets the store before the left member's answer is
+	// dealt with (see send).
+	left map[string]int
 
 	batches atomic.Uint64 // batches of two or more sent
 	members atomic.Uint64 // members of those batches
@@ -94,7 +101,7 @@ func (l *lane[Q, R]) do(ctx context.Context, req Q) (R, error) {
 		return zero, err
 	}
 	l.mu.Lock()
-	if l.busy < maxInFlight {
+	if l.busy < maxInFlight && !l.behindLeftLocked(req) {
 		l.busy++
 		l.mu.Unlock()
 		r, err := l.single(ctx, req)
@@ -143,6 +150,12 @@ func (l *lane[Q, R]) do(ctx context.Context, req Q) (R, error) {
 				// caller's context's error (an unknown outcome); the
 				// sender hands the store's answer to late.
 				m.state = left
+				if k, ok := l.leftKey(m.req); ok {
+					if l.left == nil {
+						l.left = make(map[string]int)
+					}
+					l.left[k]++
+				}
 				l.mu.Unlock()
 				return zero, ctx.Err()
 			}
@@ -154,6 +167,23 @@ func (l *lane[Q, R]) do(ctx context.Context, req Q) (R, error) {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// leftKey names req's owner and key for the left count; ok is false on
+// a lane without owners.
+func (l *lane[Q, R]) leftKey(req Q) (string, bool) {
+	if l.owner == nil {
+		return "", false
+	}
+	return l.owner(req) + "\x00" + l.key(req), true
+}
+
+// behindLeftLocked reports whether req must wait for the answer of a
+// member of the same owner and key that left its batch in flight.
+// Called with l.mu held.
+func (l *lane[Q, R]) behindLeftLocked(req Q) bool {
+	k, ok := l.leftKey(req)
+	return ok && l.left[k] > 0
 }
 
 // nextLocked ends the lane's turn: the queued calls, up to maxBatch and
@@ -171,7 +201,7 @@ func (l *lane[Q, R]) nextLocked() {
 	)
 	for _, m := range l.queue {
 		k := l.key(m.req)
-		if _, dup := keys[k]; dup || len(group) == maxBatch {
+		if _, dup := keys[k]; dup || len(group) == maxBatch || l.behindLeftLocked(m.req) {
 			rest = append(rest, m)
 			continue
 		}
@@ -181,6 +211,12 @@ func (l *lane[Q, R]) nextLocked() {
 	}
 	clear(l.queue[len(rest):])
 	l.queue = append(l.queue[:0], rest...)
+	if len(group) == 0 {
+		// Every queued call waits for a left member's answer; the batch
+		// that carries it takes them in its turn (send).
+		l.busy--
+		return
+	}
 	lead := group[0]
 	lead.state, lead.group = leading, group
 	lead.signal()
@@ -298,12 +334,21 @@ func (l *lane[Q, R]) send(ctx context.Context, live []*member[Q, R]) {
 		}
 	}
 	l.mu.Unlock()
-	// Before the lane's next turn: a retry that queues meanwhile is
-	// sent after the release, and gets a record of its own.
+	// Before the lane's next turn, and before the left members' count
+	// lets their retries through (behindLeftLocked): a retry that comes
+	// meanwhile queues, is sent after the release, and gets a record of
+	// its own.
 	for _, m := range orphans {
 		l.late(m.req, m.res, m.err)
 	}
 	l.mu.Lock()
+	for _, m := range lates {
+		if k, ok := l.leftKey(m.req); ok {
+			if l.left[k]--; l.left[k] <= 0 {
+				delete(l.left, k)
+			}
+		}
+	}
 	l.nextLocked()
 	l.mu.Unlock()
 }

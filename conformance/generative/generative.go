@@ -7,8 +7,8 @@
 // prove; interleaving bugs hide between them. Run generates programs with
 // pgregory.net/rapid: two or three clients (each with one or two workers,
 // so a client holds several leases and renews them in batches; in one
-// lock program in three, a crowd of three to six workers on two keys or
-// more, whose acquire attempts and releases the engine coalesces into
+// lock program in three, a crowd of four to eight workers on every key
+// the program may have, whose acquire attempts and releases the engine coalesces into
 // batches where the backend can batch them), one to three keys, and
 // per worker a sequence of steps — blocking and try acquires, Do with a
 // callback that returns, fails or panics, waits cut short by their
@@ -663,14 +663,16 @@ func genProgram(t *rapid.T, o *Options) program {
 		p.stallAt = rapid.IntRange(0, 15).Draw(t, "stallAt")
 		p.stallFor = rapid.SampledFrom([]int{10, 20, 30}).Draw(t, "stallFor")
 	}
-	// One lock program in three is a crowd: each client has three to
-	// six workers, on two keys or more where the program may have them,
-	// so that a client's workers acquire and release side by side and
-	// the engine coalesces their calls into batches (the backend's
-	// driver.BatchAcquirer and driver.BatchReleaser).
+	// One lock program in three is a crowd: each client has four to
+	// eight workers, on every key the program may have, so that a
+	// client's workers acquire and release side by side and the engine
+	// coalesces their calls into batches (the backend's
+	// driver.BatchAcquirer and driver.BatchReleaser). A batch forms once
+	// more calls than a lane keeps in flight (two) meet: releases of
+	// three keys or more.
 	crowd := rapid.IntRange(0, 2).Draw(t, "crowd") == 0
 	if crowd && p.keys == 1 && o.Keys > 1 && p.permits == 0 {
-		p.keys = rapid.IntRange(2, o.Keys).Draw(t, "crowdKeys")
+		p.keys = o.Keys
 		for range p.keys - 1 {
 			p.delays = append(p.delays, p.delays[0])
 		}
@@ -695,7 +697,7 @@ func genProgram(t *rapid.T, o *Options) program {
 		c.faults.rttHundredths = drawRTT(t, o)
 		workers := rapid.IntRange(1, 2).Draw(t, "workers")
 		if crowd {
-			workers = rapid.IntRange(3, 6).Draw(t, "crowdWorkers")
+			workers = rapid.IntRange(4, 8).Draw(t, "crowdWorkers")
 		}
 		for range workers {
 			steps := rapid.IntRange(1, 4).Draw(t, "steps")

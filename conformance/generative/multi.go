@@ -43,7 +43,10 @@ import (
 // whose delay differs from step.key's are left out, and a set left with
 // one key is an ordinary acquire.
 
-// drawAlso draws the one or two other keys of a multi-key step on key.
+// drawAlso draws the other keys of a multi-key step on key: one or two,
+// or with five keys or more up to four (a grant of five keys releases
+// them at once, more than a coalescing lane keeps in flight, so its
+// releases go in a batch).
 func drawAlso(t *rapid.T, keys, key int) []int {
 	var rest []int
 	for k := range keys {
@@ -52,7 +55,11 @@ func drawAlso(t *rapid.T, keys, key int) []int {
 		}
 	}
 	var also []int
-	for range min(rapid.IntRange(1, 2).Draw(t, "alsoKeys"), len(rest)) {
+	most := 2
+	if keys >= 5 {
+		most = 4
+	}
+	for range min(rapid.IntRange(1, most).Draw(t, "alsoKeys"), len(rest)) {
 		n := rapid.IntRange(0, len(rest)-1).Draw(t, "also")
 		also = append(also, rest[n])
 		rest = slices.Delete(rest, n, n+1)
