@@ -230,6 +230,15 @@ type Stats struct {
 	BatchRenewals int `json:"batch_renewals,omitempty"`
 	MaxBatch      int `json:"max_batch,omitempty"`
 	Waits         int `json:"waits,omitempty"`
+	// BatchAcquires and BatchReleases count the engine's coalesced
+	// acquire attempts and releases: calls of one client sent to the
+	// store together, two or more in one driver.BatchAcquirer or
+	// driver.BatchReleaser call (history.BatchAcquire, BatchRelease).
+	// MaxAcquireBatch and MaxReleaseBatch are the largest of each.
+	BatchAcquires   int `json:"batch_acquires,omitempty"`
+	MaxAcquireBatch int `json:"max_acquire_batch,omitempty"`
+	BatchReleases   int `json:"batch_releases,omitempty"`
+	MaxReleaseBatch int `json:"max_release_batch,omitempty"`
 	// Tokens is the number of distinct (key, token) pairs acquired;
 	// MaxToken the highest token seen.
 	Tokens   int    `json:"tokens"`

@@ -365,6 +365,38 @@ func TestOldTokenAfterRotation(t *testing.T) {
 	}
 }
 
+// TestCoalescedBatchCounts checks that the coalesced acquire and release
+// batches a contender reports are counted, each kind on its own with its
+// largest batch, and judge nothing: two leases of one client acquired and
+// released in one batch each are a clean history.
+func TestCoalescedBatchCounts(t *testing.T) {
+	h := hist(
+		history.Event{T: 0, Proc: "a", Kind: history.AcquireStart, Key: "k1", Lease: "a1"},
+		history.Event{T: 0, Proc: "a", Kind: history.AcquireStart, Key: "k2", Lease: "a2"},
+		history.Event{T: 5, Proc: "a", Kind: history.BatchAcquire, N: 2},
+		history.Event{T: 6, Proc: "a", Kind: history.Acquired, Key: "k1", Lease: "a1", Token: 1, Until: 500},
+		history.Event{T: 6, Proc: "a", Kind: history.Acquired, Key: "k2", Lease: "a2", Token: 2, Until: 500},
+		history.Event{T: 7, Proc: "a", Kind: history.BatchAcquire, N: 4},
+		history.Event{T: 8, Proc: "a", Kind: history.BatchAcquire, N: 3, Err: "connection reset"},
+		history.Event{T: 20, Proc: "a", Kind: history.ReleaseStart, Key: "k1", Lease: "a1", Token: 1},
+		history.Event{T: 20, Proc: "a", Kind: history.ReleaseStart, Key: "k2", Lease: "a2", Token: 2},
+		history.Event{T: 25, Proc: "a", Kind: history.BatchRelease, N: 2},
+		history.Event{T: 26, Proc: "a", Kind: history.Released, Key: "k1", Lease: "a1", Token: 1},
+		history.Event{T: 26, Proc: "a", Kind: history.Released, Key: "k2", Lease: "a2", Token: 2},
+	)
+	r := Check(h, testConfig)
+	if !r.OK() {
+		t.Fatalf("coalesced acquisitions and releases flagged: %v", r.Failed())
+	}
+	st := r.Stats
+	if st.BatchAcquires != 3 || st.MaxAcquireBatch != 4 || st.BatchReleases != 1 || st.MaxReleaseBatch != 2 ||
+		st.BatchRenewals != 0 || st.MaxBatch != 0 {
+		t.Errorf("batch counts: %d acquire batches (max %d), %d release batches (max %d), %d renewal batches (max %d); "+
+			"want 3 (max 4), 1 (max 2), 0 (max 0)",
+			st.BatchAcquires, st.MaxAcquireBatch, st.BatchReleases, st.MaxReleaseBatch, st.BatchRenewals, st.MaxBatch)
+	}
+}
+
 // TestUnorderedAcquisitions checks that P2 does not judge the order of two
 // acquisitions when the later-reported one's process was paused between
 // its Acquire call and its report, but still requires unique tokens.

@@ -83,6 +83,12 @@ func (m *model) count(st *Stats) {
 		case history.BatchRenew:
 			st.BatchRenewals++
 			st.MaxBatch = max(st.MaxBatch, e.N)
+		case history.BatchAcquire:
+			st.BatchAcquires++
+			st.MaxAcquireBatch = max(st.MaxAcquireBatch, e.N)
+		case history.BatchRelease:
+			st.BatchReleases++
+			st.MaxReleaseBatch = max(st.MaxReleaseBatch, e.N)
 		case history.Wait:
 			st.Waits++
 		case history.StaleOp:

@@ -169,6 +169,12 @@ type backendEnv struct {
 	// waits is set when the backend can wait for a key itself
 	// (driver.Waiter or driver.Watcher).
 	waits bool
+	// batches is set when the backend coalesces a client's concurrent
+	// acquire attempts and releases (driver.BatchAcquirer and
+	// driver.BatchReleaser, coalescing not turned off in the URL);
+	// noBatch says why not.
+	batches bool
+	noBatch string
 	// control, if set, kills, restarts, pauses or fails over the server
 	// (Backend.Control).
 	control *Control

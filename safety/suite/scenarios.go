@@ -37,6 +37,7 @@ const (
 	fAmbRelease    = "ambiguous-release"
 	fStaleOps      = "stale-release-renew"
 	fRotation      = "rotation-batch-wait"
+	fCoalesced     = "coalesced"
 	fStoreKill     = "server-kill"
 	fStorePause    = "server-pause"
 	fRedisFlushall = "redis-flushall"
@@ -255,6 +256,11 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		}
 	}
 	specs = append(specs, rotationCell(be))
+	if be.batches {
+		specs = append(specs, coalescedCell(be, prof))
+	} else {
+		left = append(left, notRun{fCoalesced, be.noBatch})
+	}
 	specs = append(specs, primCells(be, prof)...)
 	ctl := be.control
 	if ctl == nil {

@@ -75,6 +75,7 @@ const (
 	FaultAmbRelease     = fAmbRelease    // proxy: a release's reply dropped after it took effect
 	FaultStaleOps       = fStaleOps      // a stale Release and Renew of an old grant
 	FaultRotation       = fRotation      // token rotation, batch renewal, waiting
+	FaultCoalesced      = fCoalesced     // many workers per client: coalesced acquisitions and releases, a holder paused, then one killed
 	FaultServerKill     = fStoreKill     // Control.Restart
 	FaultServerPause    = fStorePause    // Control.Pause, Control.Resume
 	FaultFailover       = fFailover      // Control.Failover (named Control.FailoverName in the report)
@@ -97,7 +98,7 @@ const (
 // every key of the Redis server) and not the mutants.
 var DefaultFaults = []string{
 	FaultBaseline, FaultHolderPause, FaultHolderKill, FaultBlackhole, FaultLatency, FaultConnReset,
-	FaultAmbAcquire, FaultAmbRelease, FaultStaleOps, FaultRotation, FaultServerKill, FaultServerPause,
+	FaultAmbAcquire, FaultAmbRelease, FaultStaleOps, FaultRotation, FaultCoalesced, FaultServerKill, FaultServerPause,
 	FaultFailover, FaultRedisExpiry, ControlFencingOff,
 	FaultSemBaseline, FaultSemHolderPause, FaultSemHolderKill,
 	FaultRWBaseline, FaultRWHolderPause, FaultRWHolderKill,
@@ -692,7 +693,7 @@ func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect rep
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	bk, _, err := fencelock.OpenBackend(octx, be.url)
+	bk, opts, err := fencelock.OpenBackend(octx, be.url)
 	if err != nil {
 		return nil, errors.New("open: " + driver.RedactText(err.Error(), b.URL))
 	}
@@ -701,6 +702,16 @@ func openBackendEnv(ctx context.Context, b Backend, name, exe string, expect rep
 	_, waiter := bk.(driver.Waiter)
 	_, watcher := driver.Watches(bk)
 	be.waits = waiter || watcher
+	_, bacq := bk.(driver.BatchAcquirer)
+	_, brel := bk.(driver.BatchReleaser)
+	switch {
+	case !bacq || !brel:
+		be.noBatch = "the backend does not batch acquisitions and releases (driver.BatchAcquirer, driver.BatchReleaser)"
+	case opts != nil && opts.NoCoalesce:
+		be.noBatch = "coalescing is turned off in the URL (coalesce=off)"
+	default:
+		be.batches = true
+	}
 	if d, ok := bk.(driver.Describer); ok {
 		desc := d.Describe()
 		be.claim = &desc
