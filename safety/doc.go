@@ -23,7 +23,11 @@
 // rotation-batch-wait, rotates tokens (the fence must accept each rotated
 // token and then refuse the token before it), has every client hold
 // several leases (batch renewal) and waits through the backend's Waiter
-// or Watcher, with a rotating holder paused. Six more run the primitives
+// or Watcher, with a rotating holder paused. Where the backend batches
+// (driver.BatchAcquirer, BatchReleaser), coalesced runs three clients of
+// 8 to 12 workers on 16 keys, so that a client's acquisitions and
+// releases go to the store in batches, with a holder paused, then one
+// killed. Six more run the primitives
 // beyond the lock with the fenced resource in the loop: a semaphore of
 // two permits (sem-baseline, sem-holder-pause, sem-holder-kill; writes
 // fenced per permit slot, checked for S1 and S2 besides P1..P8) and a

@@ -30,7 +30,8 @@
 // contender's path to the store through its own faultproxy, which fronts
 // the URL's host:port (blackhole, latency, reset, a reply dropped after
 // the request took effect), stale release and renew, token rotation with
-// batch renewal and waiting, and the fencing-off negative control. Faults
+// batch renewal and waiting, coalesced acquisitions and releases (where
+// the backend batches them), and the fencing-off negative control. Faults
 // of the server (kill and restart, pause, failover) run only when the
 // backend's Control can do them, and are otherwise listed in the report's
 // NotRun with the reason; so are the network faults when the URL has no
