@@ -178,22 +178,29 @@ func (b *Backend) token(ctx context.Context, r int64) (driver.Token, error) {
 // to it, so the grant is not held), reading the floor key if the cache
 // may miss its segment.
 func (b *Backend) native(ctx context.Context, t driver.Token) (int64, error) {
-	f := &b.fl
-	f.mu.Lock()
-	h, at := f.h, f.at
-	f.mu.Unlock()
-	if !h.IsZero() {
-		// A token from a segment the cache lacks maps, under the cache,
-		// to a revision above at.
-		if r := h.Native(t); r <= at {
-			return r, nil
-		}
+	// A token from a segment the cache lacks maps, under the cache, to a
+	// revision above at.
+	if r, ok := b.fl.cachedNative(t); ok {
+		return r, nil
 	}
 	_, h, err := b.readFloor(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return h.Native(t), nil
+}
+
+// cachedNative maps token t to its revision from the cache alone, if the
+// cache holds the segment t is from (as native would without reading).
+func (f *floors) cachedNative(t driver.Token) (int64, bool) {
+	f.mu.Lock()
+	h, at := f.h, f.at
+	f.mu.Unlock()
+	if h.IsZero() {
+		return 0, false
+	}
+	r := h.Native(t)
+	return r, r <= at
 }
 
 // nativeGrant returns g with its native token (0 if none maps to it).

@@ -26,9 +26,16 @@ const lossWatchDelay = 100 * time.Millisecond
 // NotifyLoss implements driver.LossNotifier (see notifyLoss). A token
 // that no revision maps to is reported lost at once.
 func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
-	ctx, cancel := context.WithTimeout(b.ctx, b.cleanupTimeout)
-	n, err := b.nativeGrant(ctx, g)
-	cancel()
+	n, err := g, error(nil)
+	if r, ok := b.fl.cachedNative(g.Token); ok {
+		// The common case, mapped without a context (a timer and a
+		// child of b.ctx, shared by every call) that nothing would use.
+		n.Token = driver.Token(r)
+	} else {
+		ctx, cancel := context.WithTimeout(b.ctx, b.cleanupTimeout)
+		n, err = b.nativeGrant(ctx, g)
+		cancel()
+	}
 	if err == nil && n.Token == 0 && g.Token != 0 {
 		err = driver.ErrNotHeld
 	}
@@ -49,37 +56,71 @@ func (b *Backend) NotifyLoss(g driver.Grant, lost func(cause error)) (stop func(
 // never starts one) and runs on one goroutine per grant, ended by stop or
 // Close.
 func (b *Backend) notifyLoss(g driver.Grant, lost func(cause error)) (stop func()) {
-	var done atomic.Bool
 	name, named := handleName(g.Handle)
 	if !named || b.closed.Load() || g.Token == 0 || g.Owner == "" || driver.ValidateKey(g.Key) != nil {
 		// A grant without a Handle names no entry to watch: its loss is
 		// found by renewal.
-		return func() { done.Store(true) }
+		return func() {}
+	}
+	w := &lossWatch{b: b, g: g, name: name, lost: lost}
+	w.t = time.AfterFunc(lossWatchDelay, w.start)
+	return w.stop
+}
+
+// lossWatch is one grant's loss notification. Its watch's context is
+// made when the watch starts: a grant released sooner costs no context
+// (a child of b.ctx, whose registration every grant of the backend would
+// share a lock for).
+type lossWatch struct {
+	b    *Backend
+	g    driver.Grant
+	name string
+	lost func(cause error)
+	t    *time.Timer
+	done atomic.Bool // lost was called, or stop
+
+	mu      sync.Mutex
+	stopped bool
+	cancel  context.CancelFunc // of the watch, once started
+}
+
+// start runs the watch, unless stop ran or the backend closed first.
+func (w *lossWatch) start() {
+	b := w.b
+	b.mu.Lock()
+	w.mu.Lock()
+	if w.stopped || b.ctx.Err() != nil { // stopped, or the backend closed
+		w.mu.Unlock()
+		b.mu.Unlock()
+		return
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
-	fire := func() {
-		if done.CompareAndSwap(false, true) {
-			b.freeName(g.Key, name, g.Owner) // the entry is gone
-			lost(driver.ErrNotHeld)
-		}
+	w.cancel = cancel
+	w.mu.Unlock()
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer b.wg.Done()
+	defer cancel()
+	b.watchLoss(ctx, b.queuePrefix(w.g.Key)+w.name, int64(w.g.Token), w.fire)
+}
+
+// fire reports the entry gone, once, unless stop ran.
+func (w *lossWatch) fire() {
+	if w.done.CompareAndSwap(false, true) {
+		w.b.freeName(w.g.Key, w.name, w.g.Owner) // the entry is gone
+		w.lost(driver.ErrNotHeld)
 	}
-	key, rev := b.queuePrefix(g.Key)+name, int64(g.Token)
-	t := time.AfterFunc(lossWatchDelay, func() {
-		b.mu.Lock()
-		if ctx.Err() != nil { // stopped, or the backend closed
-			b.mu.Unlock()
-			return
-		}
-		b.wg.Add(1)
-		b.mu.Unlock()
-		defer b.wg.Done()
-		b.watchLoss(ctx, key, rev, fire)
-	})
-	return func() {
-		done.Store(true)
-		t.Stop()
-		cancel()
+}
+
+func (w *lossWatch) stop() {
+	w.done.Store(true)
+	w.t.Stop()
+	w.mu.Lock()
+	w.stopped = true
+	if w.cancel != nil {
+		w.cancel()
 	}
+	w.mu.Unlock()
 }
 
 func (b *Backend) watchLoss(ctx context.Context, key string, rev int64, fire func()) {

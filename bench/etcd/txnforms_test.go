@@ -19,6 +19,13 @@ import (
 // the owner's entry and the key's rotation marker). It finds which part
 // of the backend's transaction costs what raw's does not.
 func rawForm(name string, prefixCompare, floorRead, floorCompare bool, elseReads int) benchkit.Lib {
+	return rawForms(name, prefixCompare, floorRead, floorCompare, elseReads, false, false)
+}
+
+// rawForms is rawForm with the backend's release grown too: the owner's
+// two value compares (ownerCompare) and the nested transaction that
+// deletes the key's lock-delay marker if it is the owner's (delayTxn).
+func rawForms(name string, prefixCompare, floorRead, floorCompare bool, elseReads int, ownerCompare, delayTxn bool) benchkit.Lib {
 	return benchkit.Lib{Name: name, Setup: func(b *testing.B) benchkit.Lockers {
 		cli := client(b)
 		lease, err := cli.Grant(context.Background(), int64(ttl.Seconds()))
@@ -43,7 +50,11 @@ func rawForm(name string, prefixCompare, floorRead, floorCompare bool, elseReads
 				if prefixCompare {
 					cmp = clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()
 				}
-				then := []clientv3.Op{clientv3.OpPut(me, "bench/0123456789ab."+strconv.Itoa(n), clientv3.WithLease(lease.ID))}
+				value := "bench/0123456789ab." + strconv.Itoa(n)
+				if ownerCompare {
+					value += "\x00" // the owner, a NUL and no metadata, as the backend writes
+				}
+				then := []clientv3.Op{clientv3.OpPut(me, value, clientv3.WithLease(lease.ID))}
 				var els []clientv3.Op
 				cmps := []clientv3.Cmp{cmp}
 				if floorCompare {
@@ -67,8 +78,17 @@ func rawForm(name string, prefixCompare, floorRead, floorCompare bool, elseReads
 				}
 				rev := resp.Header.Revision
 				return func() error {
-					_, err := cli.Txn(context.Background()).If(clientv3.Compare(clientv3.ModRevision(me), "=", rev)).
-						Then(clientv3.OpDelete(me)).Commit()
+					cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(me), "=", rev)}
+					if ownerCompare {
+						owner := "bench/0123456789ab." + strconv.Itoa(n)
+						cmps = append(cmps, clientv3.Compare(clientv3.Value(me), ">", owner), clientv3.Compare(clientv3.Value(me), "<", owner+"\x01"))
+					}
+					ops := []clientv3.Op{clientv3.OpDelete(me)}
+					if delayTxn {
+						dk := prefix + "d/" + key
+						ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dk), "=", "owner")}, []clientv3.Op{clientv3.OpDelete(dk)}, nil))
+					}
+					_, err := cli.Txn(context.Background()).If(cmps...).Then(ops...).Commit()
 					return err
 				}, nil
 			}
@@ -86,7 +106,8 @@ func BenchmarkTxnForms(b *testing.B) {
 		rawForm("entry+prefix-compare+floor-compare", true, false, true, 0),
 		rawForm("entry+prefix-compare+floor-read", true, true, false, 0),
 		rawForm("entry+prefix-compare+floor-read+else-2-reads", true, true, false, 2),
-		rawForm("entry+prefix-compare+floor-read+else-4-reads", true, true, false, 4), shared, backendOnly}
+		rawForm("entry+prefix-compare+floor-read+else-4-reads", true, true, false, 4),
+		rawForms("backend-txns", true, false, true, 0, true, true), shared, backendOnly}
 	for _, g := range []int{1, 16} {
 		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) { benchkit.Interleaved(b, g, 50*g, libs) })
 	}

@@ -163,11 +163,17 @@ func BenchmarkContended8(b *testing.B) {
 // or 400 (spread over 16 goroutines of one process, one key each) of each
 // variant back to back (raw, zk.Lock, fencelock), and reports each
 // one's rate and ratio to raw over all rounds. Run it with -benchtime 15x
-// or so.
+// or so. With 16 goroutines it also counts, untimed, per grant (see
+// counted): round trips, the server's requests, writes, reads and fsyncs,
+// and the client's and the server's CPU.
 func BenchmarkInterleaved(b *testing.B) {
 	for _, r := range []struct{ goroutines, turn int }{{1, 100}, {16, 400}} {
 		b.Run("goroutines="+strconv.Itoa(r.goroutines), func(b *testing.B) {
-			benchkit.Interleaved(b, r.goroutines, r.turn, libs, benchkit.Rate("ops/s"))
+			opts := []benchkit.Option{benchkit.Rate("ops/s")}
+			if r.goroutines > 1 {
+				opts = append(opts, counted(b))
+			}
+			benchkit.Interleaved(b, r.goroutines, r.turn, libs, opts...)
 		})
 	}
 }
@@ -175,7 +181,8 @@ func BenchmarkInterleaved(b *testing.B) {
 // BenchmarkInterleavedContended alternates rounds of 200 handoffs among 8
 // contenders (own sessions) on one key with zk.Lock and with fencelock,
 // and reports the handoff rate of each and their ratio, plus wait
-// percentiles over all rounds.
+// percentiles over all rounds; and, untimed, the same counts as
+// BenchmarkInterleaved per handoff.
 func BenchmarkInterleavedContended(b *testing.B) {
-	benchkit.InterleavedContended(b, 8, 200, contenders, benchkit.Barging(), benchkit.Unit(time.Millisecond))
+	benchkit.InterleavedContended(b, 8, 200, contenders, benchkit.Barging(), benchkit.Unit(time.Millisecond), counted(b))
 }

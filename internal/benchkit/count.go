@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -40,8 +41,15 @@ type Route struct {
 //   - "<lib>-rtt/grant": client round trips, counted by the proxy on every
 //     connection as the turns from the server talking to the client
 //     talking (requests the client sends before an answer arrives count
-//     once: a pipeline is one round trip);
+//     once: a pipeline is one round trip; so do the concurrent requests of
+//     goroutines sharing a multiplexed connection, such as gRPC's);
 //   - "<lib>-<name>/grant" for every counter, its growth.
+//
+// With InterleavedContended the pass runs at least cycles handoffs among
+// the same goroutines on one key, as the timed rounds do (Barging
+// included), and reports the same metrics per handoff
+// ("<lib>-rtt/handoff", "<lib>-<name>/handoff"), divided by the
+// acquisitions the pass made.
 //
 // One warm-up cycle per goroutine runs before the counts are taken, so
 // that pools, tables and sessions opened on first use are not counted.
@@ -62,6 +70,40 @@ type countPass struct {
 
 // run is the counting pass of Interleaved (see Counted).
 func (p *countPass) run(b *testing.B, goroutines int, libs []Lib, keyer func(string) func(i, n int) string) {
+	base := UniqueKey()
+	p.each(b, libs, goroutines, false, "grant", func(li int, locks []LockFunc, warm bool) (int, error) {
+		key := keyer(base + "-" + libTag(li))
+		if warm {
+			_, _, err := cycles(locks, goroutines, 0, key, false)
+			return goroutines, err
+		}
+		_, _, err := cycles(locks, p.cycles, goroutines, key, false)
+		return p.cycles, err
+	})
+}
+
+// runContended is the counting pass of InterleavedContended (see Counted).
+func (p *countPass) runContended(b *testing.B, goroutines int, libs []Lib, barging bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), contendedTimeout)
+	defer cancel()
+	keys := make([]string, len(libs))
+	for li := range keys {
+		keys[li] = UniqueKey()
+	}
+	p.each(b, libs, goroutines, true, "handoff", func(li int, locks []LockFunc, warm bool) (int, error) {
+		n := p.cycles
+		if warm {
+			n = goroutines
+		}
+		r := handoffs(ctx, locks, keys[li], n, 0, barging)
+		return r.count, r.err
+	})
+}
+
+// each sets every Lib up anew behind the counting proxy and reports its
+// round trips and counters per unit: loop(li, locks, warm) runs the
+// warm-up (warm) or the counted work and returns how many units it did.
+func (p *countPass) each(b *testing.B, libs []Lib, goroutines int, blocking bool, unit string, loop func(li int, locks []LockFunc, warm bool) (int, error)) {
 	if testing.Short() || p.cycles <= 0 {
 		return
 	}
@@ -72,11 +114,9 @@ func (p *countPass) run(b *testing.B, goroutines int, libs []Lib, keyer func(str
 	}
 	b.Cleanup(px.close)
 	b.Setenv(r.Var, via)
-	base := UniqueKey()
 	for li, lib := range libs {
-		locks := lockers(b, lib, goroutines, false)
-		key := keyer(base + "-" + libTag(li))
-		if _, _, err := cycles(locks, goroutines, 0, key, false); err != nil {
+		locks := lockers(b, lib, goroutines, blocking)
+		if _, err := loop(li, locks, true); err != nil {
 			b.Fatalf("%s (counted warm-up): %v", lib.Name, err)
 		}
 		before, err := p.read()
@@ -84,7 +124,8 @@ func (p *countPass) run(b *testing.B, goroutines int, libs []Lib, keyer func(str
 			b.Fatalf("%s: %v", lib.Name, err)
 		}
 		trips := px.trips.Load()
-		if _, _, err := cycles(locks, p.cycles, goroutines, key, false); err != nil {
+		done, err := loop(li, locks, false)
+		if err != nil {
 			b.Fatalf("%s (counted): %v", lib.Name, err)
 		}
 		trips = px.trips.Load() - trips
@@ -92,10 +133,10 @@ func (p *countPass) run(b *testing.B, goroutines int, libs []Lib, keyer func(str
 		if err != nil {
 			b.Fatalf("%s: %v", lib.Name, err)
 		}
-		n := float64(p.cycles)
-		b.ReportMetric(float64(trips)/n, lib.Name+"-rtt/grant")
+		n := float64(max(done, 1))
+		b.ReportMetric(float64(trips)/n, lib.Name+"-rtt/"+unit)
 		for i, ct := range p.counters {
-			b.ReportMetric((after[i]-before[i])/n, lib.Name+"-"+ct.Name+"/grant")
+			b.ReportMetric((after[i]-before[i])/n, lib.Name+"-"+ct.Name+"/"+unit)
 		}
 	}
 }
@@ -222,4 +263,30 @@ func (p *proxy) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// CPUCounters returns Counters of CPU time in µs for Counted: this
+// process's ("client-cpu-µs": the libraries' client side, with the
+// counting proxy's copying, which grows with the round trips) and, if
+// server is not nil, the server's ("server-cpu-µs"). The server's is
+// counted in clock ticks (10 ms): count enough cycles for it to mean
+// something. A CPUFunc that cannot tell fails the run.
+func CPUCounters(server CPUFunc) []Counter {
+	cs := []Counter{{Name: "client-cpu-µs", Read: func() (float64, error) {
+		d := processCPU()
+		if d < 0 {
+			return 0, errors.New("benchkit: this process's CPU time is unknown")
+		}
+		return float64(d) / float64(time.Microsecond), nil
+	}}}
+	if server != nil {
+		cs = append(cs, Counter{Name: "server-cpu-µs", Read: func() (float64, error) {
+			d, ok := server()
+			if !ok {
+				return 0, errors.New("benchkit: the server's CPU time is unknown (did it stop?)")
+			}
+			return float64(d) / float64(time.Microsecond), nil
+		}})
+	}
+	return cs
 }

@@ -45,8 +45,9 @@ func lineServer(t *testing.T) (addr string, lines *atomic.Int64) {
 }
 
 // lineLib is a "lock" on a lineServer whose address it reads from
-// environment variable v at Setup, a connection per goroutine: an
-// acquire+release is two requests, each answered before the next
+// environment variable v at Setup, a connection per goroutine (its try and
+// its wait are the same, and exclude nobody): an acquire+release is two
+// requests, each answered before the next
 // (pipelined false), or both written at once (true).
 func lineLib(name, v string, pipelined bool) Lib {
 	return Lib{Name: name, Setup: func(b *testing.B) Lockers {
@@ -68,7 +69,7 @@ func lineLib(name, v string, pipelined bool) Lib {
 				}
 				return nil
 			}
-			return func(context.Context, string) (func() error, error) {
+			lock := func(context.Context, string) (func() error, error) {
 				if pipelined {
 					return func() error { return nil }, ask("acquire\nrelease\n", 2)
 				}
@@ -76,7 +77,8 @@ func lineLib(name, v string, pipelined bool) Lib {
 					return nil, err
 				}
 				return func() error { return ask("release\n", 1) }, nil
-			}, nil
+			}
+			return lock, lock
 		}
 	}}
 }
@@ -111,5 +113,38 @@ func TestCountedRoundTripsAndCounters(t *testing.T) {
 	wantMetrics(t, "Interleaved", r, "sequential-p50-µs", "sequential-p99-µs", "pipelined-p50-µs", "pipelined-p99-µs")
 	if r.Extra["pipelined-p99-µs"] < r.Extra["pipelined-p50-µs"] {
 		t.Errorf("p99 %v below p50 %v", r.Extra["pipelined-p99-µs"], r.Extra["pipelined-p50-µs"])
+	}
+}
+
+// With InterleavedContended, Counted reports the same per handoff, divided
+// by the acquisitions the counting pass made (at least its cycles).
+func TestCountedPerHandoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Counted does not run with -short")
+	}
+	addr, lines := lineServer(t)
+	const v = "BENCHKIT_TEST_LINE_SERVER"
+	t.Setenv(v, "line://"+addr)
+	libs := []Lib{lineLib("sequential", v, false), lineLib("pipelined", v, true)}
+	route := func(*testing.B) Route { return Route{Var: v, URL: "line://" + addr} }
+	count := Counter{Name: "requests", Read: func() (float64, error) { return float64(lines.Load()), nil }}
+	for _, barging := range []bool{false, true} {
+		opts := []Option{Counted(40, route, count)}
+		if barging {
+			opts = append(opts, Barging())
+		}
+		r := bench(t, 1, func(b *testing.B) { InterleavedContended(b, 3, 6, libs, opts...) })
+		want := map[string]float64{
+			"sequential-rtt/handoff": 2, "sequential-requests/handoff": 2,
+			"pipelined-rtt/handoff": 1, "pipelined-requests/handoff": 2,
+		}
+		for m, w := range want {
+			if got, ok := r.Extra[m]; !ok || got != w {
+				t.Errorf("barging %v: %s = %v (reported: %v); want %v", barging, m, got, ok, w)
+			}
+		}
+		if _, ok := r.Extra["sequential-rtt/grant"]; ok {
+			t.Errorf("barging %v: a contended pass reported per grant; want per handoff", barging)
+		}
 	}
 }

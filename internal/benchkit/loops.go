@@ -189,7 +189,7 @@ func Interleaved(b *testing.B, goroutines, turn int, libs []Lib, opts ...Option)
 // one key. It reports each Lib's "<name>-handoffs/s" over the time it took,
 // for all but the first its ratio to the first ("<name>/<first>"), and each
 // Lib's "<name>-p50-wait-µs" and "<name>-p99-wait-µs" over all rounds.
-// Options: Unit, Barging.
+// Options: Unit, Barging, Counted (round trips and counters per handoff).
 func InterleavedContended(b *testing.B, goroutines, perRound int, libs []Lib, opts ...Option) {
 	c := newConfig(opts)
 	waits := make([][]LockFunc, len(libs))
@@ -227,6 +227,9 @@ func InterleavedContended(b *testing.B, goroutines, perRound int, libs []Lib, op
 		slices.Sort(lat[li])
 		b.ReportMetric(c.in(pick(lat[li], 50)), lib.Name+"-p50-wait-"+u)
 		b.ReportMetric(c.in(pick(lat[li], 99)), lib.Name+"-p99-wait-"+u)
+	}
+	if c.counted != nil {
+		c.counted.runContended(b, goroutines, libs, c.barging)
 	}
 }
 

@@ -218,8 +218,8 @@ type workload struct {
 
 // extras are the metrics a workload may report per library beside its
 // rate ("<lib>-<metric>"), in the order of their columns, and their
-// headings: a lone caller's latency, and what a grant costs (counted by
-// benchkit.Counted).
+// headings: a lone caller's latency, and what a grant or a hand-off costs
+// (counted by benchkit.Counted).
 var extras = []struct{ metric, heading string }{
 	{"p50-µs", "p50 µs"},
 	{"p99-µs", "p99 µs"},
@@ -229,6 +229,19 @@ var extras = []struct{ metric, heading string }{
 	{"server-reads/grant", "server reads/grant"},
 	{"commands/grant", "commands/grant"},
 	{"net-bytes/grant", "bytes/grant"},
+	{"requests/grant", "server requests/grant"},
+	{"proposals/grant", "Raft proposals/grant"},
+	{"wal-fsyncs/grant", "WAL fsyncs/grant"},
+	{"fsyncs/grant", "log fsyncs/grant"},
+	{"client-cpu-µs/grant", "client CPU µs/grant"},
+	{"server-cpu-µs/grant", "server CPU µs/grant"},
+	{"rtt/handoff", "round trips/hand-off"},
+	{"requests/handoff", "server requests/hand-off"},
+	{"writes/handoff", "writes/hand-off"},
+	{"reads/handoff", "reads/hand-off"},
+	{"fsyncs/handoff", "log fsyncs/hand-off"},
+	{"client-cpu-µs/handoff", "client CPU µs/hand-off"},
+	{"server-cpu-µs/handoff", "server CPU µs/hand-off"},
 }
 
 // split finds the libraries of b: a rate metric is "<lib>-<unit>/s", a

@@ -239,3 +239,23 @@ func TestTableShowsCostsBesideRates(t *testing.T) {
 		}
 	}
 }
+
+// TestTableShowsCostsPerHandoff checks that a contended workload's
+// per-handoff counts get their columns beside its hand-off rates.
+func TestTableShowsCostsPerHandoff(t *testing.T) {
+	lines := "command: x\n" +
+		"BenchmarkInterleavedContended-2 1 1 ns/op 100 zklock-handoffs/s 5 zklock-requests/handoff 5 zklock-rtt/handoff 60 fencelock-handoffs/s 0.6 fencelock/zklock 11 fencelock-requests/handoff 10 fencelock-rtt/handoff\n"
+	page, err := Generate(fstest.MapFS{"zookeeper.txt": {Data: []byte(lines)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := string(page)
+	for _, h := range []string{"round trips/hand-off", "server requests/hand-off"} {
+		if !strings.Contains(p, "| "+h+" |") {
+			t.Errorf("no column %q in:\n%s", h, p)
+		}
+	}
+	if got := row(t, p, "**fencelock**"); !strings.Contains(got, "| 10.00 | 11.00 |") {
+		t.Errorf("fencelock's row %q lacks its round trips and requests per hand-off", got)
+	}
+}
