@@ -244,7 +244,7 @@ func TestExpiryAfterPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := g.TTL
+	sess := b.SessionTimeout()
 	if sess < asked {
 		t.Errorf("Grant.TTL = %v; want the negotiated session timeout, at least the %v asked for", sess, asked)
 	}
