@@ -36,8 +36,9 @@ type Backend struct {
 	mu       sync.Mutex
 	rotating map[string]int32 // node path -> version a rotation with an unknown outcome started from
 
-	sweepWait time.Duration // pause after a sweep that left work pending
-	nextSweep time.Time     // no sweep before (zero after addOrphan)
+	sweepWait  time.Duration // pause after a sweep that left work pending
+	nextSweep  time.Time     // no sweep before (zero after addOrphan)
+	cleanupErr error         // the last clean-up failure, nil after a sweep without one (pendingError)
 
 	orphans  backendkit.Orphans[string, orphan] // pending clean-ups, by path or by nonce
 	sweeping atomic.Bool                        // a sweep is running
