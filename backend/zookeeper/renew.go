@@ -115,9 +115,10 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	return b.grant(g.Key, g.Owner, h.path, st.Version, st.Mzxid), nil
 }
 
-// confirmedTTL is the validity a grant reports (Grant.TTL): a third of the
-// session timeout, counted from the start of the request that confirmed
-// it. The leader alone expires sessions, from the touches its followers
+// confirmedTTL is the validity a grant reports (Grant.Valid): a third of
+// the session timeout, counted from the start of the request that
+// confirmed it. Its Grant.TTL stays the session timeout, which is how long
+// the leader keeps a crashed holder's znode. The leader alone expires sessions, from the touches its followers
 // relay, while a follower cut off from the leader still answers its
 // clients (pings and reads) until it gives up on the leader, after
 // syncLimit × tickTime, which may be longer than the session timeout. So
