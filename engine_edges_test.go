@@ -243,6 +243,53 @@ func TestShorterGrantedTTLScalesRenewalSchedule(t *testing.T) {
 	})
 }
 
+// shortValid is a store that keeps its records for the TTL asked but
+// vouches for only valid of it (driver.Grant.Valid), as ZooKeeper does for
+// an answer that may come from a follower cut off from its leader.
+func shortValid(b driver.Backend, valid time.Duration) driver.Backend {
+	f := fakebackend.New(b, fakebackend.Plain)
+	f.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+		g, err := next(ctx, r)
+		g.Valid = valid
+		return g, err
+	})
+	f.OnRenew(func(ctx context.Context, g driver.Grant, r driver.RenewRequest, next fakebackend.RenewFunc) (driver.Grant, error) {
+		ng, err := next(ctx, g, r)
+		ng.Valid = valid
+		return ng, err
+	})
+	return f.Backend()
+}
+
+// A grant the store vouches for less long than it keeps (Grant.Valid)
+// bounds the holder's local validity, and the renewal schedule fits it:
+// the lease is renewed within that validity and never lost meanwhile.
+// Catches an engine that bases validity on Grant.TTL alone (Remaining
+// above the vouched time) or scales the schedule to TTL (the lease lost).
+func TestShorterValidityBoundsLocalValidity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		c := newClient(t, shortValid(store.Backend(), time.Second), &fencelock.Options{TTL: 3 * time.Second})
+		l, err := c.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rem := l.Remaining(); rem > 900*time.Millisecond {
+			t.Fatalf("Remaining() after acquire = %v; more than the vouched 1s minus the scaled margin", rem)
+		}
+		time.Sleep(10 * time.Second)
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease vouched for 1s at a time lost: %v", err)
+		}
+		if rem := l.Remaining(); rem > 900*time.Millisecond {
+			t.Fatalf("Remaining() after renewals = %v; more than the vouched 1s minus the scaled margin", rem)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // Suspected defect (confirmed): Close did not wait for Acquire calls in
 // flight, whose clean-up then ran on a closed backend and left records.
 func TestCloseWaitsForAcquireInFlight(t *testing.T) {

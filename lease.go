@@ -100,7 +100,7 @@ func (c *Client) newLease(ctx context.Context, k *call, begin, start time.Time, 
 		ttl: cfg.ttl, baseIvl: cfg.interval, baseMargin: cfg.margin, rotateEvery: cfg.rotateEvery, minHold: cfg.minHold, lockDelay: cfg.lockDelay,
 		meta: req.Metadata, releasing: make(chan struct{}, 1), grant: g, lastRotate: start, acquired: start, granted: granted}
 	l.mu.Lock()
-	l.setValidityLocked(start, g.TTL, granted)
+	l.setValidityLocked(start, g, granted)
 	late := !granted.Before(l.validUntil)
 	if late {
 		l.state = released
@@ -155,11 +155,16 @@ func (c *Client) newLease(ctx context.Context, k *call, begin, start time.Time, 
 var errLateGrant = fmt.Errorf("%w: the store answered after the grant's local validity (TTL − Margin) had ended", ErrLocalExpiry)
 
 // setValidityLocked restarts the local-validity clock for a request sent
-// at start that the store answered, at now, with the granted TTL. When the store
+// at start that the store answered, at now, with grant g: the granted TTL,
+// or the shorter time the store vouches for (g.Valid). When the store
 // granted less than the lease's TTL (a ZooKeeper session negotiated
 // shorter, say), the lease's renewal interval and margin shrink in
 // proportion, so its schedule fits the TTL it really has.
-func (l *Lease) setValidityLocked(start time.Time, granted time.Duration, now time.Time) {
+func (l *Lease) setValidityLocked(start time.Time, g driver.Grant, now time.Time) {
+	granted := g.TTL
+	if g.Valid > 0 && (granted == 0 || g.Valid < granted) {
+		granted = g.Valid
+	}
 	ttl := l.ttl
 	l.interval, l.margin = l.baseIvl, l.baseMargin
 	if granted > 0 && granted < ttl {

@@ -409,7 +409,7 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 		l.failures = 0
 		l.unsure = false
 		now := c.now()
-		l.setValidityLocked(start, ng.TTL, now)
+		l.setValidityLocked(start, ng, now)
 		return renewalOutcome{next: start.Add(l.interval), rotated: ng.Token > old.Token,
 			event: Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: now.Sub(start)}}
 	case errors.Is(err, ErrNotHeld):

@@ -161,6 +161,16 @@ type Grant struct {
 	// requested (etcd grants whole seconds). Zero means "as requested". The
 	// engine bases local validity on the smaller of the two.
 	TTL time.Duration
+	// Valid, if positive, is how long the holder may count on the grant,
+	// from the start of the request that returned it, where that is less
+	// than the time the store keeps the record (TTL): a store whose
+	// answer may come from a replica out of touch with the server that
+	// judges expiry (a ZooKeeper follower cut off from its leader answers
+	// renewals while the leader expires the session) vouches for less
+	// than it keeps. The engine then bases local validity on it; the
+	// store still frees a crashed holder's key only after TTL. Zero means
+	// as long as TTL.
+	Valid time.Duration
 	// Handle is opaque backend state that later calls need to find the
 	// grant again: a znode path, an etcd lease ID. The engine stores it and
 	// passes it back unchanged. It is empty in one case: when the engine

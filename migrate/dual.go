@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,10 @@ func (d *Dual) encode(g driver.Grant, o, n driver.Grant, delayed bool) driver.Gr
 	g.Handle = string(h)
 	g.Token = max(o.Token, n.Token)
 	g.TTL = minTTL(o.TTL, n.TTL)
+	g.Valid = 0
+	if o.Valid > 0 || n.Valid > 0 { // a side vouches for less than it keeps
+		g.Valid = minTTL(cmp.Or(o.Valid, o.TTL), cmp.Or(n.Valid, n.TTL))
+	}
 	return g
 }
 

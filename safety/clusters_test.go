@@ -116,7 +116,11 @@ func (s *clusterSet) get(t *testing.T, def backendDef) (string, *cluster.Testenv
 			t.Logf("safety: starting loopback cluster %s with scripts/testenv", server)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			sc.te, sc.err = cluster.Up(ctx, server)
+			up := cluster.Up
+			if server == cluster.ZooKeeper3 {
+				up = cluster.UpWithPeerLinks // for suite.FaultFollowerPartitioned
+			}
+			sc.te, sc.err = up(ctx, server)
 		})
 		if sc.te != nil {
 			url, ct = sc.te.URL(server), sc.te
@@ -282,6 +286,23 @@ func addMembers(ct *cluster.Testenv, name string, ctl *suite.Control) {
 	}
 	ctl.PauseMember = func(ctx context.Context, i int) error { return ct.PauseMember(ctx, name, ids[i]) }
 	ctl.ResumeMember = func(ctx context.Context, i int) error { return ct.ResumeMember(ctx, name, ids[i]) }
+	if !ct.Partitionable(name) {
+		return // suite.FaultFollowerPartitioned is then listed as not run
+	}
+	ctl.PartitionMember = func(ctx context.Context, i int) error { return ct.Partition(ctx, name, ids[i]) }
+	ctl.HealMember = func(ctx context.Context, i int) error {
+		if err := ct.Heal(ctx, name, ids[i]); err != nil {
+			return err
+		}
+		return ct.WaitReady(ctx, name)
+	}
+	ctl.MemberLeads = func(ctx context.Context, i int) (bool, error) {
+		id, err := ct.Leader(ctx, name)
+		if errors.Is(err, cluster.ErrNoLeader) {
+			return false, nil
+		}
+		return id == ids[i], err
+	}
 }
 
 // clusterFaults are the faults of a cluster row: the failover, and for

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"sync"
 	"time"
@@ -301,7 +302,11 @@ func (b *Backend) renewWatched(ctx context.Context, grants []driver.Grant, out [
 	if len(fast) == 0 {
 		return slow
 	}
+	synced := b.startSync(ctx) // the leader's confirmation (confirmedTTL)
 	_, _, err := b.conn.Exists(ctx, b.root)
+	if serr := synced(); err == nil && serr != nil {
+		err = fmt.Errorf("zookeeper: renew: the server could not confirm the session with its leader (sync): %w", serr)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, c := range fast {

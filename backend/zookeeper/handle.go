@@ -70,7 +70,8 @@ func (b *Backend) grant(key, owner, node string, version int32, token int64) dri
 		Key:    key,
 		Owner:  owner,
 		Token:  driver.Token(token),
-		TTL:    b.SessionTimeout(),
+		TTL:    b.SessionTimeout(), // what the leader keeps the znode for
+		Valid:  b.confirmedTTL(),   // what the answer vouches for
 		Handle: handle{version: version, token: token, tag: ownerTag(owner), path: node}.String(),
 	}
 }

@@ -32,7 +32,7 @@ func (b *Backend) inspectKey(ctx context.Context, key string) (driver.Info, erro
 		return driver.Info{}, err
 	}
 	if b.pendingUnder(b.parent(key)) {
-		return driver.Info{}, errCleanupPending
+		return driver.Info{}, b.pendingError()
 	}
 	return b.inspect(ctx, key)
 }

@@ -27,11 +27,13 @@ type Options struct {
 	Prefix string
 
 	// SessionTimeout is the session timeout the server negotiated for the
-	// connection given to New. Grants report it as their TTL, so the
-	// engine never trusts a lease for longer than the server keeps the
-	// session (and with it the lock) alive after the holder goes silent.
-	// Zero (the default) means unknown: the engine's TTL must then be at
-	// most the session timeout. Open ignores this field and uses the
+	// connection given to New. Grants report it as their TTL and a third
+	// of it as their validity (driver.Grant.Valid), so the engine never
+	// trusts a lease for longer than the leader keeps the session (and
+	// with it the lock) alive after the holder goes silent, even when a
+	// follower cut off from the leader answered the renewal. Zero (the
+	// default) means unknown: the engine's TTL must then be at most a
+	// third of the session timeout. Open ignores this field and uses the
 	// timeout the server actually granted.
 	SessionTimeout time.Duration
 

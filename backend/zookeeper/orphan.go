@@ -14,8 +14,37 @@ import (
 // create whose reply was lost may be executed later). The engine takes it
 // as a failed clean-up and looks again with backoff (see driver), which
 // sweeps again: the engine's retries, not a loop in the backend, finish
-// the clean-up.
+// the clean-up. Inspect returns it as a *cleanupPendingError, which also
+// names why the clean-up is still pending, if an attempt failed.
 var errCleanupPending = errors.New("zookeeper: a clean-up of this key's contender znodes is pending")
+
+// cleanupPendingError is errCleanupPending with the failure of the last
+// clean-up attempt (a delete or a nonce search that failed, with its
+// cause: on a stopped server, the refused connection), nil if none
+// failed since the last sweep that went through (a nonce search still
+// running). errors.Is matches errCleanupPending and the cause's chain.
+type cleanupPendingError struct{ cause error }
+
+func (e *cleanupPendingError) Error() string {
+	if e.cause == nil {
+		return errCleanupPending.Error()
+	}
+	return errCleanupPending.Error() + "; the last attempt failed: " + e.cause.Error()
+}
+
+func (e *cleanupPendingError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{errCleanupPending}
+	}
+	return []error{errCleanupPending, e.cause}
+}
+
+// pendingError is Inspect's error for a key whose clean-up is pending.
+func (b *Backend) pendingError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &cleanupPendingError{cause: b.cleanupErr}
+}
 
 // Sweep pacing: after a sweep that left work pending, the next one waits
 // sweepMinWait, doubling up to sweepMaxWait, so a pending nonce search
@@ -54,10 +83,16 @@ func (o orphan) under(parent string) bool {
 	return o.parent == parent || strings.HasPrefix(o.path, parent+"/")
 }
 
-func (b *Backend) addOrphan(o orphan) {
+// addOrphan records a pending clean-up; cause is the failure that left it
+// (a delete or create whose request failed), or nil (a znode found to be
+// nobody's).
+func (b *Backend) addOrphan(o orphan, cause error) {
 	b.orphans.Add(o.key(), o)
 	b.mu.Lock()
 	b.nextSweep = time.Time{} // the next call sweeps
+	if cause != nil {
+		b.cleanupErr = cause
+	}
 	b.mu.Unlock()
 }
 
@@ -135,6 +170,7 @@ func (b *Backend) sweep(ctx context.Context) error {
 		return nil
 	}
 	left := false
+	var failed error
 	for k, o := range b.orphans.Batch(maxSweep) {
 		if b.closed.Load() {
 			return nil
@@ -143,7 +179,7 @@ func (b *Backend) sweep(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return err // pending still; the sweep pacing is unchanged
 			}
-			left = true
+			left, failed = true, err
 			b.log.Warn("zookeeper: could not delete an orphaned contender znode yet; retrying on a later call", "znode", o.path, "parent", o.parent, "err", err)
 			continue
 		}
@@ -154,6 +190,7 @@ func (b *Backend) sweep(ctx context.Context) error {
 		b.orphans.Done(k, o)
 	}
 	b.mu.Lock()
+	b.cleanupErr = failed
 	if left {
 		b.sweepWait = min(max(2*b.sweepWait, sweepMinWait), sweepMaxWait)
 		b.nextSweep = time.Now().Add(b.sweepWait)

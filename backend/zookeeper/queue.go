@@ -121,7 +121,7 @@ func (b *Backend) enqueue(ctx context.Context, parent string, data []byte) (entr
 			// may exist. Find it by its nonce and delete it, now or (if
 			// the server is unreachable) later, so it never blocks the
 			// queue.
-			b.addOrphan(b.nonceOrphan(parent, nonce))
+			b.addOrphan(b.nonceOrphan(parent, nonce), err)
 			return entry{}, err
 		}
 	}
@@ -146,12 +146,12 @@ func (b *Backend) lateCreate(parent, nonce string) func([]zk.MultiResponse, erro
 	return func(res []zk.MultiResponse, err error) {
 		switch {
 		case err == nil && len(res) == 3:
-			b.addOrphan(orphan{path: res[0].String})
+			b.addOrphan(orphan{path: res[0].String}, nil)
 			b.sweepSoon()
 		case err == nil, definiteZK(err), floorMoved(res):
 			// Nothing was created.
 		default:
-			b.addOrphan(b.nonceOrphan(parent, nonce))
+			b.addOrphan(b.nonceOrphan(parent, nonce), err)
 		}
 	}
 }
@@ -202,7 +202,7 @@ func (b *Backend) deleteOwn(ctx context.Context, node string) {
 	}
 	err := b.conn.Delete(ctx, node, -1)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		b.addOrphan(orphan{path: node})
+		b.addOrphan(orphan{path: node}, err)
 	}
 }
 

@@ -63,7 +63,7 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) error {
 	// client lives (the engine tries a lost lease's release only once).
 	// The sweep deletes it, at the latest once the client has a session
 	// again (see reconnected).
-	b.addOrphan(orphan{path: h.path})
+	b.addOrphan(orphan{path: h.path}, err)
 	return cmpOr(serr, err)
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/fencelock/fencelock/driver"
 	"github.com/go-zookeeper/zk"
@@ -56,6 +58,12 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		data   []byte
 		st     *zk.Stat
 	)
+	// A renewal that writes nothing confirms with the leader (see
+	// confirmedTTL); a rotation's write goes through the leader anyway.
+	synced := func() error { return nil }
+	if !req.Rotate {
+		synced = b.startSync(ctx)
+	}
 	if req.Rotate || req.SetMetadata {
 		data, st, err = b.conn.Get(ctx, h.path)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -63,6 +71,9 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 		}
 	} else {
 		exists, st, err = b.conn.Exists(ctx, h.path)
+	}
+	if serr := synced(); err == nil && serr != nil {
+		err = fmt.Errorf("zookeeper: renew: the server could not confirm the session with its leader (sync): %w", serr)
 	}
 	if err != nil {
 		return driver.Grant{}, err
@@ -103,3 +114,27 @@ func (b *Backend) renew(ctx context.Context, g driver.Grant, req driver.RenewReq
 	}
 	return b.grant(g.Key, g.Owner, h.path, st.Version, st.Mzxid), nil
 }
+
+// confirmedTTL is the validity a grant reports (Grant.Valid): a third of
+// the session timeout, counted from the start of the request that
+// confirmed it. Its Grant.TTL stays the session timeout, which is how long
+// the leader keeps a crashed holder's znode. The leader alone expires sessions, from the touches its followers
+// relay, while a follower cut off from the leader still answers its
+// clients (pings and reads) until it gives up on the leader, after
+// syncLimit × tickTime, which may be longer than the session timeout. So
+// an answer proves nothing about the leader's clock unless it passed
+// through the leader: every renewal either writes (a rotation) or sends a
+// sync, pipelined with its read, and fails if that does not come back.
+// Once it does, started at s, the follower was in touch with the leader
+// after s, and had been since the client's last touch before
+// s − tickTime/2 (the leader pings its followers every tickTime/2, and a
+// follower that loses its leader drops its clients' connections); the
+// client touches the server at least every third of the session timeout
+// T (go-zookeeper's ping interval), and a tickTime is at most T/2 (a
+// session is negotiated between 2 and 20 tickTimes unless the server is
+// configured otherwise). So the leader heard of the session after
+// s − T/3 − T/4, and a further T/12 covers delivery and scheduling:
+// the leader expires the session no earlier than s + T/3. (A session
+// just created or moved to another server was touched by the leader
+// itself after s − T/3 − T/4, which gives the same bound.)
+func (b *Backend) confirmedTTL() time.Duration { return b.SessionTimeout() / 3 }

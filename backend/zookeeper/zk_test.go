@@ -244,7 +244,7 @@ func TestExpiryAfterPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := g.TTL
+	sess := b.SessionTimeout()
 	if sess < asked {
 		t.Errorf("Grant.TTL = %v; want the negotiated session timeout, at least the %v asked for", sess, asked)
 	}
@@ -607,7 +607,7 @@ func TestOrphanDeletedByNextCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := parseHandle(g.Handle)
-	b.addOrphan(orphan{path: h.path}) // as if a delete of this znode had failed
+	b.addOrphan(orphan{path: h.path}, nil) // as if a delete of this znode had failed
 	if b.orphans.Len() != 1 {
 		t.Fatal("orphan not recorded")
 	}
@@ -617,6 +617,33 @@ func TestOrphanDeletedByNextCall(t *testing.T) {
 	queued(t, b, key, 0)
 	if b.orphans.Len() != 0 {
 		t.Fatalf("orphans left: %d", b.orphans.Len())
+	}
+}
+
+// TestPendingCleanupNamesWhyItFailed: while a clean-up is pending after a
+// failed attempt, Inspect of its key says why (on a stopped server, the
+// refused connection), and once a sweep has gone through without a
+// failure (a nonce search still running) it no longer reports that stale
+// cause.
+func TestPendingCleanupNamesWhyItFailed(t *testing.T) {
+	ctx := t.Context()
+	b, _ := open(t, testTTL)
+	key := "orphan/" + t.Name()
+	cause := errors.New("dial tcp: connect: connection refused")
+	b.addOrphan(b.nonceOrphan(b.parent(key), "nonce"+runID), cause) // a create whose reply was lost
+	b.mu.Lock()
+	b.nextSweep = time.Now().Add(time.Hour) // as after a sweep that failed: paced
+	b.mu.Unlock()
+	_, err := b.Inspect(ctx, key)
+	if !errors.Is(err, errCleanupPending) || !errors.Is(err, cause) {
+		t.Fatalf("Inspect with a clean-up pending after a failure = %v; want errCleanupPending naming %q", err, cause)
+	}
+	b.mu.Lock()
+	b.nextSweep = time.Time{}
+	b.mu.Unlock()
+	_, err = b.Inspect(ctx, key) // sweeps: the search goes through, and goes on for a session timeout
+	if !errors.Is(err, errCleanupPending) || errors.Is(err, cause) {
+		t.Fatalf("Inspect after a sweep without failure = %v; want errCleanupPending without the old cause", err)
 	}
 }
 

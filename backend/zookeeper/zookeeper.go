@@ -36,8 +36,9 @@ type Backend struct {
 	mu       sync.Mutex
 	rotating map[string]int32 // node path -> version a rotation with an unknown outcome started from
 
-	sweepWait time.Duration // pause after a sweep that left work pending
-	nextSweep time.Time     // no sweep before (zero after addOrphan)
+	sweepWait  time.Duration // pause after a sweep that left work pending
+	nextSweep  time.Time     // no sweep before (zero after addOrphan)
+	cleanupErr error         // the last clean-up failure, nil after a sweep without one (pendingError)
 
 	orphans  backendkit.Orphans[string, orphan] // pending clean-ups, by path or by nonce
 	sweeping atomic.Bool                        // a sweep is running
@@ -133,7 +134,7 @@ func (b *Backend) Describe() driver.Description {
 	st := b.SessionTimeout()
 	switch {
 	case st == 0:
-		d.Warnings = append(d.Warnings, "session timeout unknown (caller-owned connection without Options.SessionTimeout): the engine's TTL must not exceed the session timeout")
+		d.Warnings = append(d.Warnings, "session timeout unknown (caller-owned connection without Options.SessionTimeout): grants cannot say how long they are valid, so the engine's TTL must not exceed a third of the session timeout (a follower cut off from its leader answers renewals until the leader expires the session)")
 	case b.owned && b.reqTO > 0 && st != b.reqTO:
 		d.Warnings = append(d.Warnings, fmt.Sprintf("server negotiated a session timeout of %v instead of the requested %v (bounded by 2×..20×tickTime); grants report %v", st, b.reqTO, st))
 	}

@@ -94,14 +94,31 @@ func zookeeper3Server() *server {
 	s := &server{name: "zookeeper3", members: []string{"1", "2", "3"}, packages: zkPackages, install: zkInstall}
 	addr := func(u *unit, id string) string { return hostPort(u.port("ZK_CLIENT_PORT_" + id)) }
 	s.init = func(ctx context.Context, u *unit) error {
-		var servers strings.Builder
 		for _, id := range s.members {
 			for _, k := range []string{"CLIENT", "QUORUM", "ELECTION"} {
 				if _, err := u.savePort("ZK_" + k + "_PORT_" + id); err != nil {
 					return err
 				}
 			}
-			fmt.Fprintf(&servers, "server.%s=127.0.0.1:%d:%d\n", id, u.port("ZK_QUORUM_PORT_"+id), u.port("ZK_ELECTION_PORT_"+id))
+		}
+		// serversOf are the server.N lines of node from's zoo.cfg: its own
+		// peer ports, and the others' as Config.PeerAddr gives them.
+		serversOf := func(from string) (string, error) {
+			var servers strings.Builder
+			for _, id := range s.members {
+				q, el := hostPort(u.port("ZK_QUORUM_PORT_"+id)), hostPort(u.port("ZK_ELECTION_PORT_"+id))
+				if id != from && u.e.peerAddr != nil {
+					var err error
+					if q, err = u.e.peerAddr(s.name, from, id, "quorum", q); err != nil {
+						return "", err
+					}
+					if el, err = u.e.peerAddr(s.name, from, id, "election", el); err != nil {
+						return "", err
+					}
+				}
+				fmt.Fprintf(&servers, "server.%s=%s:%s\n", id, q, el[strings.LastIndex(el, ":")+1:])
+			}
+			return servers.String(), nil
 		}
 		conf := filepath.Join(u.dir, "conf")
 		_ = os.RemoveAll(conf)
@@ -109,6 +126,10 @@ func zookeeper3Server() *server {
 			return err
 		}
 		for _, id := range s.members {
+			servers, err := serversOf(id)
+			if err != nil {
+				return err
+			}
 			data := filepath.Join(u.mdir(id), "data")
 			_ = os.RemoveAll(u.mdir(id))
 			if err := os.MkdirAll(data, 0o755); err != nil {
@@ -134,7 +155,7 @@ autopurge.purgeInterval=0
 reconfigEnabled=false
 standaloneEnabled=false
 cnxTimeout=1000
-%s`, id, data, u.port("ZK_CLIENT_PORT_"+id), servers.String())
+%s`, id, data, u.port("ZK_CLIENT_PORT_"+id), servers)
 			if err := os.WriteFile(filepath.Join(u.mdir(id), "zoo.cfg"), []byte(cfg), 0o644); err != nil {
 				return err
 			}

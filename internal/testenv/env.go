@@ -95,6 +95,8 @@ type Env struct {
 	cache string // cached tool builds and initdb results
 	t0    time.Time
 	logMu sync.Mutex
+
+	peerAddr func(server, from, to, kind, target string) (string, error) // Config.PeerAddr
 }
 
 // Open returns the Env of an existing state dir, or ErrNoState.

@@ -31,6 +31,13 @@ type Config struct {
 	// caller's own server, which Up exports back instead of starting one.
 	// Nil means no server is given.
 	Given func(envVar string) string
+	// PeerAddr, if set, is asked for the address a cluster member from
+	// uses to reach the peer port target (host:port) of member to, when
+	// the member's configuration is written; kind names the port
+	// ("quorum", "election"). It returns the address to write instead
+	// (a proxy's, so that the caller can cut the link). Only zookeeper3
+	// asks it; nil keeps the peers' own addresses.
+	PeerAddr func(server, from, to, kind, target string) (string, error)
 }
 
 // IsCI reports whether the environment says CI (CI=true or CI=1).
@@ -58,6 +65,7 @@ func Up(ctx context.Context, cfg Config, names ...string) (*Env, []Var, error) {
 	if stateOK(cfg.State) {
 		e = newEnv(cfg.State)
 		e.Log = cfg.Log
+		e.peerAddr = cfg.PeerAddr
 		e.logf("reusing state dir %s", cfg.State)
 	} else {
 		if cfg.State != "" {
@@ -76,6 +84,7 @@ func Up(ctx context.Context, cfg Config, names ...string) (*Env, []Var, error) {
 		}
 		e = newEnv(dir)
 		e.Log = cfg.Log
+		e.peerAddr = cfg.PeerAddr
 		created = true
 	}
 	given := cfg.Given

@@ -21,8 +21,10 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/faultproxy"
 	"github.com/fencelock/fencelock/internal/testenv"
 )
 
@@ -76,7 +78,8 @@ type Testenv struct {
 	// State is the state dir (FENCELOCK_TESTENV_STATE) of the servers.
 	State string
 
-	urls map[string]string // set by Up
+	urls  map[string]string // set by Up
+	links *peerLinks        // set by UpWithPeerLinks
 }
 
 // FromEnv returns the Testenv of the state dir named by
@@ -103,11 +106,33 @@ func Up(ctx context.Context, names ...string) (*Testenv, error) {
 	if len(names) == 0 {
 		return nil, errors.New("cluster: Up needs at least one name")
 	}
-	e, vars, err := testenv.Up(ctx, testenv.Config{CI: testenv.IsCI(), Log: os.Stderr}, names...)
+	return up(ctx, nil, names...)
+}
+
+// UpWithPeerLinks is Up, with every link between two members of a
+// ZooKeeper3 ensemble (quorum and election ports, each direction)
+// through a proxy of this process, so that Partition can cut one member
+// off from its peers while its clients still reach it. The proxies live
+// as long as this process: such a cluster cannot outlive it (Down closes
+// them). Other clusters are started as Up starts them.
+func UpWithPeerLinks(ctx context.Context, names ...string) (*Testenv, error) {
+	if len(names) == 0 {
+		return nil, errors.New("cluster: UpWithPeerLinks needs at least one name")
+	}
+	return up(ctx, &peerLinks{byMember: map[string][]*faultproxy.Proxy{}}, names...)
+}
+
+func up(ctx context.Context, links *peerLinks, names ...string) (*Testenv, error) {
+	cfg := testenv.Config{CI: testenv.IsCI(), Log: os.Stderr}
+	if links != nil {
+		cfg.PeerAddr = links.add
+	}
+	e, vars, err := testenv.Up(ctx, cfg, names...)
 	if err != nil {
+		links.close()
 		return nil, err
 	}
-	t := &Testenv{State: e.State, urls: map[string]string{}}
+	t := &Testenv{State: e.State, urls: map[string]string{}, links: links}
 	for _, n := range names {
 		t.urls[n] = ""
 	}
@@ -137,6 +162,7 @@ func (t *Testenv) Down(ctx context.Context) error {
 		return err
 	}
 	_, err = e.Down(ctx)
+	t.links.close()
 	return err
 }
 
@@ -391,8 +417,106 @@ func (t *Testenv) MigrateSlot(ctx context.Context, name string, slot int, to str
 	return e.MigrateSlot(ctx, name, slot, to, step)
 }
 
-// WaitReady returns once the cluster passes its readiness probe again
-// (replicas linked to their primaries), or fails when ctx ends.
+// ErrNoPeerLinks: the cluster's member links do not go through proxies of
+// this process (it was not started by UpWithPeerLinks, or is not
+// ZooKeeper3), so no member can be partitioned from its peers.
+var ErrNoPeerLinks = errors.New("cluster: the members' peer links do not go through proxies of this process (start the cluster with UpWithPeerLinks)")
+
+// peerLinks are the proxies of UpWithPeerLinks, by cluster and member:
+// every proxy a link of that member goes through, either direction.
+type peerLinks struct {
+	mu       sync.Mutex
+	byMember map[string][]*faultproxy.Proxy // "cluster/member"
+	all      []*faultproxy.Proxy
+}
+
+// add is testenv.Config.PeerAddr: a proxy for the link from → to.
+func (l *peerLinks) add(server, from, to, kind, target string) (string, error) {
+	p, err := faultproxy.Listen(target)
+	if err != nil {
+		return "", err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, p)
+	for _, m := range []string{from, to} {
+		l.byMember[server+"/"+m] = append(l.byMember[server+"/"+m], p)
+	}
+	return p.Addr(), nil
+}
+
+func (l *peerLinks) member(name, member string) []*faultproxy.Proxy {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byMember[name+"/"+member]
+}
+
+func (l *peerLinks) close() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	all := l.all
+	l.all, l.byMember = nil, map[string][]*faultproxy.Proxy{}
+	l.mu.Unlock()
+	for _, p := range all {
+		_ = p.Close()
+	}
+}
+
+// Partitionable reports whether Partition can cut the members of cluster
+// name off from their peers.
+func (t *Testenv) Partitionable(name string) bool {
+	if t == nil {
+		return false
+	}
+	ms, err := t.Members(context.Background(), name)
+	if err != nil || len(ms) == 0 {
+		return false
+	}
+	return len(t.links.member(name, ms[0].ID)) > 0
+}
+
+// Partition cuts member off from every other member of cluster name: the
+// proxies of its quorum and election links, both directions, hold every
+// byte from now on (a network partition TCP has not given up on yet).
+// The member runs on and its clients still reach it. It fails with
+// ErrNoPeerLinks unless the cluster was started by UpWithPeerLinks.
+func (t *Testenv) Partition(ctx context.Context, name, member string) error {
+	ps := t.links.member(name, member)
+	if len(ps) == 0 {
+		return ErrNoPeerLinks
+	}
+	for _, p := range ps {
+		p.SetMode(faultproxy.Blackhole)
+	}
+	return ctx.Err()
+}
+
+// Heal ends a Partition of member: its links' connections, which the
+// members gave up on while cut, are reset, and new ones pass. It returns
+// at once; the member rejoins its peers by itself (WaitReady waits for
+// that).
+func (t *Testenv) Heal(ctx context.Context, name, member string) error {
+	ps := t.links.member(name, member)
+	if len(ps) == 0 {
+		return ErrNoPeerLinks
+	}
+	for _, p := range ps {
+		p.SetMode(faultproxy.Reset)
+	}
+	for _, p := range ps {
+		p.SetMode(faultproxy.Pass)
+	}
+	return ctx.Err()
+}
+
+// WaitReady returns once the cluster name passes its readiness probe
+// again (every member serves and one leads; a Redis cluster's replicas
+// are linked to their primaries), or fails when ctx ends.
 func (t *Testenv) WaitReady(ctx context.Context, name string) error {
 	e, err := t.env()
 	if err != nil {

@@ -2,12 +2,18 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/safety/check"
+	"github.com/fencelock/fencelock/safety/history"
+	"github.com/fencelock/fencelock/safety/mono"
 	"github.com/fencelock/fencelock/safety/report"
 )
 
@@ -45,12 +51,18 @@ const (
 	// then the majority comes back, its clock past the holder's lease.
 	FaultMemberIsolated = "member-isolated"
 
+	// FaultFollowerPartitioned: the holder's member, a follower, is cut
+	// off from its peers (Control.PartitionMember: its peer links, not
+	// its clients') for 3×TTL while contenders connected to the other
+	// members wait for the holder's key; then the links heal.
+	FaultFollowerPartitioned = "follower-partitioned"
+
 	// GroupMembers is every member fault, for Config.Faults.
 	GroupMembers = "members"
 )
 
 // MemberFaults are the faults of one cluster member.
-var MemberFaults = []string{FaultMemberPause, FaultMemberIsolated}
+var MemberFaults = []string{FaultMemberPause, FaultMemberIsolated, FaultFollowerPartitioned}
 
 // memberURL is rawURL with addr as its only host.
 func memberURL(rawURL, addr string) string {
@@ -140,4 +152,112 @@ func memberCells(be *backendEnv, ctl *Control, prof profile) []cellSpec {
 				return others
 			})},
 	}
+}
+
+// partitionCell is FaultFollowerPartitioned: three contenders on one key,
+// each connected to one member. In each round a fresh holder connected to
+// a follower is cut off with its member: the member keeps answering the
+// holder (pings, reads) until it gives up on its leader, while the
+// leader, with the third member, expires the holder's session and a
+// contender connected to the majority takes the key. The checker judges
+// whether the holder still believed then (P3, P4) and whether a stale
+// write got in (P1); the setup column gives, per round, when the holder
+// stopped believing and when the next holder was granted the key,
+// measured from the cut.
+func partitionCell(be *backendEnv, ctl *Control, prof profile) cellSpec {
+	ttl := be.ttl
+	n := len(ctl.Members)
+	cut := 3 * ttl
+	type cutRound struct {
+		lease, key string
+		at         int64 // the cut (FaultStart)
+	}
+	var (
+		mu   sync.Mutex
+		cuts []cutRound
+	)
+	spec := cellSpec{fault: FaultFollowerPartitioned, fencing: true, keys: 1, hold: 4 * ttl,
+		urlFor:   func(i int) string { return memberURL(be.url, ctl.Members[(i-1)%n]) },
+		cooldown: 2*ttl + 2*be.slack,
+		setup: fmt.Sprintf("%d members, each contender connected to one, all on one key; the holder's member, a follower, cut off "+
+			"from its peers (its quorum and election links held by proxies, its clients' path untouched) for 3×TTL, then healed", n),
+	}
+	spec.run = func(ctx context.Context, c *cell) (int, error) {
+		for i := range prof.rounds {
+			leader := -1
+			for m := range n {
+				ok, err := ctl.MemberLeads(ctx, m)
+				if err != nil {
+					return i, err
+				}
+				if ok {
+					leader = m
+				}
+			}
+			// A holder on a follower, acquired within the last TTL/2 (so
+			// that it holds and renews well into the cut).
+			hctx, cancel := context.WithTimeout(ctx, 20*ttl)
+			h, err := c.log.awaitHolding(hctx, c.rng, func(h holding) bool {
+				return c.proc(h.proc) != nil && memberOf(h.proc, n) != leader && mono.Now()-h.t < int64(ttl/2)
+			})
+			cancel()
+			if err != nil {
+				return i, fmt.Errorf("no fresh holder on a follower (leader: member %d): %w", leader+1, err)
+			}
+			m := memberOf(h.proc, n)
+			err = c.round(h.proc, fmt.Sprintf("holder's member partitioned (holder %s, lease %s, on follower %d; leader %d)", h.proc, h.lease, m+1, leader+1), func() error {
+				mu.Lock()
+				cuts = append(cuts, cutRound{lease: h.lease, key: h.key, at: mono.Now()})
+				mu.Unlock()
+				err := ctl.PartitionMember(ctx, m)
+				if err == nil {
+					err = pace(ctx, cut)
+				}
+				// Always heal: later cells need the cluster whole.
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				return errors.Join(err, ctl.HealMember(hctx, m))
+			})
+			if err != nil {
+				return i + 1, err
+			}
+			if err := between(ctx, i, prof.rounds, 2*ttl); err != nil {
+				return i + 1, err
+			}
+		}
+		return prof.rounds, nil
+	}
+	spec.after = func(c *cell, res check.Result) error {
+		mu.Lock()
+		defer mu.Unlock()
+		evs := c.log.snapshot()
+		sort.SliceStable(evs, func(i, j int) bool { return evs[i].T < evs[j].T })
+		ms := func(d int64) string { return fmt.Sprintf("%+.2fs", time.Duration(d).Seconds()) }
+		for i, r := range cuts {
+			var believed, lost, next int64 = 0, -1, -1
+			nextBy := ""
+			for _, ev := range evs {
+				switch {
+				case ev.Lease == r.lease && (ev.Kind == history.Belief || ev.Kind == history.Acquired) && ev.Until > believed:
+					believed = ev.Until
+				case ev.Lease == r.lease && lost < 0 && (ev.Kind == history.Lost || ev.Kind == history.ReleaseStart):
+					lost = ev.T
+				case ev.Kind == history.Acquired && ev.Key == r.key && ev.Lease != r.lease && ev.T > r.at && next < 0:
+					next, nextBy = ev.T, ev.Proc
+				}
+			}
+			s := fmt.Sprintf("; round %d (from the cut): holder's last belief until %s", i+1, ms(believed-r.at))
+			if lost >= 0 {
+				s += fmt.Sprintf(", loss or release reported %s", ms(lost-r.at))
+			}
+			if next >= 0 {
+				s += fmt.Sprintf(", key granted to %s %s", nextBy, ms(next-r.at))
+			} else {
+				s += ", key not granted to another before the end"
+			}
+			c.spec.setup += s
+		}
+		return nil
+	}
+	return spec
 }

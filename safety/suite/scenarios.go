@@ -313,8 +313,16 @@ func cellsFor(be *backendEnv, prof profile) (specs []cellSpec, left []notRun) {
 		specs = append(specs, memberCells(be, ctl, prof)...)
 	} else {
 		for _, f := range MemberFaults {
-			left = append(left, notRun{f, "no cluster members to pause (Control.Members, PauseMember, ResumeMember)"})
+			if f != FaultFollowerPartitioned {
+				left = append(left, notRun{f, "no cluster members to pause (Control.Members, PauseMember, ResumeMember)"})
+			}
 		}
+	}
+	if ctl.PartitionMember != nil && ctl.HealMember != nil && ctl.MemberLeads != nil && len(ctl.Members) >= 3 {
+		specs = append(specs, partitionCell(be, ctl, prof))
+	} else {
+		left = append(left, notRun{FaultFollowerPartitioned, "no member links to cut (Control.Members, PartitionMember, HealMember, MemberLeads: " +
+			"the cluster's peer links must go through proxies of the suite's process)"})
 	}
 	if ctl.ClockJump != nil {
 		specs = append(specs, clockJumpCell(be, ctl, prof))

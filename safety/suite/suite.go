@@ -203,6 +203,14 @@ type Control struct {
 	// needed for those faults.
 	Members                   []string
 	PauseMember, ResumeMember func(ctx context.Context, i int) error
+	// PartitionMember cuts member i off from the other members (its
+	// peer links: a ZooKeeper node's quorum and election ports), while
+	// its clients still reach it; HealMember ends that and returns once
+	// the cluster is whole again; MemberLeads reports whether member i
+	// leads now. All three, with Members, are needed for
+	// FaultFollowerPartitioned.
+	PartitionMember, HealMember func(ctx context.Context, i int) error
+	MemberLeads                 func(ctx context.Context, i int) (bool, error)
 	// ClockJump moves the server's wall clock forward by d from where it
 	// is (libfaketime, a VM's clock, …) and returns once the server reads
 	// the new time: FaultClockJump.
