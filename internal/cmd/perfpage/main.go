@@ -74,6 +74,7 @@ var stores = []store{
 			"fencelock-pgxpool": "fencelock on a URL that sets `pool_max_conns` to pgx's own default, max(4, CPUs), instead of fencelock's default pool.",
 			"pglock":            "[cirello.io/pglock](https://github.com/cirello-io/pglock) with its defaults, on lib/pq (the only driver it accepts) and a pool of raw's 16 connections: no fencing token (its record version number is a cycling sequence value only its own statements check), and a blocking acquire that sleeps its lease (20 s) between attempts.",
 		},
+		note: "With 16 goroutines, fencelock coalesces the acquires and releases that meet in one Client into one statement each (docs/internals.md, \"Coalescing\"): one commit, so one WAL flush, for a batch of grants, where raw and the peers commit each grant alone. A lone caller's acquire goes alone, as before.",
 	},
 	{
 		file: "redis", title: "Redis",
@@ -83,7 +84,7 @@ var stores = []store{
 			"redislock":              "[bsm/redislock](https://github.com/bsm/redislock): no fencing token (its value is random), no signal when the lock is lost, retries on a timer.",
 			"redsync":                "[go-redsync/redsync](https://github.com/go-redsync/redsync) on one server: no fencing token, no loss signal (you extend before `Until()`), retries on a timer.",
 		},
-		note: "The server has `appendfsync always`: every acknowledged write is on disk, for fencelock and the peers alike. Redis does not count its AOF fsyncs; it makes at most one per event-loop iteration that wrote, so at most one per server read.",
+		note: "The server has `appendfsync always`: every acknowledged write is on disk, for fencelock and the peers alike. Redis does not count its AOF fsyncs; it makes at most one per event-loop iteration that wrote, so at most one per server read. With 16 goroutines fencelock sends the acquires and releases that meet in one Client as one pipeline of scripts (fewer round trips per grant); Redis already writes the AOF once per event-loop iteration for every connection, so batching saves no fsync, and on a machine where the client and the server share two cores the scripts' CPU sets the rate.",
 	},
 	{
 		file: "redis-stock", title: "Redis, default persistence",
@@ -102,6 +103,7 @@ var stores = []store{
 			"fencelock-backend-only": "the backend's `Acquire` and `Release` alone, without the engine, a backend (and connection) per goroutine.",
 			"concurrency.Mutex":      "etcd's `concurrency.Mutex` on a reused session per goroutine: no token meant for resources outside etcd, no other store; a retried unlock can delete a newer holder.",
 		},
+		note: "fencelock sends etcd the same two transactions per grant as `concurrency.Mutex` (Raft proposals and WAL fsyncs per grant are equal), on one connection. Its transactions carry more compares (an empty queue and the token floor on acquire; the owner and the lock-delay marker on release), each evaluated by etcd, and the engine adds client work (lease, loss watch): where the client and etcd share two cores, that CPU sets the rate. etcd's batch form, a transaction, is all-or-nothing on its compares, so grants are not coalesced here.",
 	},
 	{
 		file: "zookeeper", title: "ZooKeeper",
@@ -109,6 +111,7 @@ var stores = []store{
 		libs: map[string]string{
 			"zklock": "go-zookeeper's `zk.Lock`: no fencing token, no try (it can only wait), no signal when the session is lost.",
 		},
+		note: "In the contended run every hand-off makes the same two writes (create, delete) for fencelock and `zk.Lock`; fencelock's extra requests are reads and a sync, which no disk write follows. Before it queues, the engine tries once (a look at the queue and its head, and the token floor to name the holder's token in the refusal); once first in the queue, the token is proved (a listing, a `sync` with the leader so that a floor raised anywhere is seen, and the floor's read): `zk.Lock` hands out no token and does neither. A ZooKeeper multi is atomic, so grants are not coalesced here.",
 	},
 	{
 		file: "mongo", title: "MongoDB",
