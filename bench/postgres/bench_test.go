@@ -44,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,12 +181,11 @@ func fencelockLib(name string, shared bool) benchkit.Lib {
 	})
 }
 
-// pgxPoolLib is the fencelock client on a URL that sets pool_max_conns to
-// pgx's own default, max(4, NumCPU), which Open used before it had a
-// default of its own (postgres.DefaultPoolMaxConns): the configuration
-// issue 20 measured at 0.39× raw with 16 goroutines.
-var pgxPoolLib = benchkit.FencelockLib("fencelock-pgxpool", true, func(b *testing.B) func() (*fencelock.Client, error) {
-	d := withParam(fencelockDSN(b), "pool_max_conns="+strconv.Itoa(max(4, runtime.NumCPU())))
+// noCoalesceLib is the fencelock client on the same URL with
+// coalesce=off: every acquire and release alone, as before coalescing, in
+// the same run (the lone caller's latency and the batching's gain).
+var noCoalesceLib = benchkit.FencelockLib("fencelock-nocoalesce", true, func(b *testing.B) func() (*fencelock.Client, error) {
+	d := withParam(fencelockDSN(b), "coalesce=off")
 	return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), d, nil) }
 })
 
@@ -252,11 +250,11 @@ func walCounters(p *pgxpool.Pool) []benchkit.Counter {
 const countedGrants = 640
 
 // interleaved runs the raw statements, the backend alone, the fencelock
-// client, the same on pgx's pool size and pglock in turns of 64
+// client, the same with coalescing off and pglock in turns of 64
 // acquire+release, by 1 and by 16 goroutines; with 16 it also counts round
 // trips and WAL per grant (benchkit.Counted).
 func interleaved(b *testing.B, opts ...benchkit.Option) {
-	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true), pgxPoolLib, pglockLib}
+	libs := []benchkit.Lib{rawLib("raw"), backendLib, fencelockLib("fencelock", true), noCoalesceLib, pglockLib}
 	for _, g := range []int{1, 16} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
 			o := append(slices.Clip(opts), benchkit.Rate("ops/s"))

@@ -27,6 +27,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,6 +105,20 @@ func fencelockLib(name string, shared bool) benchkit.Lib {
 	})
 }
 
+// noCoalesceLib is the fencelock client on the same URL with
+// coalesce=off: every acquire and release alone, as before coalescing, in
+// the same run (the lone caller's latency and the batching's gain).
+var noCoalesceLib = benchkit.FencelockLib("fencelock-nocoalesce", true, func(b *testing.B) func() (*fencelock.Client, error) {
+	u, err := url.Parse(fencelockURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("coalesce", "off")
+	u.RawQuery = q.Encode()
+	return func() (*fencelock.Client, error) { return fencelock.Open(context.Background(), u.String(), nil) }
+})
+
 // backendOnly calls the backend's Acquire and Release directly
 // (fencelock.OpenBackend of the same URL), one backend per goroutine.
 var backendOnly = benchkit.BackendLib("fencelock-backend-only", false, ttl, func(b *testing.B) func() (driver.Backend, error) {
@@ -145,7 +160,7 @@ var redsyncLib = benchkit.Lib{Name: "redsync", Setup: func(b *testing.B) benchki
 	return benchkit.Same(lock(1), lock(1<<30))
 }}
 
-var libs = []benchkit.Lib{raw, fencelockLib("fencelock", true), backendOnly, redislockLib, redsyncLib}
+var libs = []benchkit.Lib{raw, fencelockLib("fencelock", true), noCoalesceLib, backendOnly, redislockLib, redsyncLib}
 
 // BenchmarkUncontended: one goroutine, acquire and release one key.
 func BenchmarkUncontended(b *testing.B) { benchkit.Uncontended(b, libs) }

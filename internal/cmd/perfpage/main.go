@@ -70,9 +70,10 @@ var stores = []store{
 		file: "postgres", title: "PostgreSQL",
 		raw: "an `INSERT … ON CONFLICT DO UPDATE … WHERE expired` upsert that takes a sequence value, and a `DELETE` guarded by owner and token, on a table of fencelock's shape and a pool of 16 connections: no renewal, no loss signal, no waiting without polling.",
 		libs: map[string]string{
-			"backend":           "the backend's `Acquire` and `Release` alone, without the engine (no lease, renewal or loss watch).",
-			"fencelock-pgxpool": "fencelock on a URL that sets `pool_max_conns` to pgx's own default, max(4, CPUs), instead of fencelock's default pool.",
-			"pglock":            "[cirello.io/pglock](https://github.com/cirello-io/pglock) with its defaults, on lib/pq (the only driver it accepts) and a pool of raw's 16 connections: no fencing token (its record version number is a cycling sequence value only its own statements check), and a blocking acquire that sleeps its lease (20 s) between attempts.",
+			"backend":              "the backend's `Acquire` and `Release` alone, without the engine (no lease, renewal or loss watch).",
+			"fencelock-nocoalesce": "fencelock on the same URL with `coalesce=off`: every acquire and release alone, as before coalescing.",
+			"fencelock-pgxpool":    "fencelock on a URL that sets `pool_max_conns` to pgx's own default, max(4, CPUs), instead of fencelock's default pool.",
+			"pglock":               "[cirello.io/pglock](https://github.com/cirello-io/pglock) with its defaults, on lib/pq (the only driver it accepts) and a pool of raw's 16 connections: no fencing token (its record version number is a cycling sequence value only its own statements check), and a blocking acquire that sleeps its lease (20 s) between attempts.",
 		},
 		note: "With 16 goroutines, fencelock coalesces the acquires and releases that meet in one Client into one statement each (docs/internals.md, \"Coalescing\"): one commit, so one WAL flush, for a batch of grants, where raw and the peers commit each grant alone. A lone caller's acquire goes alone, as before.",
 	},
@@ -81,6 +82,7 @@ var stores = []store{
 		raw: "`SET NX PX` with a random value and a compare-and-delete script: no fencing token, no renewal, no loss signal.",
 		libs: map[string]string{
 			"fencelock-backend-only": "the backend's `Acquire` and `Release` alone, without the engine, a backend per goroutine.",
+			"fencelock-nocoalesce":   "fencelock on the same URL with `coalesce=off`: every acquire and release alone, as before coalescing.",
 			"redislock":              "[bsm/redislock](https://github.com/bsm/redislock): no fencing token (its value is random), no signal when the lock is lost, retries on a timer.",
 			"redsync":                "[go-redsync/redsync](https://github.com/go-redsync/redsync) on one server: no fencing token, no loss signal (you extend before `Until()`), retries on a timer.",
 		},
@@ -91,6 +93,7 @@ var stores = []store{
 		raw: "as on the durable Redis above.",
 		libs: map[string]string{
 			"fencelock-backend-only": "as above.",
+			"fencelock-nocoalesce":   "as above.",
 			"redislock":              "as above.",
 			"redsync":                "as above.",
 		},
