@@ -30,12 +30,14 @@ type backendDef struct {
 // The single-server backends (lanes_test.go says which run at once). etcd lease TTLs are whole
 // seconds of at least 1.5 election timeouts (2s for the test server);
 // ZooKeeper's TTL is its session timeout and its server expires sessions
-// on 200ms ticks.
+// on 200ms ticks; a ZooKeeper grant is valid for a third of it (a
+// follower cut off from its leader answers for a while), so 2s leaves a
+// holder 667ms between renewals that each sync with the leader.
 var backendDefs = []backendDef{
 	{"postgres", "FENCELOCK_TEST_POSTGRES", time.Second, 300 * time.Millisecond},
 	{"redis", "FENCELOCK_TEST_REDIS", time.Second, 300 * time.Millisecond},
 	{"etcd", "FENCELOCK_TEST_ETCD", 2 * time.Second, 700 * time.Millisecond},
-	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", time.Second, 500 * time.Millisecond},
+	{"zookeeper", "FENCELOCK_TEST_ZOOKEEPER", 2 * time.Second, 500 * time.Millisecond},
 	{"mongo", "FENCELOCK_TEST_MONGO", time.Second, 300 * time.Millisecond},
 	{"mongo-pg", "FENCELOCK_TEST_MONGO_PG", time.Second, 300 * time.Millisecond},
 	{"mysql", "FENCELOCK_TEST_MYSQL", time.Second, 300 * time.Millisecond},

@@ -81,7 +81,12 @@ func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
 // engine's releaseTimeout.
 func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Duration, rec *recorder, i int) *faulty {
 	f.MaxDelay = time.Duration(f.maxDelayTenths) * tenth
-	f.LateMax = min(f.MaxDelay, releaseTimeout/2)
+	// Below half the engine's ReleaseTimeout (see LateMax), and below the
+	// shortest request bound a step can have: a request is bounded by its
+	// call's TTL, and the shortest per-call TTL drawn is five tenths. A
+	// late request that outlived its bound would land after the engine's
+	// one look for it, a record nobody could know of but the store.
+	f.LateMax = min(f.MaxDelay, releaseTimeout/2, 4*tenth)
 	if _, ok := inner.(driver.BatchAcquirer); ok {
 		// Its purpose: see faults.RTT.
 		f.RTT = time.Duration(f.rttHundredths) * tenth / 10
