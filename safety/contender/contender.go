@@ -280,7 +280,7 @@ func Main(cfg Config, stdin io.Reader, stdout io.Writer) error {
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
-	k := &contender{cfg: cfg, out: newEmitter(cfg.Proc, stdout)}
+	k := &contender{cfg: cfg, out: history.NewEmitter(cfg.Proc, stdout)}
 	if err := k.open(); err != nil {
 		k.closeAll()
 		return err
@@ -305,12 +305,12 @@ func Main(cfg Config, stdin io.Reader, stdout io.Writer) error {
 	stop()
 	wg.Wait()
 	k.closeAll()
-	return k.out.error()
+	return k.out.Err()
 }
 
 type contender struct {
 	cfg   Config
-	out   *emitter
+	out   *history.Emitter
 	proxy *faultproxy.Proxy
 	rec   *recorder
 	cli   *fencelock.Client
@@ -371,7 +371,7 @@ func (k *contender) open() error {
 	if err != nil {
 		return fmt.Errorf("contender: open backend: %w", err)
 	}
-	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL, k.out.emit)
+	k.rec = newRecorder(b, k.proxy, cfg.Mutant, cfg.TTL, k.out.Emit)
 	k.rec.stores = cfg.Multi > 0
 	opts.TTL = cfg.TTL
 	opts.RotateEvery = cfg.RotateEvery
@@ -464,13 +464,13 @@ func (k *contender) stale(ctx context.Context, op string) {
 	ev := history.Event{Kind: history.StaleOp, Note: op}
 	if old == nil {
 		ev.Err = "no old lease"
-		k.out.emit(ev)
+		k.out.Emit(ev)
 		return
 	}
 	g, ok := k.rec.grant(old.owner)
 	if !ok {
 		ev.Err = "no grant recorded for " + old.owner
-		k.out.emit(ev)
+		k.out.Emit(ev)
 		return
 	}
 	ev.Key, ev.Lease, ev.Token = old.key, old.id, uint64(g.Token)
@@ -489,7 +489,7 @@ func (k *contender) stale(ctx context.Context, op string) {
 	if err != nil {
 		ev.Err = err.Error()
 	}
-	k.out.emit(ev)
+	k.out.Emit(ev)
 }
 
 func (k *contender) isSet(flag *bool) bool {
@@ -551,7 +551,7 @@ func (w *worker) round(ctx context.Context) {
 		return
 	}
 	start := w.startKey(key, write)
-	k.out.emit(history.Event{Kind: history.AcquireStart, Key: start, Lease: id})
+	k.out.Emit(history.Event{Kind: history.AcquireStart, Key: start, Lease: id})
 	cs := &callState{drop: k.isSet(&k.dropAcquire)}
 	actx, cancel := context.WithTimeout(withCall(ctx, cs), cfg.AcquireTimeout)
 	// With cs.drop, one attempt, so that a dropped reply ends the call
@@ -563,12 +563,12 @@ func (w *worker) round(ctx context.Context) {
 		k.clear(&k.dropAcquire)
 	}
 	if err != nil {
-		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: start, Lease: id, Ambiguous: cs.hit, Err: err.Error()})
+		k.out.Emit(history.Event{Kind: history.AcquireFailed, Key: start, Lease: id, Ambiguous: cs.hit, Err: err.Error()})
 		return
 	}
 	key = l.key // a permit's slot key, a read-write grant's lease's key (prims.go)
 	now := mono.Now()
-	k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: id, Token: uint64(l.Token()),
+	k.out.Emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: id, Token: uint64(l.Token()),
 		Until: now + int64(l.Remaining()), Ambiguous: cs.hit, Note: l.Owner()})
 
 	e := &ended{id: id, key: key, owner: l.Owner()}
@@ -581,7 +581,7 @@ func (w *worker) round(ctx context.Context) {
 			k.mu.Lock()
 			k.lastEnded, k.lastLost = e, e
 			k.mu.Unlock()
-			k.out.emit(history.Event{Kind: history.Lost, Key: key, Lease: id, Token: uint64(l.Token()), Err: lerr.Error()})
+			k.out.Emit(history.Event{Kind: history.Lost, Key: key, Lease: id, Token: uint64(l.Token()), Err: lerr.Error()})
 		}
 	}()
 
@@ -592,7 +592,7 @@ func (w *worker) round(ctx context.Context) {
 	k.lastEnded = e
 	k.mu.Unlock()
 
-	k.out.emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: id, Token: uint64(l.Token())})
+	k.out.Emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: id, Token: uint64(l.Token())})
 	rs := &callState{drop: k.isSet(&k.dropRelease)}
 	// A fresh context: a stop must not leave the lock behind.
 	rctx, rcancel := context.WithTimeout(withCall(context.Background(), rs), 2*cfg.TTL)
@@ -605,7 +605,7 @@ func (w *worker) round(ctx context.Context) {
 	if rerr != nil {
 		ev.Err = rerr.Error()
 	}
-	k.out.emit(ev)
+	k.out.Emit(ev)
 }
 
 // hold writes to the fenced resource while the lease is believed held,
@@ -630,13 +630,13 @@ loop:
 			break loop
 		}
 		tok := uint64(l.Token())
-		k.out.emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: id, Token: tok, Until: t + int64(rem)})
+		k.out.Emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: id, Token: tok, Until: t + int64(rem)})
 		k.mu.Lock()
 		pause := k.pauseNext
 		k.pauseNext = false
 		k.mu.Unlock()
 		if pause {
-			k.out.emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lease check and write"})
+			k.out.Emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lease check and write"})
 			stopSelf()
 		}
 		w.write(ctx, l.resource, id, tok, l.access)
@@ -682,42 +682,4 @@ func (w *worker) write(ctx context.Context, key, id string, tok uint64, access s
 		w.fc.Close()
 		w.fc = nil
 	}
-}
-
-// emitter writes events as JSON lines, one write per event.
-type emitter struct {
-	proc string
-	mu   sync.Mutex
-	w    *bufio.Writer
-	enc  *history.Encoder
-	err  error
-}
-
-func newEmitter(proc string, w io.Writer) *emitter {
-	bw := bufio.NewWriter(w)
-	return &emitter{proc: proc, w: bw, enc: history.NewEncoder(bw)}
-}
-
-// emit stamps ev (if T is zero) and writes it at once.
-func (e *emitter) emit(ev history.Event) {
-	if ev.T == 0 {
-		ev.T = mono.Now()
-	}
-	ev.Proc = e.proc
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err != nil {
-		return
-	}
-	if err := e.enc.Encode(ev); err != nil {
-		e.err = err
-		return
-	}
-	e.err = e.w.Flush()
-}
-
-func (e *emitter) error() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
 }

@@ -155,22 +155,22 @@ func (w *worker) upgradeRound(ctx context.Context, key, id string) {
 	k := w.k
 	cfg := k.cfg
 	rid, wid := id, id+"u"
-	k.out.emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: rid})
+	k.out.Emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: rid})
 	rw, err := recipe.NewRWLock(k.cli, key)
 	if err != nil {
-		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: rid, Err: err.Error()})
+		k.out.Emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: rid, Err: err.Error()})
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	g, err := rw.UpgradeableRLock(actx)
 	cancel()
 	if err != nil {
-		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: rid, Err: err.Error()})
+		k.out.Emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: rid, Err: err.Error()})
 		return
 	}
 	slot := g.Lease().Key()
 	now := mono.Now()
-	k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: slot, Lease: rid, Token: uint64(g.Token()),
+	k.out.Emit(history.Event{T: now, Kind: history.Acquired, Key: slot, Lease: rid, Token: uint64(g.Token()),
 		Until: now + int64(g.Remaining()), Note: g.Owner()})
 	// Which of the round's two grants a loss ends.
 	var mu sync.Mutex
@@ -183,38 +183,38 @@ func (w *worker) upgradeRound(ctx context.Context, key, id string) {
 			mu.Lock()
 			ck, ci := curKey, curID
 			mu.Unlock()
-			k.out.emit(history.Event{Kind: history.Lost, Key: ck, Lease: ci, Token: uint64(g.Token()), Err: lerr.Error()})
+			k.out.Emit(history.Event{Kind: history.Lost, Key: ck, Lease: ci, Token: uint64(g.Token()), Err: lerr.Error()})
 		}
 	}()
 	if lost := w.hold(ctx, held{grant: g, key: slot, resource: key, access: fence.AccessRead}, slot, rid); lost {
 		return
 	}
-	k.out.emit(history.Event{Kind: history.ReleaseStart, Key: slot, Lease: rid, Token: uint64(g.Token())})
+	k.out.Emit(history.Event{Kind: history.ReleaseStart, Key: slot, Lease: rid, Token: uint64(g.Token())})
 	_, records := recipe.Keys(key, 0)
 	gate := records[0]
-	k.out.emit(history.Event{Kind: history.AcquireStart, Key: gate, Lease: wid})
+	k.out.Emit(history.Event{Kind: history.AcquireStart, Key: gate, Lease: wid})
 	uctx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	err = g.Upgrade(uctx)
 	cancel()
 	if err != nil {
-		k.out.emit(history.Event{Kind: history.AcquireFailed, Key: gate, Lease: wid, Err: err.Error()})
+		k.out.Emit(history.Event{Kind: history.AcquireFailed, Key: gate, Lease: wid, Err: err.Error()})
 		rerr := w.release(g)
-		k.out.emit(history.Event{Kind: history.Released, Key: slot, Lease: rid, Token: uint64(g.Token()), Err: errString(rerr)})
+		k.out.Emit(history.Event{Kind: history.Released, Key: slot, Lease: rid, Token: uint64(g.Token()), Err: errString(rerr)})
 		return
 	}
-	k.out.emit(history.Event{Kind: history.Released, Key: slot, Lease: rid})
+	k.out.Emit(history.Event{Kind: history.Released, Key: slot, Lease: rid})
 	mu.Lock()
 	curKey, curID = gate, wid
 	mu.Unlock()
 	now = mono.Now()
-	k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: gate, Lease: wid, Token: uint64(g.Token()),
+	k.out.Emit(history.Event{T: now, Kind: history.Acquired, Key: gate, Lease: wid, Token: uint64(g.Token()),
 		Until: now + int64(g.Remaining()), Note: g.Owner()})
 	if lost := w.hold(ctx, held{grant: g, key: gate, resource: key, access: fence.AccessWrite}, gate, wid); lost {
 		return
 	}
-	k.out.emit(history.Event{Kind: history.ReleaseStart, Key: gate, Lease: wid, Token: uint64(g.Token())})
+	k.out.Emit(history.Event{Kind: history.ReleaseStart, Key: gate, Lease: wid, Token: uint64(g.Token())})
 	rerr := w.release(g)
-	k.out.emit(history.Event{Kind: history.Released, Key: gate, Lease: wid, Token: uint64(g.Token()), Err: errString(rerr)})
+	k.out.Emit(history.Event{Kind: history.Released, Key: gate, Lease: wid, Token: uint64(g.Token()), Err: errString(rerr)})
 }
 
 // release releases a round's grant on a fresh context: a stop must not
@@ -240,7 +240,7 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 	ids := make(map[string]string, n)
 	for i, key := range keys {
 		ids[key] = id + "." + strconv.Itoa(i+1)
-		k.out.emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: ids[key]})
+		k.out.Emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: ids[key]})
 	}
 	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	take := recipe.AcquireAll
@@ -251,7 +251,7 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 	cancel()
 	if err != nil {
 		for _, key := range keys {
-			k.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: ids[key], Err: err.Error()})
+			k.out.Emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: ids[key], Err: err.Error()})
 		}
 		return
 	}
@@ -262,9 +262,9 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 	until := now + int64(g.Remaining())
 	for _, key := range keys {
 		if l := g.Lease(key); l != nil {
-			k.out.emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: ids[key], Token: uint64(l.Token()), Until: until, Note: l.Owner()})
+			k.out.Emit(history.Event{T: now, Kind: history.Acquired, Key: key, Lease: ids[key], Token: uint64(l.Token()), Until: until, Note: l.Owner()})
 		} else {
-			k.out.emit(history.Event{T: now, Kind: history.AcquireFailed, Key: key, Lease: ids[key], Err: "the grant does not hold this key"})
+			k.out.Emit(history.Event{T: now, Kind: history.AcquireFailed, Key: key, Lease: ids[key], Err: "the grant does not hold this key"})
 		}
 	}
 	k.leaseWatches.Add(1)
@@ -273,7 +273,7 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 		<-g.Done()
 		if lerr := g.Err(); lerr != nil {
 			for _, key := range have {
-				k.out.emit(history.Event{Kind: history.Lost, Key: key, Lease: ids[key], Token: uint64(g.Token(key)), Err: lerr.Error()})
+				k.out.Emit(history.Event{Kind: history.Lost, Key: key, Lease: ids[key], Token: uint64(g.Token(key)), Err: lerr.Error()})
 			}
 		}
 	}()
@@ -281,11 +281,11 @@ func (w *worker) multiRound(ctx context.Context, id string) {
 		return
 	}
 	for _, key := range have {
-		k.out.emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: ids[key], Token: uint64(g.Token(key))})
+		k.out.Emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: ids[key], Token: uint64(g.Token(key))})
 	}
 	rerr := w.release(g)
 	for _, key := range have {
-		k.out.emit(history.Event{Kind: history.Released, Key: key, Lease: ids[key], Token: uint64(g.Token(key)), Err: errString(rerr)})
+		k.out.Emit(history.Event{Kind: history.Released, Key: key, Lease: ids[key], Token: uint64(g.Token(key)), Err: errString(rerr)})
 	}
 }
 
@@ -311,14 +311,14 @@ func (w *worker) multiHold(ctx context.Context, g *recipe.MultiGrant, keys []str
 		}
 		for i, key := range keys {
 			toks[i] = uint64(g.Token(key))
-			k.out.emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: ids[key], Token: toks[i], Until: t + int64(rem)})
+			k.out.Emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: ids[key], Token: toks[i], Until: t + int64(rem)})
 		}
 		k.mu.Lock()
 		pause := k.pauseNext
 		k.pauseNext = false
 		k.mu.Unlock()
 		if pause {
-			k.out.emit(history.Event{Kind: history.Pause, Key: keys[0], Lease: ids[keys[0]], Token: toks[0], Note: "self: between grant check and writes"})
+			k.out.Emit(history.Event{Kind: history.Pause, Key: keys[0], Lease: ids[keys[0]], Token: toks[0], Note: "self: between grant check and writes"})
 			stopSelf()
 		}
 		for i, key := range keys {

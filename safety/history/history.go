@@ -8,9 +8,13 @@
 package history
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"sort"
+	"sync"
+
+	"github.com/fencelock/fencelock/safety/mono"
 )
 
 // Kind names what an Event records.
@@ -126,6 +130,50 @@ func NewEncoder(w io.Writer) *Encoder { return &Encoder{enc: json.NewEncoder(w)}
 
 // Encode writes one event as one line.
 func (e *Encoder) Encode(ev Event) error { return e.enc.Encode(ev) }
+
+// Emitter is how a contender process reports its events: as JSON lines,
+// one write per event, stamped and signed with the process's name. It is
+// safe for concurrent use; after a write fails it writes nothing more,
+// and Err reports the failure.
+type Emitter struct {
+	proc string
+	mu   sync.Mutex
+	w    *bufio.Writer
+	enc  *Encoder
+	err  error
+}
+
+// NewEmitter returns an Emitter of the process proc writing to w.
+func NewEmitter(proc string, w io.Writer) *Emitter {
+	bw := bufio.NewWriter(w)
+	return &Emitter{proc: proc, w: bw, enc: NewEncoder(bw)}
+}
+
+// Emit stamps ev with mono.Now (if its T is zero) and the process's name,
+// and writes it at once.
+func (e *Emitter) Emit(ev Event) {
+	if ev.T == 0 {
+		ev.T = mono.Now()
+	}
+	ev.Proc = e.proc
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return
+	}
+	if err := e.enc.Encode(ev); err != nil {
+		e.err = err
+		return
+	}
+	e.err = e.w.Flush()
+}
+
+// Err returns the first write error, if any.
+func (e *Emitter) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
 
 // Read reads JSON-line events until EOF.
 func Read(r io.Reader) (History, error) {

@@ -122,7 +122,7 @@ func Main(cfg contender.Config, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w := &worker{cfg: cfg, lk: lk, fc: fc, out: newEmitter(cfg.Proc, stdout),
+	w := &worker{cfg: cfg, lk: lk, fc: fc, out: history.NewEmitter(cfg.Proc, stdout),
 		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid())))}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -140,7 +140,7 @@ func Main(cfg contender.Config, stdin io.Reader, stdout io.Writer) error {
 	if w.fc != nil {
 		w.fc.Close()
 	}
-	return w.out.error()
+	return w.out.Err()
 }
 
 // worker is the contender's loop: acquire, write while believing, release.
@@ -148,7 +148,7 @@ type worker struct {
 	cfg     contender.Config
 	lk      locker
 	fc      *fence.Client
-	out     *emitter
+	out     *history.Emitter
 	rng     *rand.Rand
 	seq     int
 	watches sync.WaitGroup
@@ -185,22 +185,22 @@ func (w *worker) round(ctx context.Context) {
 	key := cfg.Keys[w.rng.IntN(len(cfg.Keys))]
 	w.seq++
 	id := cfg.Proc + "-" + strconv.Itoa(w.seq)
-	w.out.emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: id})
+	w.out.Emit(history.Event{Kind: history.AcquireStart, Key: key, Lease: id})
 	actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
 	h, err := w.lk.lock(actx, key, id)
 	cancel()
 	if err != nil {
-		w.out.emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: id, Err: err.Error()})
+		w.out.Emit(history.Event{Kind: history.AcquireFailed, Key: key, Lease: id, Err: err.Error()})
 		return
 	}
 	tok := h.token()
 	t := mono.Now()
 	rem, _, _ := h.check()
-	w.out.emit(history.Event{T: t, Kind: history.Acquired, Key: key, Lease: id, Token: tok, Until: t + int64(max(rem, 0))})
+	w.out.Emit(history.Event{T: t, Kind: history.Acquired, Key: key, Lease: id, Token: tok, Until: t + int64(max(rem, 0))})
 
 	var once sync.Once
 	lostEv := func(why string) {
-		once.Do(func() { w.out.emit(history.Event{Kind: history.Lost, Key: key, Lease: id, Token: tok, Err: why}) })
+		once.Do(func() { w.out.Emit(history.Event{Kind: history.Lost, Key: key, Lease: id, Token: tok, Err: why}) })
 	}
 	ended := make(chan struct{})
 	if ch := h.lost(); ch != nil {
@@ -220,7 +220,7 @@ func (w *worker) round(ctx context.Context) {
 	if w.hold(ctx, h, key, id, tok, lostEv) {
 		return // gone: nothing to give back
 	}
-	w.out.emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: id, Token: tok})
+	w.out.Emit(history.Event{Kind: history.ReleaseStart, Key: key, Lease: id, Token: tok})
 	// A fresh context: a stop must not leave the lock behind.
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*cfg.TTL)
 	rerr := h.unlock(rctx)
@@ -229,7 +229,7 @@ func (w *worker) round(ctx context.Context) {
 	if rerr != nil {
 		ev.Err = rerr.Error()
 	}
-	w.out.emit(ev)
+	w.out.Emit(ev)
 }
 
 // hold writes to the fenced resource while the holder believes it holds
@@ -248,13 +248,13 @@ func (w *worker) hold(ctx context.Context, h held, key, id string, tok uint64, l
 			return true
 		}
 		if rem > 0 {
-			w.out.emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: id, Token: tok, Until: t + int64(rem)})
+			w.out.Emit(history.Event{T: t, Kind: history.Belief, Key: key, Lease: id, Token: tok, Until: t + int64(rem)})
 			w.mu.Lock()
 			pause := w.pauseNext
 			w.pauseNext = false
 			w.mu.Unlock()
 			if pause {
-				w.out.emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lock check and write"})
+				w.out.Emit(history.Event{Kind: history.Pause, Key: key, Lease: id, Token: tok, Note: "self: between lock check and write"})
 				stopSelf()
 			}
 			w.write(ctx, key, id, tok)
@@ -302,42 +302,4 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// emitter writes events as JSON lines, one write per event.
-type emitter struct {
-	proc string
-	mu   sync.Mutex
-	w    *bufio.Writer
-	enc  *history.Encoder
-	err  error
-}
-
-func newEmitter(proc string, w io.Writer) *emitter {
-	bw := bufio.NewWriter(w)
-	return &emitter{proc: proc, w: bw, enc: history.NewEncoder(bw)}
-}
-
-// emit stamps ev (if T is zero) and writes it at once.
-func (e *emitter) emit(ev history.Event) {
-	if ev.T == 0 {
-		ev.T = mono.Now()
-	}
-	ev.Proc = e.proc
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err != nil {
-		return
-	}
-	if err := e.enc.Encode(ev); err != nil {
-		e.err = err
-		return
-	}
-	e.err = e.w.Flush()
-}
-
-func (e *emitter) error() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
 }
