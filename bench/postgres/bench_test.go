@@ -228,17 +228,19 @@ var pglockLib = benchkit.Lib{Name: "pglock", Setup: func(b *testing.B) benchkit.
 }}
 
 // walCounters are pg_stat_wal's wal_sync and wal_records, read on p (a
-// pool on the server itself, not through the counting proxy). The view
-// is updated up to a second after the transactions it counts, so the
-// first counter's read waits for both to settle and the second returns
-// what that read saw (benchkit reads counters in their order).
+// pool on the server itself, not through the counting proxy). A backend
+// adds its counts to the view at a transaction's end at most once a
+// second, and an idle one only after PGSTAT_IDLE_INTERVAL (10 s), so the
+// first counter's read waits at least 11 s and for both to settle (else
+// one library's last counts land in the next one's), and the second
+// returns what that read saw (benchkit reads counters in their order).
 func walCounters(p *pgxpool.Pool) []benchkit.Counter {
 	var records int64
 	syncs := benchkit.Settled(func() (float64, error) {
 		var s int64
 		err := p.QueryRow(context.Background(), "SELECT wal_sync, wal_records FROM pg_stat_wal").Scan(&s, &records)
 		return float64(s) + float64(records)/(1<<40), err // settled when both are
-	}, 400*time.Millisecond, 1500*time.Millisecond, 12*time.Second)
+	}, 400*time.Millisecond, 11*time.Second, 20*time.Second)
 	return []benchkit.Counter{
 		{Name: "wal-syncs", Read: func() (float64, error) { v, err := syncs(); return float64(int64(v)), err }},
 		{Name: "wal-records", Read: func() (float64, error) { return float64(records), nil }},
