@@ -72,7 +72,6 @@ var stores = []store{
 		libs: map[string]string{
 			"backend":              "the backend's `Acquire` and `Release` alone, without the engine (no lease, renewal or loss watch).",
 			"fencelock-nocoalesce": "fencelock on the same URL with `coalesce=off`: every acquire and release alone, as before coalescing.",
-			"fencelock-pgxpool":    "fencelock on a URL that sets `pool_max_conns` to pgx's own default, max(4, CPUs), instead of fencelock's default pool.",
 			"pglock":               "[cirello.io/pglock](https://github.com/cirello-io/pglock) with its defaults, on lib/pq (the only driver it accepts) and a pool of raw's 16 connections: no fencing token (its record version number is a cycling sequence value only its own statements check), and a blocking acquire that sleeps its lease (20 s) between attempts.",
 		},
 		note: "With 16 goroutines, fencelock coalesces the acquires and releases that meet in one Client into one statement each (docs/internals.md, \"Coalescing\"): one commit, so one WAL flush, for a batch of grants, where raw and the peers commit each grant alone. A lone caller's acquire goes alone, as before.",
@@ -103,8 +102,9 @@ var stores = []store{
 		file: "etcd", title: "etcd",
 		raw: "a put-if-absent transaction on one lease granted (and kept alive) for the run, and a delete guarded by the create revision: no queue for waiters, no token floor, one lease for every key.",
 		libs: map[string]string{
-			"fencelock-backend-only": "the backend's `Acquire` and `Release` alone, without the engine, a backend (and connection) per goroutine.",
-			"concurrency.Mutex":      "etcd's `concurrency.Mutex` on a reused session per goroutine: no token meant for resources outside etcd, no other store; a retried unlock can delete a newer holder.",
+			"fencelock-backend-only":   "the backend's `Acquire` and `Release` alone, without the engine, a backend (and connection) per goroutine.",
+			"fencelock-backend-shared": "the backend's `Acquire` and `Release` alone, without the engine, one backend (and connection) shared by the goroutines, as the engine's client has.",
+			"concurrency.Mutex":        "etcd's `concurrency.Mutex` on a reused session per goroutine: no token meant for resources outside etcd, no other store; a retried unlock can delete a newer holder.",
 		},
 		note: "fencelock sends etcd the same two transactions per grant as `concurrency.Mutex` (Raft proposals and WAL fsyncs per grant are equal), on one connection. Its transactions carry more compares (an empty queue and the token floor on acquire; the owner and the lock-delay marker on release), each evaluated by etcd, and the engine adds client work (lease, loss watch): where the client and etcd share two cores, that CPU sets the rate. etcd's batch form, a transaction, is all-or-nothing on its compares, so grants are not coalesced here.",
 	},
