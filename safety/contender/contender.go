@@ -186,6 +186,17 @@ func (c *Config) resolve() error {
 	case c.Multi != 0 && (c.RW || c.Permits > 0 || c.Workers > 1):
 		return errors.New("contender: Config.Multi with Config.RW, Config.Permits or Config.Workers > 1")
 	}
+	c.FillTimings()
+	if c.Workers <= 0 {
+		c.Workers = 1
+	}
+	return nil
+}
+
+// FillTimings sets the documented defaults of the timings left zero:
+// Hold TTL/4, WriteEvery 5ms, Idle TTL/10, AcquireTimeout 5×TTL. A peer
+// library's contender (safety/peers) fills them the same way.
+func (c *Config) FillTimings() {
 	if c.Hold <= 0 {
 		c.Hold = c.TTL / 4
 	}
@@ -198,10 +209,6 @@ func (c *Config) resolve() error {
 	if c.AcquireTimeout <= 0 {
 		c.AcquireTimeout = 5 * c.TTL
 	}
-	if c.Workers <= 0 {
-		c.Workers = 1
-	}
-	return nil
 }
 
 // Env returns the "NAME=VALUE" environment entry that passes c to a

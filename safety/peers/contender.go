@@ -87,18 +87,7 @@ func Main(cfg contender.Config, stdin io.Reader, stdout io.Writer) error {
 	case cfg.Proc == "" || cfg.URL == "" || len(cfg.Keys) == 0 || cfg.TTL <= 0 || cfg.Fence == "":
 		return errors.New("contender.Config needs Proc, URL, Keys, TTL and Fence")
 	}
-	if cfg.Hold <= 0 {
-		cfg.Hold = cfg.TTL / 4
-	}
-	if cfg.WriteEvery <= 0 {
-		cfg.WriteEvery = 5 * time.Millisecond
-	}
-	if cfg.Idle <= 0 {
-		cfg.Idle = cfg.TTL / 10
-	}
-	if cfg.AcquireTimeout <= 0 {
-		cfg.AcquireTimeout = 5 * cfg.TTL
-	}
+	cfg.FillTimings()
 	// The store may be restarting (a harness fault): try for a while.
 	var (
 		lk  locker
