@@ -849,13 +849,22 @@ func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) 
 }
 
 // releaseGrant releases g with a fresh context bounded by
-// Options.ReleaseTimeout (and by Close's budget), best effort.
+// Options.ReleaseTimeout (and by Close's budget), and if that fails,
+// retries by owner in the background as abandon does: a session store
+// (ZooKeeper) would keep the record as long as this client lives.
 func (c *Client) releaseGrant(g driver.Grant) {
 	ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
 	defer cancel()
-	if err := c.releaseOnce(ctx, g); err != nil && !errors.Is(err, ErrNotHeld) {
-		c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
+	err := c.releaseOnce(ctx, g)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return
 	}
+	c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	req := driver.AcquireRequest{Key: g.Key, Owner: g.Owner}
+	c.retryInBackground(func() bool { return c.abandonOnce(c.life, req) })
 }
 
 // Do acquires key (waiting as Acquire does), runs fn with a context that is

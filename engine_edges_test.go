@@ -502,6 +502,47 @@ func TestFailedCleanupOfLostAcquireIsRetried(t *testing.T) {
 	})
 }
 
+// A grant the engine gives back (here: one whose answer came after its
+// local validity had ended, so it is never handed out) whose release
+// fails is released again in the background: a session store would keep
+// the record, blocking the key, as long as the client lives.
+func TestFailedReleaseOfGivenBackGrantIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := fakebackend.New(store.Backend(), fakebackend.Plain)
+		c := newClient(t, b.Backend(), &fencelock.Options{TTL: 30 * time.Second})
+		var first atomic.Pointer[string]
+		b.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+			g, err := next(ctx, r)
+			if first.CompareAndSwap(nil, &r.Owner) {
+				// The first answer takes 28s: past the grant's local
+				// validity (TTL − Margin = 27s), within its request
+				// bound (the TTL).
+				time.Sleep(28 * time.Second)
+				b.Set(fakebackend.Release, fakebackend.FailOnce(errReplyLost)) // the release of the late grant fails once
+			}
+			return g, err
+		})
+		// The late grant is given back at 28s; its release fails, and
+		// Acquire waits on as a new contender until 29s, within the
+		// record's 30s TTL.
+		l, err := c.Acquire(t.Context(), "k", fencelock.WithWait(29*time.Second))
+		if err == nil {
+			defer l.Release(context.Background())
+		}
+		info, err := store.Backend().Inspect(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Load() == nil {
+			t.Fatal("no acquire reached the store")
+		}
+		if info.Locked() && info.Owner == *first.Load() {
+			t.Fatalf("the store still has the given-back grant's record (%+v) after its failed release", info)
+		}
+	})
+}
+
 // selfNotifying returns b, its capabilities hidden but for a Watcher,
 // whose every failed Acquire wakes the key's watchers, as migrate.Dual
 // does when it takes one side and gives it back because the other side
