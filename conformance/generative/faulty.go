@@ -155,6 +155,9 @@ type faulty struct {
 	healed   chan struct{} // closed when a stall ends
 	capped   <-chan struct{}
 	capTimer *time.Timer
+	// pauseTail is the turn of the last request that reached the store
+	// during a pause (see pauseTurn).
+	pauseTail chan struct{}
 }
 
 func (w *faulty) draw(op string) (fate, time.Duration) {
@@ -283,20 +286,34 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 	if w.dead.Load() {
 		return zero, errCrashed
 	}
-	if healed, err := w.outage(ctx); err != nil {
+	healed, turn, err := w.outage(ctx)
+	if err != nil {
 		if healed != nil && name != "acquire-wait" {
 			// A store that paused and answers again applies what
-			// reached it: the request runs once the pause ends. (A
+			// reached it, in its turn: the request runs once the
+			// pause ends and the requests before it were applied. (A
 			// wait in the queue has no late form, as above.)
 			w.rec.fault(w.client, name, "late-cut", owners, rotate)
 			w.lateBegins()
 			go func() {
 				defer w.lateEnds()
+				defer turn.done()
 				<-healed
+				_ = turn.wait(context.Background())
 				_, _ = op(context.WithoutCancel(ctx))
 			}()
+		} else {
+			turn.done()
 		}
 		return zero, err
+	}
+	// The request was applied (op returned) or never reached the store:
+	// the next one in the paused store's queue goes.
+	defer turn.done()
+	if name == "acquire-wait" {
+		// It waits in the store's queue for as long as it waits: its
+		// turn is over once it was sent.
+		turn.done()
 	}
 	fate, d := w.draw(name)
 	if fate == lateRequest && name == "acquire-wait" {
@@ -338,6 +355,7 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 		}
 	}
 	v, err := op(ctx)
+	turn.done()
 	if err != nil && ctx.Err() == nil && !answered(err) {
 		w.rec.storeFailed(owners)
 	}
@@ -488,7 +506,8 @@ func (w *faulty) install() {
 		if w.dead.Load() {
 			return errCrashed
 		}
-		_, err := w.outage(ctx)
+		_, turn, err := w.outage(ctx)
+		turn.done() // a read changes nothing: it holds up no later request
 		return err
 	}
 	f.Set(fakebackend.Inspect, reach)

@@ -2,6 +2,7 @@ package generative
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -50,4 +51,86 @@ func (w *faulty) pending() int {
 	w.lateMu.Lock()
 	defer w.lateMu.Unlock()
 	return w.late
+}
+
+// A paused store applies what reached it in the order it arrived, once
+// the pause ends: each request after the one before it was applied,
+// whether its caller gave up during the pause (a late-cut request, run in
+// the background) or still waits for it. The engine's clean-up of an
+// acquire it gave up on is sent after that acquire; applied first, it
+// would leave the acquire's record behind, with nobody to release it (on
+// ZooKeeper, for as long as the session lives). Each request takes a
+// millisecond of the bubble's time in the store, so that requests let go
+// at once overlap.
+func TestPausedStoreAppliesRequestsInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newFaulty(nil, faults{}, 10*time.Millisecond, 2*time.Second, newRecorder(), 0)
+		w.setOutage(outagePause, 0)
+		var (
+			mu      sync.Mutex
+			applied []int
+			busy    bool
+			overlap bool
+		)
+		const n = 6
+		var wg sync.WaitGroup
+		for i := range n {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wg.Go(func() {
+				_, _ = call(w, ctx, "acquire", false, nil, func(context.Context) (struct{}, error) {
+					mu.Lock()
+					overlap = overlap || busy
+					busy = true
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					busy = false
+					applied = append(applied, i)
+					mu.Unlock()
+					return struct{}{}, nil
+				})
+			})
+			synctest.Wait() // request i has reached the paused store
+			if i%2 == 0 {
+				cancel() // its caller gives up: it is applied late
+				synctest.Wait()
+			}
+		}
+		// A wait in the queue whose caller gave up is over at once (it
+		// has no late form); the queue behind it stays in order.
+		wctx, wcancel := context.WithCancel(context.Background())
+		wg.Go(func() {
+			_, _ = call(w, wctx, "acquire-wait", false, nil, func(context.Context) (struct{}, error) {
+				t.Error("a wait whose caller gave up during the pause was applied")
+				return struct{}{}, nil
+			})
+		})
+		synctest.Wait()
+		wcancel()
+		synctest.Wait()
+		w.setOutage(outageNone, 0)
+		// A request sent after the pause ended queues behind the ones
+		// the store still applies.
+		_, _ = call(w, context.Background(), "release", false, nil, func(context.Context) (struct{}, error) {
+			mu.Lock()
+			overlap = overlap || busy
+			applied = append(applied, n)
+			mu.Unlock()
+			return struct{}{}, nil
+		})
+		wg.Wait()
+		w.settle()
+		if overlap {
+			t.Error("the store applied a request while it still applied the one before it")
+		}
+		for i, got := range applied {
+			if got != i {
+				t.Fatalf("the store applied the requests in the order %v, not the order they arrived in", applied)
+			}
+		}
+		if len(applied) != n+1 {
+			t.Fatalf("the store applied %d requests, not %d", len(applied), n+1)
+		}
+	})
 }

@@ -125,34 +125,112 @@ func (w *faulty) setOutage(k outageKind, limit time.Duration) {
 // outage applies the current outage to one request: nil at once if the
 // store answers; the refusal; or, for a stall, blocks until ctx ends (or
 // the stall's limit passes) and returns the unanswered request's error.
-// In a pause, it blocks until the pause ends (nil: the request goes on)
-// or ctx ends; then healed is the channel closed at the pause's end,
-// after which the store applies the request.
-func (w *faulty) outage(ctx context.Context) (healed <-chan struct{}, err error) {
+// In a pause, the request takes its turn in the paused store's queue
+// (turn, never nil then) and blocks until the pause ends and every
+// request that reached the store before it was applied (nil: the request
+// goes on, and its caller calls turn.done once it was applied), or ctx
+// ends; then healed is the channel closed at the pause's end, after which
+// the store applies the request in its turn.
+func (w *faulty) outage(ctx context.Context) (healed <-chan struct{}, turn *pauseTurn, err error) {
 	w.outMu.Lock()
 	k, h, capped := w.out, w.healed, w.capped
+	if k == outageNone && w.pauseTail != nil {
+		select {
+		case <-w.pauseTail:
+			w.pauseTail = nil // the queue of the last pause is applied
+		default:
+		}
+	}
+	if k == outagePause || k == outageNone && w.pauseTail != nil {
+		// Behind what reached the store before: in a pause, or just
+		// after one while the store still applies its queue.
+		turn = &pauseTurn{prev: w.pauseTail, mine: make(chan struct{})}
+		w.pauseTail = turn.mine
+	}
 	w.outMu.Unlock()
 	switch k {
 	case outageRefuse, outageVanish:
-		return nil, refused()
+		return nil, nil, refused()
 	case outageStall:
 		select {
 		case <-ctx.Done():
-			return nil, notAnswering{ctx.Err()}
+			return nil, nil, notAnswering{ctx.Err()}
 		case <-capped:
-			return nil, notAnswering{}
+			return nil, nil, notAnswering{}
 		case <-h:
-			return nil, nil
+			return nil, nil, nil
 		}
 	case outagePause:
 		select {
 		case <-ctx.Done():
-			return h, notAnswering{ctx.Err()}
+			return h, turn, notAnswering{ctx.Err()}
 		case <-h:
-			return nil, nil
 		}
+		if err := turn.wait(ctx); err != nil {
+			return h, turn, notAnswering{err}
+		}
+		return nil, turn, nil
+	case outageNone:
+		if err := turn.wait(ctx); err != nil {
+			return healedAlready, turn, notAnswering{err}
+		}
+		return nil, turn, nil
 	}
-	return nil, nil
+	return nil, nil, nil
+}
+
+// healedAlready is the healed channel of a request that queued behind a
+// pause that has ended.
+var healedAlready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// pauseTurn is a request's place in a paused store's queue. A paused
+// server (SIGSTOPped, or a stalled disk) reads what its connection
+// delivered once it runs again, in the order it arrived: a clean-up the
+// engine sent after the acquire it gave up on is applied after that
+// acquire, never before it, whichever of their callers gave up.
+type pauseTurn struct {
+	prev <-chan struct{} // closed once the request before it was applied; nil: none
+	mine chan struct{}   // closed by done
+	once sync.Once
+}
+
+// wait blocks until the requests before t were applied, or ctx ends; nil
+// at once for a nil t.
+func (t *pauseTurn) wait(ctx context.Context) error {
+	if t == nil || t.prev == nil {
+		return nil
+	}
+	select {
+	case <-t.prev:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// done lets the next request in the queue go once the requests before t
+// were applied too (a request whose caller gave up may be done before
+// the late request ahead of it was applied, and the queue stays in
+// order); nil-safe, and idempotent.
+func (t *pauseTurn) done() {
+	if t == nil {
+		return
+	}
+	t.once.Do(func() {
+		if t.prev == nil {
+			close(t.mine)
+			return
+		}
+		select {
+		case <-t.prev:
+			close(t.mine)
+		default:
+			go func() {
+				<-t.prev
+				close(t.mine)
+			}()
+		}
+	})
 }
 
 type boundOp int
