@@ -344,7 +344,7 @@ func (c *conn) run() {
 	defer c.close()
 	// Reset mode: abort at once; Blackhole: hold the connection before
 	// anything reaches the target.
-	if !c.gate(true) {
+	if !c.gate() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, dialTimeout)
@@ -370,11 +370,11 @@ func (c *conn) run() {
 	wg.Wait()
 }
 
-// gate waits while the proxy is in Blackhole mode; holds says that it
-// holds something (a chunk read, or a new connection), not an idle
-// connection. It returns false if the connection ended (or was reset
-// because the mode is Reset).
-func (c *conn) gate(holds bool) bool {
+// gate holds what the connection has (a chunk read, a half-close, or
+// the new connection itself) while the proxy is in Blackhole mode,
+// telling Held so. It returns false if the connection ended (or was
+// reset because the mode is Reset).
+func (c *conn) gate() bool {
 	for {
 		c.p.mu.Lock()
 		mode, changed := c.p.mode, c.p.changed
@@ -391,9 +391,7 @@ func (c *conn) gate(holds bool) bool {
 				return true
 			}
 		}
-		if holds {
-			c.p.holding()
-		}
+		c.p.holding()
 		select {
 		case <-c.ctx.Done():
 			return false
@@ -430,14 +428,21 @@ func (c *conn) delay(read time.Time) bool {
 func (c *conn) pipe(src, dst net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
-		if !c.gate(false) {
-			return
-		}
+		// It reads in every mode, a blackhole too: what arrives then is
+		// held here, where Held sees it, not left unread in the kernel's
+		// buffer (a chunk sent just after a blackhole began, before this
+		// loop came back to its read, would be held without a sign).
 		n, err := src.Read(buf)
+		if n > 0 || err != nil {
+			// A chunk, a half-close or a reset read during a blackhole
+			// is held until it ends.
+			if !c.gate() {
+				return
+			}
+		}
 		if n > 0 {
 			read := time.Now()
-			// A chunk read just before a blackhole began is held too.
-			if !c.gate(true) || !c.delay(read) || !c.gate(true) {
+			if !c.delay(read) || !c.gate() {
 				return
 			}
 			if up {

@@ -454,3 +454,31 @@ func TestListenAtReusesAClosedProxysAddress(t *testing.T) {
 		t.Fatal("ListenAt on an address in use succeeded")
 	}
 }
+
+// TestHeldSignalsEveryBlackholeOfAQuickSeries: blackholes that follow
+// each other at once, each with a chunk sent into it, each signal Held:
+// the proxy reads what arrives during a blackhole and holds it, so a
+// chunk that arrives before the proxy's copy loop is back at its read
+// (it was still forwarding the last reply) is seen too.
+func TestHeldSignalsEveryBlackholeOfAQuickSeries(t *testing.T) {
+	e := newEcho(t)
+	p := newProxy(t, e.ln.Addr().String())
+	c := dial(t, p)
+	for round := range 200 {
+		p.SetMode(Blackhole)
+		held := p.Held()
+		if _, err := c.Write([]byte("held\n")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Held not closed 10s after a chunk was sent into the blackhole", round)
+		}
+		p.SetMode(Pass)
+		if got, err := readLine(t, c, 5*time.Second); err != nil || got != "held\n" {
+			t.Fatalf("round %d: after healing: %q, %v", round, got, err)
+		}
+		<-e.got
+	}
+}
