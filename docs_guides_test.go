@@ -14,7 +14,6 @@ import (
 var generatedResults = []string{
 	"docs/performance.md",
 	"docs/safety.md",
-	"docs/safety-soak.md",
 	"docs/safety-peers.md",
 	"docs/safety-soak/",
 }
