@@ -152,8 +152,6 @@ func TestSafety(t *testing.T) {
 			if def.name == "nats" {
 				// A bucket of this run's own.
 				url = withParam(t, url, "bucket", fmt.Sprintf("safety_%d", time.Now().UnixNano()))
-			} else {
-				ownedURL = url
 			}
 			b := suite.Backend{Name: def.name, URL: url, TTL: def.ttl, Slack: def.slack, Control: testenvControl(te, def.name, ownedURL)}
 			runBackend(t, sink, prof, b, backendFaults(def.envVar == mutantOn), true)
