@@ -393,20 +393,28 @@ func TestHeldSignalsAHeldChunk(t *testing.T) {
 			t.Fatalf("round %d: Held closed before anything was sent", round)
 		case <-time.After(quiet):
 		}
-		if _, err := c.Write([]byte("held\n")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-held:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: Held not closed 10s after a chunk was sent into the blackhole", round)
-		}
-		p.SetMode(Pass)
-		if got, err := readLine(t, c, 5*time.Second); err != nil || got != "held\n" {
-			t.Fatalf("round %d: after healing: %q, %v", round, got, err)
-		}
-		<-e.got
+		sendIntoBlackhole(t, p, c, e, held, round)
 	}
+}
+
+// sendIntoBlackhole sends a chunk on c during p's blackhole, waits for
+// held (Held's channel for that blackhole) to close, heals p, and checks
+// that the chunk then made its way to the echo server e and back.
+func sendIntoBlackhole(t *testing.T, p *Proxy, c net.Conn, e *echoServer, held <-chan struct{}, round int) {
+	t.Helper()
+	if _, err := c.Write([]byte("held\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("round %d: Held not closed 10s after a chunk was sent into the blackhole", round)
+	}
+	p.SetMode(Pass)
+	if got, err := readLine(t, c, 5*time.Second); err != nil || got != "held\n" {
+		t.Fatalf("round %d: after healing: %q, %v", round, got, err)
+	}
+	<-e.got
 }
 
 // TestHeldSignalsAHeldConnection: a connection opened during a blackhole
@@ -466,19 +474,6 @@ func TestHeldSignalsEveryBlackholeOfAQuickSeries(t *testing.T) {
 	c := dial(t, p)
 	for round := range 200 {
 		p.SetMode(Blackhole)
-		held := p.Held()
-		if _, err := c.Write([]byte("held\n")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-held:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: Held not closed 10s after a chunk was sent into the blackhole", round)
-		}
-		p.SetMode(Pass)
-		if got, err := readLine(t, c, 5*time.Second); err != nil || got != "held\n" {
-			t.Fatalf("round %d: after healing: %q, %v", round, got, err)
-		}
-		<-e.got
+		sendIntoBlackhole(t, p, c, e, p.Held(), round)
 	}
 }
