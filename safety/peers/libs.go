@@ -50,21 +50,25 @@ type Lib struct {
 var Libs = []Lib{
 	{Name: Redsync, Module: "github.com/go-redsync/redsync/v4", Store: "redis",
 		Token: "none: the fenced resource accepts every write (fencing off)",
-		Use: "NewMutex(key, WithExpiry(TTL)), defaults otherwise (32 tries, 50–250 ms apart); LockContext; believes while " +
+		Use: redisClientUse + "; redsync.New(goredis.NewPool(client)); NewMutex(key, WithExpiry(TTL)), defaults otherwise (32 tries, 50–250 ms apart); LockContext; believes while " +
 			"time.Now() is before Mutex.Until(); UnlockContext"},
 	{Name: Redislock, Module: "github.com/bsm/redislock", Store: "redis",
 		Token: "none: the fenced resource accepts every write (fencing off)",
-		Use: "Obtain(ctx, key, TTL) with LinearBackoff(100ms) (the default is one attempt); believes until the deadline the " +
+		Use: redisClientUse + "; redislock.New(client); Obtain(ctx, key, TTL) with LinearBackoff(100ms) (the default is one attempt); believes until the deadline the " +
 			"first Lock.TTL after Obtain gives; Release"},
 	{Name: EtcdMutex, Module: "go.etcd.io/etcd/client/v3/concurrency (Mutex)", Store: "etcd", Tokens: true,
 		Token: "the create revision of the Mutex's own key (Mutex.Key()), read after Lock",
-		Use: "one Session per contender with the TTL as its lease's (a new one after a loss); NewMutex, Lock(ctx); believes " +
+		Use: "clientv3.New with the store's endpoints (all three members on etcd3); one Session per contender with the TTL as its lease's (a new one after a loss); NewMutex, Lock(ctx); believes " +
 			"while Session.Done() is open; Unlock"},
 	{Name: ZKLock, Module: "github.com/go-zookeeper/zk (Lock)", Store: "zookeeper", Tokens: true,
 		Token: "the creation zxid (czxid) of the lock's sequence node (the lowest child, owned by the session), read after Lock",
-		Use: "one Conn per contender, session timeout = TTL; NewLock(conn, path, WorldACL(PermAll)), Lock; believes while " +
+		Use: "one Conn per contender (zk.Connect with the store's servers: all three members on zookeeper3), session timeout = TTL; NewLock(conn, path, WorldACL(PermAll)), Lock; believes while " +
 			"Conn.State() is StateHasSession; lost on StateExpired; Unlock"},
 }
+
+// redisClientUse is the go-redis client the Redis peers run on.
+const redisClientUse = "go-redis v9 client: redis.NewClient on the single server, redis.NewFailoverClient " +
+	"(MasterName and SentinelAddrs, defaults otherwise: the Sentinel client a user of a Sentinel setup takes) on redisha"
 
 // LibByName returns the Lib of a name.
 func LibByName(name string) (Lib, bool) {
@@ -78,23 +82,45 @@ func LibByName(name string) (Lib, bool) {
 
 // ---------------------------------------------------------------- redis
 
-// redisClient opens a go-redis client on a redis:// URL (host, database,
-// password).
+// redisClient opens the go-redis client a user of the URL's topology
+// would: redis.NewClient for redis://host:port[/db], and
+// redis.NewFailoverClient (the Sentinel client, which follows the
+// primary Sentinel names) for redis+sentinel://s1:port[,s2:port]/master[/db].
+// A password in the URL is the server's.
 func redisClient(cfg contender.Config) (*redis.Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	opt := &redis.Options{Addr: u.Host}
-	if pw, ok := u.User.Password(); ok {
-		opt.Username, opt.Password = u.User.Username(), pw
+	var user, pw string
+	if p, ok := u.User.Password(); ok {
+		user, pw = u.User.Username(), p
 	}
-	if db := strings.Trim(u.Path, "/"); db != "" {
-		if opt.DB, err = strconv.Atoi(db); err != nil {
-			return nil, fmt.Errorf("database %q: %w", db, err)
+	path := strings.Split(strings.Trim(u.Path, "/"), "/")
+	var c *redis.Client
+	switch u.Scheme {
+	case "redis":
+		opt := &redis.Options{Addr: u.Host, Username: user, Password: pw}
+		if path[0] != "" {
+			if opt.DB, err = strconv.Atoi(path[0]); err != nil {
+				return nil, fmt.Errorf("database %q: %w", path[0], err)
+			}
 		}
+		c = redis.NewClient(opt)
+	case "redis+sentinel":
+		if path[0] == "" {
+			return nil, errors.New("a redis+sentinel:// URL names its master: redis+sentinel://host:port/master[/db]")
+		}
+		opt := &redis.FailoverOptions{MasterName: path[0], SentinelAddrs: strings.Split(u.Host, ","), Username: user, Password: pw}
+		if len(path) > 1 {
+			if opt.DB, err = strconv.Atoi(path[1]); err != nil {
+				return nil, fmt.Errorf("database %q: %w", path[1], err)
+			}
+		}
+		c = redis.NewFailoverClient(opt)
+	default:
+		return nil, fmt.Errorf("scheme %q: the Redis peers take redis:// and redis+sentinel:// URLs", u.Scheme)
 	}
-	c := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -194,16 +220,17 @@ func (h *deadlineHeld) unlock(ctx context.Context) error { return h.release(ctx)
 
 // ---------------------------------------------------------------- etcd
 
-// hostOf returns the host:port of a URL.
-func hostOf(raw string) (string, error) {
+// hostsOf returns the host:port list of a URL (etcd://h1:p1,h2:p2,…):
+// the members of a cluster, or one server.
+func hostsOf(raw string) ([]string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("the URL names no host")
+		return nil, fmt.Errorf("the URL names no host")
 	}
-	return u.Host, nil
+	return strings.Split(u.Host, ","), nil
 }
 
 type etcdLocker struct {
@@ -213,12 +240,12 @@ type etcdLocker struct {
 }
 
 func openEtcdMutex(cfg contender.Config) (locker, error) {
-	host, err := hostOf(cfg.URL)
+	hosts, err := hostsOf(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
 	secs := int((cfg.TTL + time.Second - 1) / time.Second)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{host}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: hosts, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -303,8 +330,8 @@ func (h *etcdHeld) unlock(ctx context.Context) error { return h.m.Unlock(ctx) }
 // ---------------------------------------------------------------- zookeeper
 
 type zkLocker struct {
-	host string
-	ttl  time.Duration
+	hosts []string
+	ttl   time.Duration
 
 	mu      sync.Mutex
 	conn    *zk.Conn
@@ -312,11 +339,11 @@ type zkLocker struct {
 }
 
 func openZKLock(cfg contender.Config) (locker, error) {
-	host, err := hostOf(cfg.URL)
+	hosts, err := hostsOf(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	l := &zkLocker{host: host, ttl: cfg.TTL}
+	l := &zkLocker{hosts: hosts, ttl: cfg.TTL}
 	if _, _, err := l.connection(); err != nil {
 		return nil, err
 	}
@@ -333,7 +360,7 @@ func (l *zkLocker) connection() (*zk.Conn, chan struct{}, error) {
 	}
 	expired := make(chan struct{})
 	var once sync.Once
-	conn, _, err := zk.Connect([]string{l.host}, l.ttl, zk.WithLogInfo(false), zk.WithEventCallback(func(ev zk.Event) {
+	conn, _, err := zk.Connect(l.hosts, l.ttl, zk.WithLogInfo(false), zk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
 			once.Do(func() { close(expired) })
 		}

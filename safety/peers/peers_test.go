@@ -104,6 +104,12 @@ func TestPeers(t *testing.T) {
 		}
 		urls[name] = u
 	}
+	// The clusters of the failover cells, started meanwhile (in a state
+	// dir of their own, stopped by Down: testenv kills the PIDs it
+	// recorded there).
+	clusters := startClusters(t)
+	defer clusters.down(t)
+
 	// Servers of the test's own for the faults that kill and pause
 	// them: the shared ones serve other tests.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -126,8 +132,9 @@ func TestPeers(t *testing.T) {
 
 	rep := peers.Report{
 		Profile: profile, Seed: seed, Started: began.UTC().Truncate(time.Second),
-		Libs: peers.Libs, Faults: slices.Concat(holderFaults, serverFaults),
-		Command: regenerate,
+		Libs: peers.Libs, Faults: slices.Concat(holderFaults, serverFaults, []string{peers.FailoverFault}),
+		Failovers: peers.Failovers,
+		Command:   regenerate,
 		Env: map[string]string{"go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH,
 			"cpus": strconv.Itoa(runtime.NumCPU()), "race": strconv.FormatBool(raceEnabled), "rounds per fault": strconv.Itoa(rounds)},
 	}
@@ -173,15 +180,12 @@ func TestPeers(t *testing.T) {
 							},
 						}
 						add(runPeer(t, cfg, b, serverFaults))
+						add(runFailover(t, cfg, clusters, lib))
 					})
 				}
 			})
 		}
 	})
-	for _, lib := range peers.Libs {
-		rep.NotRun = append(rep.NotRun, report.NotRun{Backend: lib.Name, Fault: suite.FaultFailover,
-			Why: "not measured yet: the peers run on single servers (redisha, etcd3 and zookeeper3 are not started by this test)"})
-	}
 	sortCells(&rep)
 	rep.Duration = time.Since(began).Round(time.Second)
 	rep.FencelockSource = "docs/safety.json"
@@ -190,6 +194,9 @@ func TestPeers(t *testing.T) {
 	} else {
 		for _, c := range main.Cells {
 			if _, ok := stores[c.Backend]; ok && slices.Contains(rep.Faults, c.Fault) {
+				rep.Fencelock = append(rep.Fencelock, c)
+			}
+			if slices.ContainsFunc(peers.Failovers, func(fo peers.Failover) bool { return fo.Cluster == c.Backend && fo.Fault == c.Fault }) {
 				rep.Fencelock = append(rep.Fencelock, c)
 			}
 		}
@@ -263,8 +270,17 @@ func sortCells(rep *peers.Report) {
 		if d := libIdx(a.Backend) - libIdx(b.Backend); d != 0 {
 			return d
 		}
-		return slices.Index(rep.Faults, a.Fault) - slices.Index(rep.Faults, b.Fault)
+		return faultIdx(rep, a.Fault) - faultIdx(rep, b.Fault)
 	})
+}
+
+// faultIdx is the column of a cell's fault; the failover faults' is the
+// failover column.
+func faultIdx(rep *peers.Report, fault string) int {
+	if slices.ContainsFunc(rep.Failovers, func(fo peers.Failover) bool { return fo.Fault == fault }) {
+		fault = peers.FailoverFault
+	}
+	return slices.Index(rep.Faults, fault)
 }
 
 func outcome(c report.Cell) string {

@@ -30,12 +30,72 @@ type Report struct {
 	Cells []report.Cell `json:"cells"`
 	// NotRun are the cells left out, with the reason.
 	NotRun []report.NotRun `json:"not_run,omitempty"`
-	// Fencelock are fencelock's cells of the same stores and faults, as
-	// the main report (FencelockSource) measured them.
+	// Failovers are the failover column's cells: each store's loopback
+	// cluster and the name of its failover fault there.
+	Failovers []Failover `json:"failovers,omitempty"`
+	// Fencelock are fencelock's cells of the same stores and faults (and
+	// of the same clusters' failover faults), as the main report
+	// (FencelockSource) measured them.
 	Fencelock       []report.Cell `json:"fencelock,omitempty"`
 	FencelockSource string        `json:"fencelock_source,omitempty"`
 	// Command regenerates the report.
 	Command string `json:"command"`
+}
+
+// FailoverFault is the failover column of Report.Faults
+// (suite.FaultFailover): a cell of a store's cluster (Failovers).
+const FailoverFault = "failover"
+
+// Failover is a store's failover cell: run on a loopback cluster of
+// scripts/testenv, with the fault fencelock's row of that cluster in the
+// safety report has (the safety module's clusters_test.go).
+type Failover struct {
+	// Store is the single-server store of the libraries' rows.
+	Store string `json:"store"`
+	// Cluster is the testenv cluster (fencelock's row in safety.md).
+	Cluster string `json:"cluster"`
+	// Fault is the failover cell's name on it (suite.Control.FailoverName).
+	Fault string `json:"fault"`
+	// TTL and Slack are fencelock's row's on that cluster.
+	TTL   time.Duration `json:"ttl"`
+	Slack time.Duration `json:"slack"`
+}
+
+// Failovers are the stores' failover cells: a Redis primary, its replica
+// and a Sentinel with the primary killed; three-member etcd and
+// ZooKeeper ensembles with the leader killed.
+var Failovers = []Failover{
+	{Store: "redis", Cluster: "redisha", Fault: "primary-kill-failover", TTL: time.Second, Slack: 300 * time.Millisecond},
+	{Store: "etcd", Cluster: "etcd3", Fault: "leader-kill", TTL: 2 * time.Second, Slack: 700 * time.Millisecond},
+	{Store: "zookeeper", Cluster: "zookeeper3", Fault: "leader-kill", TTL: 2 * time.Second, Slack: 700 * time.Millisecond},
+}
+
+// FailoverOf returns the failover cell of a store.
+func FailoverOf(store string) (Failover, bool) {
+	for _, f := range Failovers {
+		if f.Store == store {
+			return f, true
+		}
+	}
+	return Failover{}, false
+}
+
+// column returns the cell of a row (a library, or fencelock's store
+// when fencelock is set) in column fault: the failover column's cell
+// is the store's cluster's failover fault.
+func (r Report) column(cells []report.Cell, row, store, fault string, fencelock bool) (report.Cell, bool) {
+	if fault == FailoverFault {
+		for _, fo := range r.Failovers {
+			if fo.Store == store {
+				if fencelock {
+					row = fo.Cluster
+				}
+				return cellOf(cells, row, fo.Fault)
+			}
+		}
+		return report.Cell{}, false
+	}
+	return cellOf(cells, row, fault)
 }
 
 // Cell returns the cell of a backend and fault, if any.
@@ -128,7 +188,19 @@ func (r Report) Markdown(w io.Writer) error {
 	p("writes of an older holder accepted after a newer holder of the key had written (P1). \"Two holders believed at\n")
 	p("once\" is P3: a holder checked its lock (as the library lets it) and believed it held it after another holder\n")
 	p("had acquired the key, by more than the slack. The fencelock column is fencelock's own cell of that store and\n")
-	p("fault, from %s.\n\n", r.FencelockSource)
+	p("fault, from %s.", r.FencelockSource)
+	if len(r.Failovers) > 0 {
+		var on []string
+		for _, fo := range r.Failovers {
+			on = append(on, fmt.Sprintf("%s on %s (%s)", fo.Store, fo.Cluster, fo.Fault))
+		}
+		p(" The **failover** column is the fault of fencelock's cluster rows: while a holder holds, the store's\n")
+		p("leader or primary is killed (kill -9) and another member takes over (Sentinel promotes the Redis replica; etcd\n")
+		p("and ZooKeeper elect a new leader), each library's client given the whole topology; it measures whether a lock\n")
+		p("held across the takeover stays exclusive (or its stale writes are fenced), by the same checker as the other\n")
+		p("columns: %s.", strings.Join(on, "; "))
+	}
+	p("\n\n")
 	p("Profile **%s**, seed %d, %v.\n\n", r.Profile, r.Seed, r.Duration)
 	p("| library | store | token |")
 	for _, f := range r.Faults {
@@ -139,7 +211,7 @@ func (r Report) Markdown(w io.Writer) error {
 	for _, lib := range r.Libs {
 		p("| %s | %s | %s |", lib.Name, lib.Store, map[bool]string{true: "yes", false: "no"}[lib.Tokens])
 		for _, f := range r.Faults {
-			if c, ok := cellOf(r.Cells, lib.Name, f); ok {
+			if c, ok := r.column(r.Cells, lib.Name, lib.Store, f, false); ok {
 				p(" %s |", Outcome(c, lib))
 			} else {
 				p(" not run |")
@@ -153,10 +225,10 @@ func (r Report) Markdown(w io.Writer) error {
 	for _, s := range stores {
 		p("| *fencelock* | %s | yes |", s)
 		for _, f := range r.Faults {
-			if c, ok := cellOf(r.Fencelock, s, f); ok {
+			if c, ok := r.column(r.Fencelock, s, s, f, true); ok {
 				p(" %s |", c.Verdict)
 			} else {
-				p(" – |")
+				p(" not measured |")
 			}
 		}
 		p("\n")
