@@ -68,7 +68,8 @@ func isCI() bool { ci := os.Getenv("CI"); return ci == "true" || ci == "1" }
 
 // TestPeers runs every peer library (peers.Libs) through the cells of
 // suite.PeerFaults that its stores allow, the same cells as fencelock's
-// rows of the safety report, and writes the peers report. It fails when
+// rows of the safety report (the failover cell on its store's cluster,
+// peers.Failovers, which it starts), and writes the peers report. It fails when
 // a cell cannot run to the end or runs without a grant or a write, and
 // when a library without tokens shows no overlapping write in
 // holder-pause (the control of the overlap count); the libraries'

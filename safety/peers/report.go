@@ -194,11 +194,10 @@ func (r Report) Markdown(w io.Writer) error {
 		for _, fo := range r.Failovers {
 			on = append(on, fmt.Sprintf("%s on %s (%s)", fo.Store, fo.Cluster, fo.Fault))
 		}
-		p(" The **failover** column is the fault of fencelock's cluster rows: while a holder holds, the store's\n")
-		p("leader or primary is killed (kill -9) and another member takes over (Sentinel promotes the Redis replica; etcd\n")
-		p("and ZooKeeper elect a new leader), each library's client given the whole topology; it measures whether a lock\n")
-		p("held across the takeover stays exclusive (or its stale writes are fenced), by the same checker as the other\n")
-		p("columns: %s.", strings.Join(on, "; "))
+		p("\n\nThe **failover** column is the fault of fencelock's cluster rows, with each library's client given the whole\n")
+		p("topology: while a holder holds, the leader or primary is killed (kill -9) and another member takes over; it\n")
+		p("measures whether locks held and waited on across the takeover stay exclusive, and their tokens fenced, by the\n")
+		p("same checker (%s).", strings.Join(on, "; "))
 	}
 	p("\n\n")
 	p("Profile **%s**, seed %d, %v.\n\n", r.Profile, r.Seed, r.Duration)
