@@ -549,7 +549,8 @@ func (d *Dual) raiseAboveRotation(ctx context.Context, key string, sent, got [2]
 
 // Renew implements driver.Backend: both sides, concurrently. ErrNotHeld
 // from either side is ErrNotHeld: a dual lease never falls back to one
-// side, and the other side's record is released. A rotating renewal levels the sides' floors as Acquire does. If
+// side, and the other side's record is released (left to expire if the
+// lease asked for a lock delay: see finish). A rotating renewal levels the sides' floors as Acquire does. If
 // one side rotated and the renewal still failed (the other side failed
 // transiently), the engine's retry with the grant it holds is sent with
 // the rotated side's new token, so the lease survives.
@@ -798,7 +799,11 @@ func (d *Dual) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 // error returned (a retry finishes the job). It returns
 // driver.ErrUnsupported if neither side can force-release; a side that
 // cannot is skipped (its record expires with its TTL, and the holder's
-// next renewal, refused by the other side, ends the lease).
+// next renewal, refused by the other side, ends the lease). A dual
+// Acquire that took the old side before the force-release reached it and
+// the new side after it had passed there has its new record released too
+// (see forceStraggler): after ForceRelease, the owner it forced holds
+// nothing on either side.
 func (d *Dual) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	_, okOld := d.old.(driver.ForceReleaser)
 	_, okNew := d.new.(driver.ForceReleaser)
@@ -817,7 +822,53 @@ func (d *Dual) ForceRelease(ctx context.Context, key string) (driver.Info, error
 		}
 		infos[i] = info
 	}
+	if err := d.forceStraggler(ctx, key, infos); err != nil {
+		return driver.Info{}, err
+	}
 	return merge(key, infos[oldSide], infos[newSide]), nil
+}
+
+// forceStraggler finishes a ForceRelease that raced a dual Acquire of
+// key: the Acquire took the old side before the force-release reached
+// it, and the new side after the force-release had passed it, so the old
+// side's record was forced away (infos[oldSide]) and the new side now
+// holds the same owner's. That lease is over (its old record is gone,
+// and a side that pushes loss has told its holder so), and nobody else
+// would remove the new record before its TTL: the holder's engine never
+// renews or releases a lost lease. Meanwhile the key would be refused to
+// every dual client and to the new side's own clients, and Inspect would
+// name the forced holder. The record is released here, by owner and
+// token, unless the old side has a record of that owner again (owners
+// are unique per lease and an Acquire takes the old side first, so a
+// record of the owner on both sides is a grant made after this force-
+// release; a record of anyone else is left alone).
+func (d *Dual) forceStraggler(ctx context.Context, key string, infos [2]driver.Info) error {
+	forced := infos[oldSide]
+	if !forced.Locked() {
+		return nil
+	}
+	if _, ok := d.new.(driver.ForceReleaser); !ok {
+		return nil // the new side keeps its records until their TTL, as documented
+	}
+	info, err := d.new.Inspect(ctx, key)
+	if err != nil {
+		return fmt.Errorf("migrate: new backend: %w", err)
+	}
+	if info.Owner != forced.Owner {
+		return nil
+	}
+	o, err := d.old.Inspect(ctx, key)
+	if err != nil {
+		return fmt.Errorf("migrate: old backend: %w", err)
+	}
+	if o.Owner == forced.Owner {
+		return nil
+	}
+	err = d.new.Release(ctx, driver.Grant{Key: key, Owner: info.Owner, Token: info.Token})
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) { // not held: gone already
+		return fmt.Errorf("migrate: new backend: %w", err)
+	}
+	return nil
 }
 
 // sideName names side i in errors.

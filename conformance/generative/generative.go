@@ -1149,7 +1149,7 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 			case errors.As(err, &lost):
 				if l.Err() == nil { // the store said so at release
 					r.rec.lostAtRelease(rec, lost)
-					r.rec.released(rec, true)
+					r.rec.released(rec, !r.rec.refusedHoldMayLeaveRecord(rec, l))
 				}
 			case s.kind != stepDoPanic && (err == nil || onlyCallback(err)):
 				// Released into its minimum hold, the record stays.
@@ -1193,7 +1193,7 @@ func (r *runner) step(ctx context.Context, i, j, k int, c *fencelock.Client, s s
 	// does not ask the store, whose record may outlive the holder's belief;
 	// a lease released into its minimum hold leaves its record.
 	held := rerr == nil && r.rec.heldForMinimum(rec, l)
-	r.rec.released(rec, !held && (rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil))
+	r.rec.released(rec, !held && (rerr == nil || errors.Is(rerr, fencelock.ErrNotHeld) && l.Err() == nil && !r.rec.refusedHoldMayLeaveRecord(rec, l)))
 	r.after(ctx, l, rec, s)
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -52,6 +53,29 @@ func (r *recorder) delayed(rec *leaseRec, d time.Duration) {
 	r.mu.Lock()
 	rec.lockDelay = d
 	r.mu.Unlock()
+}
+
+// refusedHoldMayLeaveRecord reports whether the release of l, which
+// ended in "not held" while the lease itself was not lost, may have left
+// its record in the store: the release went into the lease's minimum
+// hold, and the lease asked for a lock delay. Released into its hold,
+// the lease's record is not removed but renewed for the rest of the
+// window (a Renew); a refused Renew ends the lease, but it does not
+// promise that the record is gone, as a refused Release does. A
+// composite store does keep one: migrate.Dual, whose one side refused
+// and whose other side renewed a lease that asked for a delay, leaves
+// the renewed record to expire so that its end starts the delay on that
+// side too (instead of a clean release that frees the key at once there;
+// see Dual.finish), and a release by owner with the lease's grant then
+// finds it. The lease's own release did not confirm its record gone,
+// so a stale call accepted afterwards is no StaleCallsRefused violation.
+// (A refused hold renewal of a lease with no delay, and every refused
+// Release, still confirm it: Dual removes the other side's record then.)
+func (r *recorder) refusedHoldMayLeaveRecord(rec *leaseRec, l *fencelock.Lease) bool {
+	r.mu.Lock()
+	delay := rec.lockDelay
+	r.mu.Unlock()
+	return delay > 0 && errors.Is(context.Cause(l.Context()), fencelock.ErrHeldForMinimum)
 }
 
 // checkLockDelay checks LockDelayRespected: after a holder with a lock
