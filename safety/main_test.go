@@ -14,6 +14,7 @@ var (
 	flagReport = flag.String("safety.report", "", "write the markdown report to this path (e.g. ../docs/safety.md)")
 	flagJSON   = flag.String("safety.json", "", "write the JSON report to this path (e.g. ../docs/safety.json)")
 	flagSoak   = flag.Bool("safety.soak", false, "run the soak profile: more rounds per fault and a longer baseline")
+	flagCell   = flag.Duration("safety.celltimeout", 0, "bound each cell by this (0: the profile's, 5m quick, 30m soak); a soak of a failover cell, 4-25 s a round, needs more")
 )
 
 // TestMain runs the contender program instead of the tests when the

@@ -105,6 +105,9 @@ func TestSafety(t *testing.T) {
 		prof.Rounds = *flagRounds
 		prof.Profile += fmt.Sprintf(" (%d rounds)", *flagRounds)
 	}
+	if *flagCell > 0 {
+		prof.CellTimeout = *flagCell
+	}
 	prof.Seed = seed
 	prof.Logf = t.Logf
 	t.Logf("safety: profile %s, seed %d (rerun: go test -run TestSafety -args -safety.seed=%d)", prof.Profile, seed, seed)
