@@ -154,7 +154,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if !fresh {
 		// No recent base of this Backend's own: look at the key first.
 		// A live holder, the usual answer to a waiter's poll, is then
-		// told after two finds, without reading the token claims; an
+		// told after three finds (see stateOf), without reading the token claims; an
 		// expired record is taken over without an insert first.
 		var err error
 		if pre, err = b.readKey(ctx, req.Key); err != nil {

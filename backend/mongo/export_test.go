@@ -103,3 +103,8 @@ func (b *Backend) DeleteClaims(ctx context.Context, key string, lo, hi int64) er
 	}
 	return nil
 }
+
+// PauseBetweenReads makes every read of a key's state (Inspect, List, and
+// the reads of Acquire, Renew and Release) call f between its find of the
+// records and its find of their epoch claims.
+func (b *Backend) PauseBetweenReads(f func()) { b.testHookRecordRead = f }

@@ -62,6 +62,10 @@ type Backend struct {
 
 	heldMu sync.Mutex
 	held   map[string]heldGrant // per record (rid): the newest grant this backend issued
+
+	// testHookRecordRead, if set (tests only, before first use), runs
+	// in each read of records and their epoch claims between the two.
+	testHookRecordRead func()
 }
 
 var (

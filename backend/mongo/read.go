@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -95,7 +96,9 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 }
 
 // Inspect implements driver.Backend with two finds: the record on
-// (ns, key), then its epoch claims.
+// (ns, key), then its epoch claims; and a third that confirms a record
+// that holds the key (see stateOf: a release between the two would
+// otherwise show the record as it was acquired).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	ctx, end := b.begin(ctx)
 	v, err := b.inspect(ctx, key)
@@ -119,7 +122,8 @@ func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) 
 // List implements driver.Backend: the held keys of this namespace that
 // start with prefix, found with an anchored, quoted regular expression on
 // the key (which the (ns, key) index serves as a range scan), and the
-// epoch claims of their records (one more find).
+// epoch claims of their records (one more find), and the records that hold
+// their keys confirmed (a third, see stateOf).
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	ctx, end := b.begin(ctx)
 	v, err := b.list(ctx, prefix)
@@ -148,6 +152,9 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	if h := b.testHookRecordRead; h != nil {
+		h()
+	}
 	rids := make(bson.A, len(recs))
 	for i := range recs {
 		rids[i] = strings.TrimPrefix(recs[i].ID, "r/")
@@ -166,14 +173,42 @@ func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error
 	}
 	now := b.clock.now(ctx)
 	out := make([]driver.Info, 0, len(recs))
+	var held bson.A // the records that hold their keys by their claims
 	for i := range recs {
 		d := &recs[i]
 		st := fold(d, byRec[strings.TrimPrefix(d.ID, "r/")])
 		// The server compares by byte; keep the exact prefix rule here.
 		if in := st.info(d.Key, now); in.Owner != "" && strings.HasPrefix(in.Key, prefix) {
 			out = append(out, in)
+			held = append(held, d.ID)
 		}
 	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	// Confirm them, as stateOf does one: a record released between the
+	// two finds above has lost its claims, and reads as it was acquired.
+	cur, err = b.locks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: held}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	var left []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &left); err != nil {
+		return nil, err
+	}
+	still := make(map[string]bool, len(left))
+	for _, d := range left {
+		still[d.ID] = true
+	}
+	kept := out[:0]
+	for i, in := range out {
+		if still[held[i].(string)] {
+			kept = append(kept, in)
+		}
+	}
+	out = kept
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }

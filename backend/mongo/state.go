@@ -11,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/fencelock/fencelock/driver"
 )
@@ -137,7 +138,8 @@ func fold(d *lockDoc, claims []claimDoc) state {
 }
 
 // readKey reads key's record and its epoch claims: two finds (the second
-// only if there is a record), each served by an index on MongoDB.
+// only if there is a record), each served by an index on MongoDB, and a
+// third to confirm a record that holds its key (see stateOf).
 func (b *Backend) readKey(ctx context.Context, key string) (state, error) {
 	var d lockDoc
 	err := b.locks.FindOne(ctx, bson.D{{Key: "ns", Value: b.o.Namespace}, {Key: "key", Value: key}}).Decode(&d)
@@ -147,11 +149,43 @@ func (b *Backend) readKey(ctx context.Context, key string) (state, error) {
 	if err != nil {
 		return state{}, err
 	}
-	claims, err := b.claimsOf(ctx, d.ID[2:])
+	return b.stateOf(ctx, &d)
+}
+
+// stateOf reads the epoch claims of the record d, read a moment ago, and
+// returns its state; a state with no record if the record was deleted
+// meanwhile. The two finds are not one snapshot: a release deletes the
+// record and then its newest claim, so a find of the claims after a
+// release that came after the find of the record finds none (or only an
+// older one whose delete failed), and the record alone reads as it was
+// acquired — its first token and metadata, a state it left with its
+// first renewal. So a record that the claims show unended is confirmed by
+// a find of its _id after them: still there, it existed all along, and
+// the claims found are the record's moves up to their find (a renewal
+// deletes a claim only after inserting the next one); gone, the key was
+// free when it was deleted. An end claim (takeover, force-release)
+// outlives its record, so an ended state needs no confirmation.
+func (b *Backend) stateOf(ctx context.Context, d *lockDoc) (state, error) {
+	rid := strings.TrimPrefix(d.ID, "r/")
+	if h := b.testHookRecordRead; h != nil {
+		h()
+	}
+	claims, err := b.claimsOf(ctx, rid)
 	if err != nil {
 		return state{}, err
 	}
-	return fold(&d, claims), nil
+	st := fold(d, claims)
+	if st.ended {
+		return st, nil
+	}
+	err = b.locks.FindOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return state{}, nil
+	}
+	if err != nil {
+		return state{}, err
+	}
+	return st, nil
 }
 
 // claimsOf reads the epoch claims of the record rid.
@@ -242,11 +276,10 @@ func (b *Backend) resync(ctx context.Context, g driver.Grant, r grantRef) (grant
 	if err != nil {
 		return grantRef{}, state{}, err
 	}
-	claims, err := b.claimsOf(ctx, r.rid)
+	st, err := b.stateOf(ctx, &d)
 	if err != nil {
 		return grantRef{}, state{}, err
 	}
-	st := fold(&d, claims)
 	if !st.live(b.clock.now(ctx)) || st.owner != g.Owner || st.token != int64(g.Token) || d.Key != g.Key || d.NS != b.o.Namespace {
 		return grantRef{}, state{}, driver.ErrNotHeld
 	}
