@@ -423,8 +423,9 @@ func (o *observer) change(cur Leader) bool {
 		return cur.Token > o.lastTok
 	}
 	// The same lease as the last delivered: a new value, or a rotated
-	// token.
-	return !o.leases && (cur.Token > o.lastTok || !bytes.Equal(cur.Value, o.last.Value))
+	// token; never an older token (a read that raced the lease's
+	// rotation and saw the state before it).
+	return !o.leases && cur.Token >= o.lastTok && (cur.Token > o.lastTok || !bytes.Equal(cur.Value, o.last.Value))
 }
 
 // deliver records l as delivered.

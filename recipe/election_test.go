@@ -581,6 +581,62 @@ func TestObserveNeverDeliversAStaleLeader(t *testing.T) {
 	})
 }
 
+// A stale reading of the leader already delivered — its own lease, an
+// older token and value (a read that raced its proclaim and release) —
+// is never delivered after the newer one.
+func TestObserveNeverDeliversAnOlderStateOfTheSameLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		o := &fencelock.Options{TTL: 3 * time.Second}
+		sb := newStale(store.Backend())
+		watcher := newClient(t, sb.Backend(), o)
+		a := newClient(t, store.Backend(), o)
+		l0, err := a.Acquire(t.Context(), "k", fencelock.WithLabel("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l0.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		la, err := a.Acquire(t.Context(), "k", fencelock.WithLabel("a"), fencelock.WithMetadata([]byte("v1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		aInfo, err := a.Inspect(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := recipe.Observe(t.Context(), watcher, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := collect(ch, time.Now())
+		time.Sleep(2 * time.Second)
+		// The store answers with the same lease at an older token and
+		// value, then with nothing once the lease is released.
+		older := aInfo
+		older.Token--
+		older.Metadata = []byte("v0")
+		sb.mu.Lock()
+		sb.old = &older
+		sb.mu.Unlock()
+		time.Sleep(2 * time.Second)
+		sb.mu.Lock()
+		sb.old = nil
+		sb.mu.Unlock()
+		if err := la.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		ls, _ := seen.leaders()
+		checkOrdered(t, ls)
+		if got, want := describe(ls), fmt.Sprintf("a(%d,\"v1\") → none", la.Token()); got != want {
+			t.Errorf("observed %s; want %s: an older state of the leader is never delivered after a newer one", got, want)
+		}
+	})
+}
+
 func TestElectOnNewLeaderReportsEveryLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
