@@ -851,20 +851,31 @@ func (c *Client) abandonOnce(parent context.Context, req driver.AcquireRequest) 
 // releaseGrant releases g with a fresh context bounded by
 // Options.ReleaseTimeout (and by Close's budget), and if that fails,
 // retries by owner in the background as abandon does: a session store
-// (ZooKeeper) would keep the record as long as this client lives.
+// (ZooKeeper) would keep the record as long as this client lives. Only
+// for a grant whose owner no call of this client uses any more (owners
+// are unique per lease; a call that gives a grant back and goes on
+// acquiring takes a new owner): a retry by owner would remove the record
+// of a later grant to the same owner.
 func (c *Client) releaseGrant(g driver.Grant) {
-	ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
-	defer cancel()
-	err := c.releaseOnce(ctx, g)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		return
-	}
-	c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
-	if errors.Is(err, ErrClosed) {
+	if c.releaseGrantOnce(g) {
 		return
 	}
 	req := driver.AcquireRequest{Key: g.Key, Owner: g.Owner}
 	c.retryInBackground(func() bool { return c.abandonOnce(c.life, req) })
+}
+
+// releaseGrantOnce releases g once, best effort, as releaseGrant does; it
+// reports whether that is settled: released, not held, or the client
+// closed.
+func (c *Client) releaseGrantOnce(g driver.Grant) bool {
+	ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
+	defer cancel()
+	err := c.releaseOnce(ctx, g)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return true
+	}
+	c.emit(Event{Kind: EventCleanupFailed, Key: g.Key, Owner: g.Owner, Token: g.Token, Err: c.wrap(ctx, "release", err)})
+	return errors.Is(err, ErrClosed)
 }
 
 // Do acquires key (waiting as Acquire does), runs fn with a context that is

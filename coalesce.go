@@ -411,12 +411,7 @@ func (c *Client) setUpCoalescing(b Backend) {
 				}
 				return gs, errs, nil
 			},
-			late: func(_ driver.AcquireRequest, g driver.Grant, err error) {
-				if err != nil {
-					return // its caller's clean-up (abandon) sees to it
-				}
-				c.releaseGrant(g)
-			},
+			late:  c.lateAcquired,
 			owner: func(r driver.AcquireRequest) string { return r.Owner },
 		}
 	}
@@ -469,4 +464,19 @@ func (c *Client) coalesceStats() (acqBatches, acqMembers, relBatches, relMembers
 		relBatches, relMembers = l.batches.Load(), l.members.Load()
 	}
 	return
+}
+
+// lateAcquired gives back the grant of a batch member whose caller
+// stopped waiting before the batch answered (an error: its caller's
+// clean-up, abandon, sees to it). Once: that call may still be retrying
+// under the same owner, and its retry adopts the record or, when the call
+// ends, removes it by owner (abandonFor); a background retry by owner
+// from here could remove the live record of that retry's lease. The
+// stores that batch acquisitions keep records with a TTL, which ends one
+// whose release failed.
+func (c *Client) lateAcquired(_ driver.AcquireRequest, g driver.Grant, err error) {
+	if err != nil {
+		return
+	}
+	c.releaseGrantOnce(g)
 }
