@@ -112,11 +112,16 @@ func (b *Backend) inspect(ctx context.Context, key string) (driver.Info, error) 
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
+	// The store's time before the finds: a renewal that lands after the
+	// claims were read, just before their expiry, must not make a key
+	// held throughout the read look expired (the claims read were in
+	// effect at this time at the latest).
+	now := b.clock.now(ctx)
 	st, err := b.readKey(ctx, key)
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return st.info(key, b.clock.now(ctx)), nil
+	return st.info(key, now), nil
 }
 
 // List implements driver.Backend: the held keys of this namespace that
