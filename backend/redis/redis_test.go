@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fencelock"
 	fencelockredis "github.com/fencelock/fencelock/backend/redis"
 	"github.com/fencelock/fencelock/driver"
+	"github.com/fencelock/fencelock/internal/testenv"
 )
 
 // open returns a backend on the test server under a fresh prefix, and a
@@ -402,6 +403,9 @@ func startServer(t *testing.T, conf ...string) *server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
+		if testenv.IsCI() {
+			t.Fatal("redis-server not on PATH: under CI every server must be installed (scripts/install-servers)")
+		}
 		t.Skip("redis-server not on PATH: private-server case not run")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
