@@ -530,6 +530,25 @@ func newStale(b driver.Backend) *stale {
 	return s
 }
 
+// leadAndObserve has client a acquire key "k" with opts, reads the record the store
+// keeps for it, and has watcher observe the key from then on.
+func leadAndObserve(t *testing.T, a, watcher *fencelock.Client, opts ...fencelock.AcquireOption) (*fencelock.Lease, driver.Info, *collected) {
+	t.Helper()
+	l, err := a.Acquire(t.Context(), "k", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := a.Inspect(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := recipe.Observe(t.Context(), watcher, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, info, collect(ch, time.Now())
+}
+
 func TestObserveNeverDeliversAStaleLeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
@@ -537,19 +556,7 @@ func TestObserveNeverDeliversAStaleLeader(t *testing.T) {
 		sb := newStale(store.Backend())
 		watcher := newClient(t, sb.Backend(), o)
 		a := newClient(t, store.Backend(), o)
-		la, err := a.Acquire(t.Context(), "k", fencelock.WithLabel("a"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		aInfo, err := a.Inspect(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := recipe.Observe(t.Context(), watcher, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := collect(ch, time.Now())
+		la, aInfo, seen := leadAndObserve(t, a, watcher, fencelock.WithLabel("a"))
 		if err := la.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -598,19 +605,7 @@ func TestObserveNeverDeliversAnOlderStateOfTheSameLeader(t *testing.T) {
 		if err := l0.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		la, err := a.Acquire(t.Context(), "k", fencelock.WithLabel("a"), fencelock.WithMetadata([]byte("v1")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		aInfo, err := a.Inspect(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := recipe.Observe(t.Context(), watcher, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := collect(ch, time.Now())
+		la, aInfo, seen := leadAndObserve(t, a, watcher, fencelock.WithLabel("a"), fencelock.WithMetadata([]byte("v1")))
 		time.Sleep(2 * time.Second)
 		// The store answers with the same lease at an older token and
 		// value, then with nothing once the lease is released.
