@@ -14,7 +14,9 @@ import (
 
 // soakmerge OUT.md OUT.json IN.json... writes one report of several
 // shards' cells: a soak split by cell over processes (each on a server
-// of its own where its cells kill or pause the server) is one soak.
+// of its own where its cells kill or pause the server) is one soak. A
+// cell that several shards ran (a long cell split by rounds over
+// clusters of its own) becomes one cell with the shards' rounds summed.
 func main() {
 	if len(os.Args) < 4 {
 		fmt.Fprintln(os.Stderr, "usage: soakmerge OUT.md OUT.json SHARD.json...")
@@ -48,6 +50,8 @@ func main() {
 		longest = max(longest, r.Duration)
 	}
 	out.Duration = longest
+	out.Cells = mergeCells(out.Cells)
+	out.NotRun = stillNotRun(out.NotRun, out.Cells)
 	if err := suite.WriteReport(os.Args[1], os.Args[2], out); err != nil {
 		fatal(err)
 	}
