@@ -284,7 +284,10 @@ func pgPromote(ctx context.Context, u *unit, id string) error {
 	if err != nil {
 		return fmt.Errorf("testenv: %s: promoting member %s: %w", u.srv.name, id, err)
 	}
-	rows, err := c.query("SELECT pg_promote(true, 60)")
+	// wait => false: pg_promote only signals the promotion, so the
+	// exchange stays within a probe's deadline however long the standby
+	// takes to finish recovery; the wait below is bounded by e.Timeout.
+	rows, err := c.query("SELECT pg_promote(false)")
 	c.Close()
 	if err != nil {
 		return fmt.Errorf("testenv: %s: promoting member %s: %w", u.srv.name, id, err)

@@ -25,6 +25,10 @@ import (
 // redisClusterNodeTimeout is the members' cluster-node-timeout.
 const redisClusterNodeTimeout = 2000 * time.Millisecond
 
+// migrateBound bounds one MIGRATE exchange: the command's own timeout
+// (5 s) and the time to send the key and answer.
+const migrateBound = 10 * time.Second
+
 func redisClusterServer() *server {
 	s := &server{name: "rediscluster", members: []string{"1", "2", "3", "4", "5", "6"}}
 	addr := func(u *unit, id string) string { return hostPort(u.port("REDISCLUSTER_PORT_" + id)) }
@@ -386,7 +390,10 @@ func (e *Env) MigrateSlot(ctx context.Context, name string, slot int, to string,
 		}
 		k, _ := keys[0].(string)
 		// A key that expires between GETKEYSINSLOT and MIGRATE: NOKEY.
-		if _, err := redisDo(ctx, src, "MIGRATE", host, port, k, "0", "5000"); err != nil && !strings.HasPrefix(err.Error(), "NOKEY") {
+		// MIGRATE waits up to its own timeout (5 s) for the target; the
+		// exchange gets that and more, or a loaded machine fails it
+		// while the key is in flight.
+		if _, err := redisDoWithin(ctx, src, migrateBound, "MIGRATE", host, port, k, "0", "5000"); err != nil && !strings.HasPrefix(err.Error(), "NOKEY") {
 			return from, fmt.Errorf("MIGRATE %q from member %s: %w", k, from, err)
 		}
 		if err := wait(); err != nil {

@@ -26,9 +26,16 @@ import (
 // probeTimeout bounds one probe or command.
 const probeTimeout = 3 * time.Second
 
-// dial connects to addr with a deadline for the whole exchange.
+// dial connects to addr with a deadline of probeTimeout for the whole
+// exchange.
 func dial(ctx context.Context, addr string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	return dialWithin(ctx, addr, probeTimeout)
+}
+
+// dialWithin is dial with a deadline of bound: for a command that may
+// rightly take longer than a probe (a MIGRATE on a loaded machine).
+func dialWithin(ctx context.Context, addr string, bound time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -92,7 +99,12 @@ func (e respErr) Error() string { return string(e) }
 // redisDo sends one command and returns its reply: a string (simple or
 // bulk), an int64, nil, or a []any of those.
 func redisDo(ctx context.Context, addr string, args ...string) (any, error) {
-	c, err := dial(ctx, addr)
+	return redisDoWithin(ctx, addr, probeTimeout, args...)
+}
+
+// redisDoWithin is redisDo with a deadline of bound for the exchange.
+func redisDoWithin(ctx context.Context, addr string, bound time.Duration, args ...string) (any, error) {
+	c, err := dialWithin(ctx, addr, bound)
 	if err != nil {
 		return nil, err
 	}
