@@ -855,3 +855,64 @@ func TestStaleWakeUpDoesNotSilenceTheNextRelease(t *testing.T) {
 		}
 	})
 }
+
+// aheadClock is the system clock (a synctest bubble's fake one) plus an
+// offset the test moves forward: the engine's clock readings run ahead of
+// its timers, as on an overloaded machine, where a lease's timer fires
+// (its goroutine runs) late while the clock keeps going.
+type aheadClock struct{ ahead atomic.Int64 }
+
+func (c *aheadClock) Now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+// Defect: a renewal whose answer was applied after the lease's local
+// validity had ended, before the lease's timer had run (an overloaded
+// process), extended the lease again: Remaining had said 0, yet Done
+// stayed open and the lease went on being renewed, so a holder waiting
+// for Done after Remaining() == 0 waited while the key stayed held (the
+// safety suite's zookeeper3 follower-partitioned cell: a holder silent
+// and the key held for 35 s). Single and batched renewals.
+func TestRenewalAnsweredAfterLocalValidityEndsLease(t *testing.T) {
+	for _, name := range []string{"single", "batch"} {
+		batch := name == "batch"
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				f := fakebackend.New(store.Backend(), fakebackend.Plain)
+				b := f.Backend()
+				if batch {
+					b = f.As(fakebackend.BatchRenewer)
+				}
+				// The store renews; its answer waits at the gate.
+				gate := fakebackend.NewGate()
+				f.SetLate(fakebackend.Renew, gate.Fault())
+				f.SetLate(fakebackend.RenewBatch, gate.Fault())
+				clk := &aheadClock{}
+				c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, Clock: clk})
+				l, err := c.Acquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-gate.Reached()
+				// The clock passes the end of local validity; the lease's
+				// timer has not fired yet.
+				clk.ahead.Store(int64(l.Remaining() + time.Millisecond))
+				if r := l.Remaining(); r != 0 {
+					t.Fatalf("Remaining() = %v past the end of local validity; want 0", r)
+				}
+				gate.Open()
+				synctest.Wait()
+				select {
+				case <-l.Done():
+				default:
+					t.Fatalf("a renewal answered after local validity had ended revived the lease: Done open, Remaining() = %v, Err() = %v; want it lost (ErrLocalExpiry)",
+						l.Remaining(), l.Err())
+				}
+				if !errors.Is(l.Err(), fencelock.ErrLocalExpiry) {
+					t.Fatalf("Err() = %v; want ErrLeaseLost caused by ErrLocalExpiry", l.Err())
+				}
+				// The engine frees the record it no longer believes in.
+				mustFree(t, store, "k")
+			})
+		})
+	}
+}

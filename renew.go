@@ -340,6 +340,10 @@ func (c *Client) renewed(l *Lease, start time.Time, p plan, ng driver.Grant, err
 	}
 }
 
+// errLateRenewal is the cause of a loss when a renewal's answer arrived
+// after the lease's local validity had ended.
+var errLateRenewal = fmt.Errorf("%w: the store answered the renewal after the lease's local validity (TTL − Margin) had ended", ErrLocalExpiry)
+
 // renewalOutcome is what a renewal's answer means for its lease.
 type renewalOutcome struct {
 	ended    bool      // the lease had already ended: nothing to do
@@ -403,12 +407,21 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 			ng.Handle = old.Handle
 		}
 		l.grant = ng
+		l.unsure = false
+		now := c.now()
+		if !now.Before(l.validUntil) {
+			// The answer came after the lease's local validity had
+			// ended; only its timer has not run yet (a busy process).
+			// The lease ended then: Remaining has said so since, and a
+			// holder may have stopped on it. Never extend it again.
+			// The record is ng now, for the clean-up to free.
+			return renewalOutcome{lost: errLateRenewal,
+				event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: ng.Token, Err: errLateRenewal}}
+		}
 		if rotate && ng.Token > old.Token {
 			l.lastRotate = start
 		}
 		l.failures = 0
-		l.unsure = false
-		now := c.now()
 		l.setValidityLocked(start, ng, now)
 		return renewalOutcome{next: start.Add(l.interval), rotated: ng.Token > old.Token,
 			event: Event{Kind: EventRenewed, Key: l.key, Owner: l.owner, Token: ng.Token, Latency: now.Sub(start)}}

@@ -41,7 +41,8 @@ func (b *Backend) renewBatch(ctx context.Context, grants []driver.Grant, req dri
 	// leases; one lease at its deadline must not fail the renewal of all
 	// the others, so only cancellation stops a batch. (An answer after a
 	// lease's deadline is harmless: the engine dates every renewal from
-	// when it was sent and ignores leases that have already ended.)
+	// when it was sent, ignores leases that have already ended, and ends
+	// a lease whose answer came after its local validity.)
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
