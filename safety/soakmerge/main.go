@@ -24,6 +24,7 @@ func main() {
 	}
 	var out report.Report
 	var longest time.Duration
+	var profiles []string
 	for i, p := range os.Args[3:] {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -42,6 +43,7 @@ func main() {
 			out.Env[k] = v
 		}
 		out.Env[fmt.Sprintf("shard %d seed", i+1)] = fmt.Sprint(r.Seed)
+		profiles = append(profiles, r.Profile)
 		out.Cells = append(out.Cells, r.Cells...)
 		out.NotRun = append(out.NotRun, r.NotRun...)
 		if r.Started.Before(out.Started) {
@@ -50,6 +52,7 @@ func main() {
 		longest = max(longest, r.Duration)
 	}
 	out.Duration = longest
+	out.Profile = shardProfile(profiles)
 	out.Cells = mergeCells(out.Cells)
 	out.NotRun = stillNotRun(out.NotRun, out.Cells)
 	if err := suite.WriteReport(os.Args[1], os.Args[2], out); err != nil {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/fencelock/fencelock/safety/check"
 	"github.com/fencelock/fencelock/safety/report"
 )
@@ -140,4 +143,29 @@ func stillNotRun(notRun []report.NotRun, ran []report.Cell) []report.NotRun {
 		}
 	}
 	return out
+}
+
+// shardProfile names the profile of a merge of shards run with the given
+// profiles: "soak (200 rounds), 5 shards", or each distinct profile with
+// its count when they differ.
+func shardProfile(profiles []string) string {
+	if len(profiles) == 1 {
+		return profiles[0]
+	}
+	var distinct []string
+	count := map[string]int{}
+	for _, p := range profiles {
+		if count[p] == 0 {
+			distinct = append(distinct, p)
+		}
+		count[p]++
+	}
+	if len(distinct) == 1 {
+		return fmt.Sprintf("%s, %d shards", distinct[0], len(profiles))
+	}
+	parts := make([]string, len(distinct))
+	for i, p := range distinct {
+		parts[i] = fmt.Sprintf("%d × %s", count[p], p)
+	}
+	return fmt.Sprintf("%d shards: %s", len(profiles), strings.Join(parts, " + "))
 }

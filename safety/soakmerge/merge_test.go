@@ -105,3 +105,18 @@ func TestCellsAShardRanAreNotListedAsNotRun(t *testing.T) {
 		t.Errorf("not run = %+v, want server-kill once", got)
 	}
 }
+
+func TestMergedProfileNamesItsShards(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"soak (91 rounds)"}, "soak (91 rounds)"},
+		{[]string{"soak (200 rounds)", "soak (200 rounds)"}, "soak (200 rounds), 2 shards"},
+		{[]string{"soak (500 rounds)", "soak (250 rounds)", "soak (250 rounds)"}, "3 shards: 1 × soak (500 rounds) + 2 × soak (250 rounds)"},
+	} {
+		if got := shardProfile(c.in); got != c.want {
+			t.Errorf("shardProfile(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
