@@ -887,7 +887,16 @@ func TestRenewalAnsweredAfterLocalValidityEndsLease(t *testing.T) {
 				f.SetLate(fakebackend.Renew, gate.Fault())
 				f.SetLate(fakebackend.RenewBatch, gate.Fault())
 				clk := &aheadClock{}
-				c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, Clock: clk})
+				var mu sync.Mutex
+				var failures []fencelock.Event
+				obs := fencelock.ObserverFunc(func(e fencelock.Event) {
+					if e.Kind == fencelock.EventRenewFailed {
+						mu.Lock()
+						failures = append(failures, e)
+						mu.Unlock()
+					}
+				})
+				c := newClient(t, b, &fencelock.Options{TTL: 3 * time.Second, Clock: clk, Observer: obs})
 				l, err := c.Acquire(t.Context(), "k")
 				if err != nil {
 					t.Fatal(err)
@@ -912,6 +921,15 @@ func TestRenewalAnsweredAfterLocalValidityEndsLease(t *testing.T) {
 				}
 				// The engine frees the record it no longer believes in.
 				mustFree(t, store, "k")
+				// The store answered: observers (health, metrics) must not
+				// count the late answer as a store failure.
+				mu.Lock()
+				defer mu.Unlock()
+				for _, e := range failures {
+					if !e.Definite {
+						t.Errorf("EventRenewFailed for the late answer has Definite = false (a transient store failure); want true: the store answered")
+					}
+				}
 			})
 		})
 	}

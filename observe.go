@@ -28,7 +28,9 @@ const (
 	// EventRenewed: a renewal succeeded. Latency is its round trip.
 	EventRenewed
 	// EventRenewFailed: a renewal failed. Definite is true when the store
-	// answered "not yours" (the lease is lost next); otherwise it is retried.
+	// answered and the lease is lost next ("not yours", a token that went
+	// back, or an answer that came after the lease's local validity had
+	// ended); otherwise it is retried.
 	EventRenewFailed
 	// EventRotated: a renewal issued a new token (Token), replacing
 	// Previous.
@@ -132,8 +134,8 @@ type Event struct {
 	Held time.Duration
 	// Remaining is the local validity left at a danger-zone event.
 	Remaining time.Duration
-	// Definite marks a renewal refused by the store (not a transient
-	// failure).
+	// Definite marks a renewal the store answered that ends the lease
+	// (not a transient failure).
 	Definite bool
 	// Err is the error or cause, if any.
 	Err error

@@ -416,7 +416,7 @@ func (l *Lease) applyRenewal(start time.Time, p plan, ng driver.Grant, err error
 			// holder may have stopped on it. Never extend it again.
 			// The record is ng now, for the clean-up to free.
 			return renewalOutcome{lost: errLateRenewal,
-				event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: ng.Token, Err: errLateRenewal}}
+				event: Event{Kind: EventRenewFailed, Key: l.key, Owner: l.owner, Token: ng.Token, Definite: true, Err: errLateRenewal}}
 		}
 		if rotate && ng.Token > old.Token {
 			l.lastRotate = start
