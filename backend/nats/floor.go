@@ -2,9 +2,12 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
@@ -104,8 +107,17 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 	// floor record alone could pass beside a lock write that expected the
 	// floor before it (a release, whose marker the next Acquire expects),
 	// and that Acquire would use the old offset. Concurrent raises and
-	// lock writes conflict: each raise reads again, a bounded number of
-	// times.
+	// lock writes conflict: each raise reads again, after a jittered,
+	// growing pause, until it is stored, found below the floor already
+	// there, or the call's deadline (ctx's, else 4*requestTimeout) ends.
+	// A raise is an administrative call (a migration's cut-over): giving
+	// up after a fixed count of conflicts let it fail while contenders
+	// merely took the key in turn.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 4*requestTimeout)
+		defer cancel()
+	}
 	for attempt := 0; ; attempt++ {
 		rec, fl, err := b.read(ctx, key)
 		if err != nil {
@@ -129,13 +141,27 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		if !conflict(err) {
 			return err
 		}
-		if attempt >= 8 {
-			return fmt.Errorf("nats: the floor of %q is being raised, or its lock written, concurrently; raise it again: %w", key, err)
-		}
-		if err := settle(ctx, attempt+1, err); err != nil {
-			return err
+		if werr := pauseAfterConflict(ctx, attempt); werr != nil {
+			return fmt.Errorf("nats: the floor of %q was raised, or its lock written, concurrently at every one of %d attempts until the call ended; raise it again: %w",
+				key, attempt+1, errors.Join(werr, err))
 		}
 	}
 	b.hints.drop(key)
 	return nil
+}
+
+// pauseAfterConflict waits before attempt+1 of a write that lost a
+// compare to a concurrent one: up to 1ms<<attempt, capped at 64ms,
+// drawn at random so that writers that collided do not collide again
+// in step. It returns ctx's error if ctx ends first.
+func pauseAfterConflict(ctx context.Context, attempt int) error {
+	d := time.Millisecond << min(attempt, 6)
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
