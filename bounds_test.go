@@ -415,3 +415,39 @@ func TestAcquireEndedBeforeNextAttemptKeepsStoreCause(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquireBehindLiveHolderEndsWithoutBlamingTheStore: a wait in the
+// store's queue that outlasts the call's TTL behind a live holder, while
+// the store answers, ends at the caller's deadline with the context's
+// error alone: the wait's bound passing is no store failure, so the
+// error names none ("no answer from the store", "is the store
+// reachable?"), polling or queued.
+func TestAcquireBehindLiveHolderEndsWithoutBlamingTheStore(t *testing.T) {
+	for name, wrap := range map[string]func(*fakebackend.Fake) driver.Backend{
+		"polling": func(f *fakebackend.Fake) driver.Backend { return f.Backend() },
+		"queue":   queued,
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				b := newFaulty(store)
+				c := newClient(t, wrap(b), boundOpts())
+				l, err := c.Acquire(context.Background(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(context.Background())
+				// Three of the call's TTLs (15s) behind the holder.
+				ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+				defer cancel()
+				_, err = c.Acquire(ctx, "k")
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Acquire behind a live holder until its deadline = %v; want DeadlineExceeded", err)
+				}
+				if msg := err.Error(); strings.Contains(msg, "no answer") || strings.Contains(msg, "reachable") {
+					t.Errorf("Acquire behind a live holder, the store answering, = %q; want no store failure named", msg)
+				}
+			})
+		})
+	}
+}

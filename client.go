@@ -506,8 +506,12 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			perr = cutShort(pctx, perr)
 			cancel()
 			if perr == nil || definite(perr) {
+				// The store answers: queue again. The wait's
+				// bound passing was no failure, so it is no cause
+				// to report if the caller's end comes next.
 				f.answered()
-				continue // the store answers: queue again
+				last = nil
+				continue
 			}
 			if ctx.Err() != nil {
 				// An Inspect the caller's end cut short says no more
