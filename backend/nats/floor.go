@@ -119,11 +119,17 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 		defer cancel()
 	}
 	for attempt := 0; ; attempt++ {
-		rec, fl, err := b.read(ctx, key)
+		// The stream's last sequence first: any L read before the write
+		// bounds every later grant's native token from below, while a
+		// lock write stored after the key's read fails the compare, so
+		// the round trips between that read and the write (each a chance
+		// for a holder writing the key back to back to win it) are two,
+		// not three.
+		si, err := b.streamInfo(ctx)
 		if err != nil {
 			return err
 		}
-		si, err := b.streamInfo(ctx)
+		rec, fl, err := b.read(ctx, key)
 		if err != nil {
 			return err
 		}
