@@ -451,3 +451,35 @@ func TestAcquireBehindLiveHolderEndsWithoutBlamingTheStore(t *testing.T) {
 		})
 	}
 }
+
+// TestAcquireQueuedOnFreeKeyEndsNamingTheSilentWait: a wait in the
+// store's queue that outlasts the call's TTL while the key is free (the
+// store answers an Inspect, and its queue never grants: a broken watch)
+// is no wait behind a holder: an Acquire that reaches its deadline so
+// names the wait's silence beside the context's error.
+func TestAcquireQueuedOnFreeKeyEndsNamingTheSilentWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, queued(b), boundOpts())
+		// The first attempt finds the key held (a holder that leaves
+		// at once); the queue then never answers.
+		b.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: r.Key}}
+		})
+		b.Set(fakebackend.AcquireWait, func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		_, err := c.Acquire(ctx, "k")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire on a free key whose queue is silent = %v; want DeadlineExceeded", err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "no answer") {
+			t.Errorf("Acquire on a free key whose queue is silent = %q; want the wait's silence named", msg)
+		}
+	})
+}
+

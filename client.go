@@ -502,15 +502,20 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			// of failures, even one that began before this wait.
 			pstart := c.now()
 			pctx, cancel := c.requestCtx(ctx, cfg.ttl, time.Time{})
-			_, perr := c.b.Inspect(pctx, req.Key)
+			info, perr := c.b.Inspect(pctx, req.Key)
 			perr = cutShort(pctx, perr)
 			cancel()
 			if perr == nil || definite(perr) {
-				// The store answers: queue again. The wait's
-				// bound passing was no failure, so it is no cause
-				// to report if the caller's end comes next.
+				// The store answers: queue again. Behind a holder
+				// the wait's bound passing was no failure, so it
+				// is no cause to report if the caller's end comes
+				// next; on a free key the queue did not grant it
+				// (a wait that went unanswered): that stays the
+				// cause.
 				f.answered()
-				last = nil
+				if perr != nil || info.Locked() {
+					last = nil
+				}
 				continue
 			}
 			if ctx.Err() != nil {
