@@ -483,3 +483,40 @@ func TestAcquireQueuedOnFreeKeyEndsNamingTheSilentWait(t *testing.T) {
 	})
 }
 
+// TestAcquirePollingEndsWithoutAnEarlierFailureOnceAnswered: a polling
+// Acquire whose first attempts fail (the store refuses them), and whose
+// later ones find the key held, ends at its deadline with the context's
+// error alone: the store answered since, so the stale failure is no
+// cause to report.
+func TestAcquirePollingEndsWithoutAnEarlierFailureOnceAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, b.Backend(), boundOpts())
+		l, err := c.Acquire(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		var mu sync.Mutex
+		refusals := 2
+		b.Set(fakebackend.Acquire, func(ctx context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if refusals > 0 {
+				refusals--
+				return refused
+			}
+			return nil
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		_, err = c.Acquire(ctx, "k")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire = %v; want DeadlineExceeded", err)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "refused") {
+			t.Errorf("Acquire refused twice, then behind a live holder until its deadline = %q; want no stale failure named", err)
+		}
+	})
+}
