@@ -520,3 +520,31 @@ func TestAcquirePollingEndsWithoutAnEarlierFailureOnceAnswered(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquireWithoutDeadlineOnFreeKeyWhoseQueueNeverGrantsIsBounded: a
+// store that answers reads, but whose queue never grants a free key (a
+// watch or session that stopped working), is failing: an Acquire
+// without a deadline gives up once that has lasted the call's TTL (two
+// waits' bounds at most), naming the silent wait, instead of queueing
+// again forever.
+func TestAcquireWithoutDeadlineOnFreeKeyWhoseQueueNeverGrantsIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		b := newFaulty(store)
+		c := newClient(t, queued(b), boundOpts())
+		b.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+			return driver.Grant{}, &driver.HeldError{Holder: driver.Info{Key: r.Key}}
+		})
+		b.Set(fakebackend.AcquireWait, silent)
+		var err error
+		within(t, b, c, 2*15*time.Second+2*time.Second, "Acquire(Background) on a free key whose queue never grants", func() {
+			_, err = c.Acquire(context.Background(), "k")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") {
+			t.Errorf("Acquire = %v; want the silent wait named (no answer)", err)
+		}
+		if owner := heldBy(t, store, "k"); owner != "" {
+			t.Errorf("after the Acquire gave up, %q holds the key; want it free", owner)
+		}
+	})
+}

@@ -505,16 +505,34 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			info, perr := c.b.Inspect(pctx, req.Key)
 			perr = cutShort(pctx, perr)
 			cancel()
-			if perr == nil || definite(perr) {
-				// The store answers: queue again. Behind a holder
-				// the wait's bound passing was no failure, so it
+			if perr != nil && definite(perr) || perr == nil && info.Locked() {
+				// The store answers, the key is held: queue again.
+				// The wait's bound passing was no failure, so it
 				// is no cause to report if the caller's end comes
-				// next; on a free key the queue did not grant it
-				// (a wait that went unanswered): that stays the
-				// cause.
+				// next.
 				f.answered()
-				if perr != nil || info.Locked() {
-					last = nil
+				last = nil
+				continue
+			}
+			if perr == nil {
+				// The store answers reads, but its queue did not
+				// grant a free key for a whole bound (a watch or
+				// session that stopped working): a failure (the
+				// run's start, if no run is under way). A run as long as the call's TTL
+				// ends a call without a deadline (the next wait is
+				// cut to the window), so that such a queue cannot
+				// keep it waiting forever; a key freed just as the
+				// bound passed costs one failure, which the next
+				// grant ends.
+				f.failed(pstart, err)
+				last = err
+				if ctx.Err() != nil {
+					c.abandonFor(k, req)
+					return nil, c.ended(ctx, last)
+				}
+				if f.over(c.now()) {
+					c.abandonFor(k, req)
+					return nil, c.gaveUp(ctx, f)
 				}
 				continue
 			}
