@@ -108,6 +108,7 @@ type stallConn struct {
 
 	mu            sync.Mutex
 	rdl, wdl      time.Time
+	held          []byte // read from Conn during a stall whose deadline passed: the next Read's
 	closed        chan struct{}
 	closeOnce     sync.Once
 	closedChannel sync.Once
@@ -119,14 +120,36 @@ func (c *stallConn) done() <-chan struct{} {
 }
 
 func (c *stallConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	var n int
+	var err error
+	if len(held) > 0 {
+		n = copy(p, held)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
 	c.mu.Lock()
 	dl := c.rdl
 	c.mu.Unlock()
 	if werr := c.s.wait(c.done(), dl); werr != nil {
-		// The bytes read are lost with the connection, which the
-		// driver drops after a timeout.
+		// The deadline passed during the stall: nothing was read, as
+		// on a real connection, whose socket keeps what arrived for
+		// the next read. Drivers that keep a connection after a read
+		// timed out (MongoDB's reads the rest of the reply before
+		// reusing it) must find those bytes there.
+		if len(held) == 0 && n > 0 {
+			c.mu.Lock()
+			c.held = append([]byte(nil), p[:n]...)
+			c.mu.Unlock()
+		}
 		return 0, &net.OpError{Op: "read", Net: "tcp", Err: werr}
+	}
+	if len(held) > 0 {
+		c.mu.Lock()
+		c.held = c.held[n:]
+		c.mu.Unlock()
 	}
 	return n, err
 }
