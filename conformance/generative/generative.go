@@ -695,6 +695,9 @@ func genProgram(t *rapid.T, o *Options) program {
 			c.faults = drawFaults(t, []int{1, 5, 12})
 		}
 		c.faults.rttHundredths = drawRTT(t, o)
+		if !o.NoFaults {
+			c.faults.Pauses = drawPauses(t)
+		}
 		workers := rapid.IntRange(1, 2).Draw(t, "workers")
 		if crowd {
 			workers = rapid.IntRange(4, 8).Draw(t, "crowdWorkers")
@@ -845,6 +848,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		}
 		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-client-%d", i), r.rec.observer())
 		w := newFaulty(inner, cp.faults, r.tenth, co.ReleaseTimeout, r.rec, i)
+		co.Clock = w.clock
 		c, err := fencelock.New(w.backend(), co)
 		if err != nil {
 			inner.Close()
