@@ -49,6 +49,9 @@ type leaseRec struct {
 	lockDelay time.Duration // WithLockDelay of its call; 0: none
 	staleSent bool          // a stale Release or Renew was sent with its grant (it may have freed the key)
 	group     int           // the multi-key grant it is a member of (multi.go); 0: none
+
+	zeroAt   int64 // seq after its holder first saw Remaining() at 0 (validity.go); 0: not yet
+	cameBack bool  // a ValidityNeverComesBack violation was recorded for it
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
