@@ -55,8 +55,9 @@
 //   - StaleCallsRefused: Release and Renew with an ended grant are refused;
 //   - ValidityNeverComesBack: once a holder saw its lease's Remaining() at
 //     0 (or Done closed), it never sees Remaining() > 0 again, and Done
-//     closes within the lease's TTL plus slack (a holder looks before each
-//     write, and every twentieth of a TTL while it holds; validity.go);
+//     closes within twice the lease's TTL plus slack (a holder looks
+//     before each write, and every twentieth of a TTL while it holds;
+//     validity.go);
 //   - NothingLeftBehind: after every client ended, nothing is stored
 //     (at once when no client crashed and no fault but late requests was
 //     injected, else within TTL plus slack).

@@ -65,12 +65,13 @@ func (r *runner) holdFor(ctx context.Context, l *fencelock.Lease, rec *leaseRec,
 
 // awaitEnd waits, looking at Remaining() at the program's pace, for the
 // Done of a lease whose holder saw Remaining() at 0: it closes within
-// the lease's TTL plus the harness's slack (ValidityNeverComesBack). The
-// engine's timer that ends the lease was armed before that look, for at
-// most the lease's TTL; no renewal may move it once the lease's validity
-// has ended.
+// twice the lease's TTL plus the harness's slack (ValidityNeverComesBack).
+// The engine's timer that ends the lease was armed before that look, for
+// at most the lease's TTL, and no renewal may move it once the lease's
+// validity has ended; the bound doubles that for a loaded machine, and
+// costs nothing while Done closes in time.
 func (r *runner) awaitEnd(ctx context.Context, l *fencelock.Lease, rec *leaseRec) {
-	bound := l.TTL() + r.h.Slack
+	bound := 2*l.TTL() + r.h.Slack
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	pace := time.NewTicker(r.tenth / 2)
