@@ -65,3 +65,27 @@ func TestMinHoldStillFlagsALeaseGrantedAfterTheHolder(t *testing.T) {
 		t.Errorf("a lease holding token 1 after the holder of token 2 released: violations %v; want TokensIncreaseAcrossHolders", vs)
 	}
 }
+
+// A client whose clock jumped ahead (its process paused: jumpClock)
+// counts a minimum hold by that clock, so the hold ends that much
+// earlier by the harness's: MinHoldRespected shortens the hold by the
+// holder's client's jumps, and by no other client's. Mutation caught:
+// aheadOf left out of MinHoldRespected (the generative mode then reports
+// holds the engine rightly ended), or the jumps of any client counted.
+func TestMinHoldShortenedByTheHoldersClockJumps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ahead map[int]time.Duration
+		flags int
+	}{
+		{"holder's clock ahead by the whole hold", map[int]time.Duration{1: 900 * time.Millisecond}, 0},
+		{"holder's clock ahead by less", map[int]time.Duration{1: 100 * time.Millisecond}, 1},
+		{"another client's clock ahead", map[int]time.Duration{0: 900 * time.Millisecond}, 1},
+	} {
+		r := minHoldHistory(3, true)
+		r.ahead = tc.ahead
+		if vs := withProperty(r.check(), "MinHoldRespected"); len(vs) != tc.flags {
+			t.Errorf("%s: a lease granted token 3 at the holder's acquire: MinHoldRespected violations %v; want %d", tc.name, vs, tc.flags)
+		}
+	}
+}

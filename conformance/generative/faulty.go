@@ -40,9 +40,26 @@ type faults struct {
 	RTT time.Duration
 	// Seed seeds the client's fault draws.
 	Seed uint64
+	// Pauses are the calls whose reply finds the client's process
+	// paused (see jumpClock).
+	Pauses []pause
 
 	maxDelayTenths int // MaxDelay in tenths of the TTL, as generated
 	rttHundredths  int // RTT in hundredths of the TTL, as generated
+}
+
+// pause is a client's process pausing while the answer to its Call-th
+// renewal (counted from 1, a batch as one, in the order the driver sees
+// them) is on its way: its clock jumps forward by Jump hundredths of the
+// TTL, its timers run late, and the answer reaches the engine Hold
+// hundredths of the TTL later (as a delayed reply), in whatever order
+// the resumed process gets to it: the holder may look at its lease
+// first, the lease's timer may run first. A renewal is where the engine
+// measures the clock against a validity it already handed to a holder;
+// the scheduler sends renewals at instants the fake clock of a
+// testing/synctest bubble fixes, so a program replays its pauses.
+type pause struct {
+	Call, Jump, Hold int
 }
 
 // drawFaults draws one client's faults: none, light, heavy, or late
@@ -64,6 +81,25 @@ func drawFaults(t *rapid.T, maxDelays []int) faults {
 	return f
 }
 
+// drawPauses draws a client's pauses (faults.Pauses): none three times
+// in four, else one to three, at its 1st to 8th renewal, by up to two TTLs
+// (more than a lease's remaining validity, or less than a renewal's),
+// the reply held for up to half a TTL.
+func drawPauses(t *rapid.T) []pause {
+	if rapid.IntRange(0, 3).Draw(t, "pauses") != 0 {
+		return nil
+	}
+	ps := make([]pause, rapid.IntRange(1, 3).Draw(t, "pauseCount"))
+	for i := range ps {
+		ps[i] = pause{
+			Call: rapid.IntRange(1, 8).Draw(t, "pauseCall"),
+			Jump: rapid.IntRange(0, 200).Draw(t, "pauseJump"),
+			Hold: rapid.SampledFrom([]int{0, 2, 5, 10, 30, 50}).Draw(t, "pauseHold"),
+		}
+	}
+	return ps
+}
+
 // drawRTT draws a client's RTT, in hundredths of the TTL: none, or with
 // SyncTest (where the memory backend answers at once and time is fake)
 // one or three hundredths three times in four.
@@ -74,7 +110,7 @@ func drawRTT(t *rapid.T, o *Options) int {
 	return rapid.SampledFrom([]int{0, 1, 1, 3}).Draw(t, "rtt")
 }
 
-func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 }
+func (f faults) any() bool { return f.Delay+f.Lose+f.Fail+f.Late > 0 || len(f.Pauses) > 0 }
 
 // newFaulty wraps inner for client i of a program with faults f: delays
 // drawn in tenths of the TTL (tenth), late requests bounded by half the
@@ -91,7 +127,7 @@ func newFaulty(inner driver.Backend, f faults, tenth, releaseTimeout time.Durati
 		// Its purpose: see faults.RTT.
 		f.RTT = time.Duration(f.rttHundredths) * tenth / 10
 	}
-	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i)))}
+	w := &faulty{b: inner, f: f, rec: rec, client: i, rnd: rand.New(rand.NewPCG(f.Seed, uint64(i))), clock: &jumpClock{}, hundredth: tenth / 10}
 	w.lateDone = sync.NewCond(&w.lateMu)
 	w.fake = fakebackend.New(inner, shown(inner))
 	if caps := fakebackend.CapsOf(inner); caps&fakebackend.BatchAcquirer != 0 {
@@ -119,6 +155,7 @@ const (
 	loseReply
 	failBefore
 	lateRequest
+	pausedReply // the clock jumps, then the reply is delayed (faults.Pauses)
 )
 
 // faulty injects faults into one client's calls, as hooks of a
@@ -132,9 +169,13 @@ type faulty struct {
 	rec    *recorder
 	client int
 	dead   atomic.Bool
+	// clock is the client's Options.Clock: it jumps with faults.Pauses.
+	clock     *jumpClock
+	hundredth time.Duration // of the TTL: the unit of a pause
 
-	mu  sync.Mutex
-	rnd *rand.Rand
+	mu       sync.Mutex
+	rnd      *rand.Rand
+	renewals int // renewals sent, counted for faults.Pauses
 
 	// late counts the late requests whose caller gave up, until applied.
 	// Not a WaitGroup: die waits for them while the engine's calls go on,
@@ -160,24 +201,35 @@ type faulty struct {
 	pauseTail chan struct{}
 }
 
-func (w *faulty) draw(op string) (fate, time.Duration) {
+// draw draws the fate of a call, and how long it delays the call; for a
+// pausedReply (a renewal that faults.Pauses names), jump is how far the
+// client's clock jumps.
+func (w *faulty) draw(op string) (f fate, d, jump time.Duration) {
 	if !w.f.any() {
-		return pass, 0
+		return pass, 0, 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := w.rnd.IntN(1000)
+	if op == "renew" || op == "renew-batch" {
+		w.renewals++
+	}
+	for _, p := range w.f.Pauses {
+		if (op == "renew" || op == "renew-batch") && p.Call == w.renewals {
+			return pausedReply, time.Duration(p.Hold) * w.hundredth, time.Duration(p.Jump) * w.hundredth
+		}
+	}
 	switch {
 	case n < w.f.Fail:
-		return failBefore, 0
+		return failBefore, 0, 0
 	case n < w.f.Fail+w.f.Lose:
-		return loseReply, 0
+		return loseReply, 0, 0
 	case n < w.f.Fail+w.f.Lose+w.f.Delay:
-		return delayReply, time.Duration(w.rnd.Int64N(int64(w.f.MaxDelay) + 1))
+		return delayReply, time.Duration(w.rnd.Int64N(int64(w.f.MaxDelay) + 1)), 0
 	case n < w.f.Fail+w.f.Lose+w.f.Delay+w.f.Late:
-		return lateRequest, time.Duration(w.rnd.Int64N(int64(w.f.LateMax) + 1))
+		return lateRequest, time.Duration(w.rnd.Int64N(int64(w.f.LateMax) + 1)), 0
 	}
-	return pass, 0
+	return pass, 0, 0
 }
 
 // laneWatch follows one of the engine's coalescing lanes of a client
@@ -315,7 +367,7 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 		// turn is over once it was sent.
 		turn.done()
 	}
-	fate, d := w.draw(name)
+	fate, d, jump := w.draw(name)
 	if fate == lateRequest && name == "acquire-wait" {
 		// A wait in the queue has no late form: applied after its
 		// caller gave up, it would wait with nobody to end it.
@@ -363,6 +415,14 @@ func call[T any](w *faulty, ctx context.Context, name string, rotate bool, owner
 	case loseReply:
 		w.rec.fault(w.client, name, "lose", owners, rotate)
 		return zero, errInjected
+	case pausedReply:
+		// The process paused while the reply was on its way: its clock
+		// jumped, and the reply waits (as delayReply) for the resumed
+		// process to get to it, which may be after the holder has looked
+		// at its lease, or after its timers ran.
+		w.rec.jumped(w.client, name, owners, rotate, jump)
+		w.clock.jump(jump)
+		fallthrough
 	case delayReply:
 		if d > 0 {
 			w.rec.fault(w.client, name, "delay", owners, rotate)

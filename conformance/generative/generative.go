@@ -25,7 +25,10 @@
 // own reply, as one member of a statement or pipeline does. A late
 // request whose caller gave up is still applied when it arrives, as a
 // server applies what its connection delivered (some clients have late
-// requests alone).
+// requests alone). A client's process may pause while one of its
+// renewals is answered: its clock (Options.Clock) jumps forward, its
+// timers run late, and the answer arrives after its holder may have
+// looked at the lease (clock.go).
 // Where the backend is a driver.TokenFloorer, some programs start with
 // floors just below 2^53, where a token kept in a float loses precision,
 // and some raise a key's floor while the program runs, as a migration's
@@ -50,6 +53,11 @@
 //     renewals or releases reached the store late — a stale call or a
 //     race never disturbs a live holder;
 //   - StaleCallsRefused: Release and Renew with an ended grant are refused;
+//   - ValidityNeverComesBack: once a holder saw its lease's Remaining() at
+//     0 (or Done closed), it never sees Remaining() > 0 again, and Done
+//     closes within twice the lease's TTL plus slack (a holder looks
+//     before each write, and every twentieth of a TTL while it holds;
+//     validity.go);
 //   - NothingLeftBehind: after every client ended, nothing is stored
 //     (at once when no client crashed and no fault but late requests was
 //     injected, else within TTL plus slack).
@@ -695,6 +703,9 @@ func genProgram(t *rapid.T, o *Options) program {
 			c.faults = drawFaults(t, []int{1, 5, 12})
 		}
 		c.faults.rttHundredths = drawRTT(t, o)
+		if !o.NoFaults {
+			c.faults.Pauses = drawPauses(t)
+		}
 		workers := rapid.IntRange(1, 2).Draw(t, "workers")
 		if crowd {
 			workers = rapid.IntRange(4, 8).Draw(t, "crowdWorkers")
@@ -845,6 +856,7 @@ func runProgram(ctx context.Context, h conformance.Harness, o *Options, p progra
 		}
 		co := cp.cfg.options(h, cp.rotate, fmt.Sprintf("generative-client-%d", i), r.rec.observer())
 		w := newFaulty(inner, cp.faults, r.tenth, co.ReleaseTimeout, r.rec, i)
+		co.Clock = w.clock
 		c, err := fencelock.New(w.backend(), co)
 		if err != nil {
 			inner.Close()
@@ -1299,8 +1311,8 @@ var (
 )
 
 // hold writes to the fenced resource, replaces the lease's metadata and
-// looks it up (with meta), holds the lease for d (or until it ends), and
-// writes again.
+// looks it up (with meta), holds the lease for d (or until it ends, or
+// until its Remaining() is 0), and writes again.
 func (r *runner) hold(ctx context.Context, c *fencelock.Client, l *fencelock.Lease, rec *leaseRec, d time.Duration, meta bool) {
 	r.writeWith(l, rec, false)
 	if meta && !isDone(l) {
@@ -1316,13 +1328,7 @@ func (r *runner) hold(ctx context.Context, c *fencelock.Client, l *fencelock.Lea
 		}
 	}
 	if d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-l.Done():
-		case <-ctx.Done():
-		}
-		t.Stop()
+		r.holdFor(ctx, l, rec, d) // validity.go
 	}
 	r.writeWith(l, rec, isDone(l))
 }
@@ -1336,7 +1342,11 @@ func isDone(l *fencelock.Lease) bool {
 	}
 }
 
+// writeWith writes to the fenced resource with l's token, after a look
+// at l's Remaining() (ValidityNeverComesBack), as a holder does before it
+// writes.
 func (r *runner) writeWith(l *fencelock.Lease, rec *leaseRec, late bool) {
+	r.look(l, rec)
 	tok := l.Token()
 	_ = r.rec.write(rec, tok, late, func() error { return r.fence.Check(l.Key(), tok, l.Owner()) })
 }

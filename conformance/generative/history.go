@@ -49,6 +49,9 @@ type leaseRec struct {
 	lockDelay time.Duration // WithLockDelay of its call; 0: none
 	staleSent bool          // a stale Release or Renew was sent with its grant (it may have freed the key)
 	group     int           // the multi-key grant it is a member of (multi.go); 0: none
+
+	zeroAt   int64 // seq after its holder first saw Remaining() at 0 (validity.go); 0: not yet
+	cameBack bool  // a ValidityNeverComesBack violation was recorded for it
 }
 
 // metaSet is one metadata value a lease asked the store to keep.
@@ -128,6 +131,8 @@ type recorder struct {
 	crashed map[int]bool                 // the clients that crashed (rather than closed)
 	issued  map[string][]fencelock.Token // tokens the store issued by rotation, per owner
 	sent    map[string]int64             // seq when the last acquire attempt was sent, per owner
+	// ahead is how far each client's clock has jumped (validity.go).
+	ahead map[int]time.Duration
 	// unanswered are the owners a store call failed for without an
 	// answer (see storeFailed).
 	unanswered map[string]bool
@@ -489,11 +494,13 @@ func (r *recorder) heldForMinimum(rec *leaseRec, l *fencelock.Lease) bool {
 // have ended (its Acquire was called at invAt, and the engine counts
 // from the grant, later), the lease was released into its hold, whatever
 // the engine says: MinHoldRespected checks the key stayed held, and
-// MinHoldReported that the lease's context said so.
+// MinHoldReported that the lease's context said so. The engine counts
+// the hold by its client's clock, which may have jumped ahead (jumpClock)
+// and ended the hold that much earlier: retAt is judged that much later.
 func (r *recorder) releasedOK(rec *leaseRec, l *fencelock.Lease, retAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rec.minHold > 0 && l.Err() == nil && retAt.Before(rec.invAt.Add(rec.minHold)) {
+	if rec.minHold > 0 && l.Err() == nil && retAt.Add(r.aheadOf(rec.client)).Before(rec.invAt.Add(rec.minHold)) {
 		rec.heldMin = true
 		if cause := context.Cause(l.Context()); !errors.Is(cause, fencelock.ErrHeldForMinimum) || !errors.Is(cause, fencelock.ErrReleased) {
 			r.direct = append(r.direct, violation{"MinHoldReported", fmt.Sprintf("lease %d (%q) was released inside its minimum hold, yet its context's cause is %v", rec.id, rec.key, cause)})
@@ -846,7 +853,9 @@ func (r *recorder) checkOptions(byKey map[string][]*leaseRec) []violation {
 		if !x.heldMin || faulted[x.owner] || stalled {
 			continue
 		}
-		end := x.invAt.Add(x.minHold)
+		// The engine counts the hold by its client's clock: each jump
+		// of that clock (jumpClock) ended it that much earlier.
+		end := x.invAt.Add(x.minHold - r.aheadOf(x.client))
 		if c, ok := r.closeAt[x.client]; ok && c.Before(end) {
 			end = c
 		}
