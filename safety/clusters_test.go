@@ -286,6 +286,7 @@ func addMembers(ct *cluster.Testenv, name string, ctl *suite.Control) {
 	}
 	ctl.PauseMember = func(ctx context.Context, i int) error { return ct.PauseMember(ctx, name, ids[i]) }
 	ctl.ResumeMember = func(ctx context.Context, i int) error { return ct.ResumeMember(ctx, name, ids[i]) }
+	ctl.MembersServe = func(ctx context.Context) error { return ct.WaitReady(ctx, name) }
 	if !ct.Partitionable(name) {
 		return // suite.FaultFollowerPartitioned is then listed as not run
 	}

@@ -114,9 +114,18 @@ func memberCells(be *backendEnv, ctl *Control, prof profile) []cellSpec {
 			// Always resume: later cells need the cluster whole.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
+			resumed := true
 			for _, i := range paused {
-				if rerr := ctl.ResumeMember(rctx, i); rerr != nil && err == nil {
-					err = rerr
+				if rerr := ctl.ResumeMember(rctx, i); rerr != nil {
+					resumed = false
+					if err == nil {
+						err = rerr
+					}
+				}
+			}
+			if resumed && ctl.MembersServe != nil {
+				if werr := ctl.MembersServe(rctx); werr != nil && err == nil {
+					err = werr
 				}
 			}
 			return err

@@ -210,7 +210,14 @@ type Control struct {
 	// leads now. All three, with Members, are needed for
 	// FaultFollowerPartitioned.
 	PartitionMember, HealMember func(ctx context.Context, i int) error
-	MemberLeads                 func(ctx context.Context, i int) (bool, error)
+	// MembersServe, if set, returns once every member serves again (a
+	// cluster whole, with one leader): the member faults (pause,
+	// isolation) end there, after ResumeMember, as a failover ends once
+	// the cluster is whole. A paused member that led costs an election
+	// and its clients' sessions moving; the progress bound (P6) counts
+	// from the end of that, not from the SIGCONT.
+	MembersServe func(ctx context.Context) error
+	MemberLeads  func(ctx context.Context, i int) (bool, error)
 	// ClockJump moves the server's wall clock forward by d from where it
 	// is (libfaketime, a VM's clock, …) and returns once the server reads
 	// the new time: FaultClockJump.
