@@ -162,12 +162,5 @@ func (b *Backend) RaiseFloor(ctx context.Context, key string, floor driver.Token
 // in step. It returns ctx's error if ctx ends first.
 func pauseAfterConflict(ctx context.Context, attempt int) error {
 	d := time.Millisecond << min(attempt, 6)
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleepCtx(ctx, d/2+rand.N(d/2+1))
 }

@@ -36,7 +36,12 @@ func settle(ctx context.Context, try int, err error) error {
 	if !isCode(err, errCodeWrongLastSeqConst) {
 		return nil
 	}
-	t := time.NewTimer(time.Duration(try) * 2 * time.Millisecond)
+	return sleepCtx(ctx, time.Duration(try)*2*time.Millisecond)
+}
+
+// sleepCtx waits for d, or returns ctx's error if ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
