@@ -87,7 +87,11 @@ func WithWait(d time.Duration) AcquireOption {
 // ErrHeldForMinimum and ErrReleased (and ErrClosed, when Client.Close
 // released it). So a scheduled job that finishes fast
 // still keeps the other instances out until the window ends, and no
-// longer than the window plus the store's TTL bound.
+// longer than the window plus the store's TTL bound. If the store answers
+// that first renewal only after the lease's local validity has ended and
+// the record has expired by then, the hold was not kept: Release returns
+// an error matching ErrLocalExpiry (not ErrNotHeld: the lease was
+// released while valid).
 //
 // On record stores (PostgreSQL, Redis, MongoDB, file, memory) the store
 // expires the record at the end of the window even if the process exits

@@ -575,8 +575,18 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 		}
 		t.Stop()
 	}
-	ng, err := c.holdRenew(ctx, g, unsure, end)
+	ng, sent, err := c.holdRenew(ctx, g, unsure, end)
 	notHeld := errors.Is(err, ErrNotHeld)
+	// The store was asked only once the lease's local validity had ended
+	// (the renewal in flight held the hold renewal back, or the store
+	// was slow): the record's TTL may have run out after the lease was
+	// released, valid. That is the hold not kept, not a loss of the
+	// lease: a failure of the release, whose record is gone (a second
+	// Release returns nil), with nothing left to keep.
+	expiredAfter := notHeld && !sent.Before(validUntil)
+	if expiredAfter {
+		err, notHeld = errHoldAfterValidity, false
+	}
 	l.mu.Lock()
 	if err == nil {
 		l.grant = mergeGrant(g, ng)
@@ -589,7 +599,7 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 	c.mu.Lock()
 	delete(c.pending, l)
 	c.mu.Unlock()
-	if !notHeld {
+	if !notHeld && !expiredAfter {
 		retrying := err != nil
 		c.goBackground(func() { c.keepUntil(g, interval, end, retrying, inFlight) })
 	}
@@ -603,28 +613,38 @@ func (l *Lease) holdForMinimum(ctx context.Context, start time.Time, g driver.Gr
 	return err
 }
 
+// errHoldAfterValidity is Release's error when the minimum hold's
+// renewal reached the store only after the lease's local validity had
+// ended, and the store no longer had the record.
+var errHoldAfterValidity = fmt.Errorf("%w: the minimum hold's renewal reached the store after the lease's local validity (TTL − Margin) had ended, and its record had expired: the key was not kept for the rest of the hold (the lease was released while valid)", ErrLocalExpiry)
+
 // holdRenew renews g with the rest of the window until end as its TTL (at
 // least MinTTL). When unsure (a rotation of g may have taken effect
 // unseen) and the store answers "not held", it looks the key up and
-// renews the record if its owner is g's, as releaseStore does.
-func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end time.Time) (driver.Grant, error) {
-	req := driver.RenewRequest{TTL: max(MinTTL, end.Sub(c.now()))}
-	ng, err := c.b.Renew(ctx, g, req)
+// renews the record if its owner is g's, as releaseStore does. sent is
+// when the request whose answer it returns was sent (by the client's
+// Clock).
+func (c *Client) holdRenew(ctx context.Context, g driver.Grant, unsure bool, end time.Time) (ng driver.Grant, sent time.Time, err error) {
+	sent = c.now()
+	req := driver.RenewRequest{TTL: max(MinTTL, end.Sub(sent))}
+	ng, err = c.b.Renew(ctx, g, req)
 	if !unsure || !errors.Is(err, ErrNotHeld) {
-		return ng, err
+		return ng, sent, err
 	}
 	info, ierr := c.b.Inspect(ctx, g.Key)
 	if ierr != nil {
-		return ng, ierr
+		return ng, sent, ierr
 	}
 	if info.Owner != g.Owner {
-		return ng, err
+		return ng, sent, err
 	}
 	// The record under its rotated token, as releaseStore sends it: a
 	// fresh grant with no Handle, because g's Handle names the old token
 	// (a backend that keeps state in it, such as migrate.Dual, refuses a
 	// token its Handle does not match).
-	return c.b.Renew(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token}, req)
+	sent = c.now()
+	ng, err = c.b.Renew(ctx, driver.Grant{Key: g.Key, Owner: g.Owner, Token: info.Token}, req)
+	return ng, sent, err
 }
 
 // keepUntil keeps the record of a lease released during its minimum hold
@@ -662,7 +682,7 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 				}
 				if c.now().Before(end) {
 					ctx, cancel := context.WithTimeout(c.drain, c.o.ReleaseTimeout)
-					_, _ = c.holdRenew(ctx, g, true, end)
+					_, _, _ = c.holdRenew(ctx, g, true, end)
 					cancel()
 				}
 			}
@@ -683,7 +703,7 @@ func (c *Client) keepUntil(g driver.Grant, interval time.Duration, end time.Time
 		// held" is then answered by looking the record up by owner
 		// (unique per lease).
 		ctx, cancel := context.WithTimeout(c.life, c.o.ReleaseTimeout)
-		ng, err := c.holdRenew(ctx, g, true, end)
+		ng, _, err := c.holdRenew(ctx, g, true, end)
 		cancel()
 		switch {
 		case errors.Is(err, ErrNotHeld):
