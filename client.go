@@ -478,7 +478,12 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			}
 			continue
 		}
-		if !ctxOnly(err) {
+		var na *noAnswerError
+		if !ctxOnly(err) && !errors.As(err, &na) {
+			// A wait cut at its bound is no failure by itself (the
+			// key may be held that long): the Inspect below tells,
+			// and sets the cause. A caller's end at the same
+			// instant must not report it.
 			last = err
 		}
 		if ctx.Err() != nil {
@@ -491,7 +496,6 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 		if definite(err) && !errors.Is(err, ErrNotAcquired) {
 			return nil, err
 		}
-		var na *noAnswerError
 		switch {
 		case errors.Is(err, ErrNotAcquired):
 			f.answered()
