@@ -20,7 +20,7 @@ func TestMemory(t *testing.T) {
 	generative.Run(t, conformance.Harness{
 		Open: func(context.Context) (driver.Backend, error) { return store.Backend(), nil },
 		TTL:  3 * time.Second,
-	}, &generative.Options{SyncTest: true, Fresh: func() { store = memory.NewStore() }})
+	}, &generative.Options{SyncTest: true, Pauses: true, Fresh: func() { store = memory.NewStore() }})
 }
 
 // TestMemoryWithoutCapabilities runs the generative mode on the memory
@@ -32,5 +32,5 @@ func TestMemoryWithoutCapabilities(t *testing.T) {
 			return fakebackend.New(store.Backend(), fakebackend.Plain).Backend(), nil
 		},
 		TTL: 3 * time.Second,
-	}, &generative.Options{SyncTest: true, Fresh: func() { store = memory.NewStore() }})
+	}, &generative.Options{SyncTest: true, Pauses: true, Fresh: func() { store = memory.NewStore() }})
 }
