@@ -419,6 +419,18 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.Time, cfg *callConfig, req driver.AcquireRequest, f *failing) (*Lease, error) {
 	b := c.newBackoff()
 	last := f.last // the first attempt's failure, if it failed
+	// endOfWait reports whether the call ends before queueing again:
+	// the caller's context ended, or (without a deadline) the store
+	// failed for the whole window; waitErr abandons the call and
+	// returns its error.
+	endOfWait := func() bool { return ctx.Err() != nil || f.over(c.now()) }
+	waitErr := func() error {
+		c.abandonFor(k, req)
+		if ctx.Err() != nil {
+			return c.ended(ctx, last)
+		}
+		return c.gaveUp(ctx, f)
+	}
 	for {
 		wstart := c.now()
 		wctx, cancel := c.requestCtx(ctx, cfg.ttl, f.until())
@@ -468,13 +480,8 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 			} else {
 				f.answered()
 			}
-			if ctx.Err() != nil {
-				c.abandonFor(k, req)
-				return nil, c.ended(ctx, last)
-			}
-			if f.over(c.now()) {
-				c.abandonFor(k, req)
-				return nil, c.gaveUp(ctx, f)
+			if endOfWait() {
+				return nil, waitErr()
 			}
 			continue
 		}
@@ -522,21 +529,16 @@ func (c *Client) acquireQueued(ctx, parent context.Context, k *call, begin time.
 				// The store answers reads, but its queue did not
 				// grant a free key for a whole bound (a watch or
 				// session that stopped working): a failure (the
-				// run's start, if no run is under way). A run as long as the call's TTL
-				// ends a call without a deadline (the next wait is
-				// cut to the window), so that such a queue cannot
-				// keep it waiting forever; a key freed just as the
-				// bound passed costs one failure, which the next
-				// grant ends.
+				// run's start, if no run is under way). A run as
+				// long as the call's TTL ends a call without a
+				// deadline (the next wait is cut to the window),
+				// so that such a queue cannot keep it waiting
+				// forever; a key freed just as the bound passed
+				// costs one failure, which the next grant ends.
 				f.failed(pstart, err)
 				last = err
-				if ctx.Err() != nil {
-					c.abandonFor(k, req)
-					return nil, c.ended(ctx, last)
-				}
-				if f.over(c.now()) {
-					c.abandonFor(k, req)
-					return nil, c.gaveUp(ctx, f)
+				if endOfWait() {
+					return nil, waitErr()
 				}
 				continue
 			}
