@@ -183,8 +183,11 @@ func (k *Call) Outcome(start time.Time, err error) error {
 // the end of the store's failure window. ctx is the call's Context, or a
 // context derived from it (a recipe's wait that ends sooner); a nil ctx
 // is taken as the call's Context. Pause returns nil when the wait is
-// over, and ctx's error (joined with hint when hint is a failure of the
-// store, so that a caller learns why) when ctx ended first.
+// over; ctx's error (joined with hint when hint is a failure of the
+// store, so that a caller learns why) when ctx ended first; and the
+// call's outcome, as Outcome's, when the pause ran to the end of the
+// store's failure window: a request sent then could not be answered
+// within it, so the call ends on the store's last failure instead.
 func (k *Call) Pause(ctx context.Context, hint error) error {
 	if ctx == nil {
 		ctx = k.bound
@@ -192,6 +195,9 @@ func (k *Call) Pause(ctx context.Context, hint error) error {
 	d := k.f.wait(k.c.now(), k.b.next(hint))
 	if err := k.c.sleep(ctx, d); err != nil {
 		return k.c.ended(ctx, hint)
+	}
+	if k.f.over(k.c.now()) {
+		return k.c.gaveUp(k.bound, &k.f)
 	}
 	k.b.grow()
 	return nil

@@ -139,9 +139,7 @@ func TestCallOutcomeGivesUpAfterTTLOfFailures(t *testing.T) {
 		var err2 error
 		for err2 == nil {
 			if err2 = k.Outcome(time.Now(), refused); err2 == nil {
-				if perr := k.Pause(k.Context(), refused); perr != nil {
-					t.Fatalf("Pause = %v", perr)
-				}
+				err2 = k.Pause(k.Context(), refused) // the window may end in the pause
 			}
 		}
 		var be *fencelock.BackendError
@@ -153,6 +151,36 @@ func TestCallOutcomeGivesUpAfterTTLOfFailures(t *testing.T) {
 		}
 		if err := k.Outcome(time.Now(), fencelock.ErrInvalidKey); !errors.Is(err, fencelock.ErrInvalidKey) {
 			t.Errorf("Outcome(ErrInvalidKey) = %v; want it back: an answer that ends the call", err)
+		}
+	})
+}
+
+// A Pause that runs to the end of the store's failure window ends the
+// call there, with a *BackendError wrapping the store's last failure: a
+// request sent at the window's end would have no time left for an
+// answer, and would end the call on the bound that cut it instead of on
+// what the store said.
+func TestCallPauseToTheFailureWindowEndEndsTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A backoff (jittered: at least half of it) longer than the window:
+		// the first Pause is cut to it.
+		c := newClient(t, memory.NewStore().Backend(), &fencelock.Options{TTL: 3 * time.Second, MinBackoff: 8 * time.Second, MaxBackoff: 8 * time.Second})
+		k, err := c.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.End(nil)
+		begun := time.Now()
+		if err := k.Outcome(begun, refused); err != nil {
+			t.Fatalf("first failure: Outcome = %v; want nil (retry)", err)
+		}
+		perr := k.Pause(k.Context(), refused)
+		var be *fencelock.BackendError
+		if !errors.As(perr, &be) || !errors.Is(perr, refused) || errors.Is(perr, context.DeadlineExceeded) {
+			t.Errorf("Pause to the window's end = %v; want a *BackendError wrapping the store's failure, and no deadline's", perr)
+		}
+		if took := time.Since(begun); took != 3*time.Second {
+			t.Errorf("Pause ended %v after the failure; want the window's end, 3s", took)
 		}
 	})
 }

@@ -38,12 +38,18 @@ func TestSemaphoreEndedPermitNotHandedOut(t *testing.T) {
 				c := newClient(t, b.Backend(), o)
 				// The store fails every List but the first (the check
 				// before the grant) and every renewal, until it heals
-				// after the permit's validity (TTL − Margin) has
-				// passed, before the TTL of failures that ends a
-				// waiting call.
+				// just after the permit's validity (TTL − Margin, the
+				// default Margin TTL/10) has passed: more than one
+				// MaxBackoff (the longest pause between Lists) before
+				// the TTL of failures that ends a waiting call, so a
+				// List lands after the heal and within that window.
 				var lists atomic.Int64
 				var healed atomic.Bool
-				time.AfterFunc(o.TTL-o.TTL/20, func() { healed.Store(true) })
+				heal := o.TTL - o.TTL/10 + o.TTL/100
+				if o.TTL-heal <= time.Second {
+					t.Fatalf("heal at %v leaves no whole MaxBackoff (1s) before the failure window ends at %v", heal, o.TTL)
+				}
+				time.AfterFunc(heal, func() { healed.Store(true) })
 				b.Set(fakebackend.List, func(context.Context) error {
 					if lists.Add(1) == 1 || healed.Load() {
 						return nil
