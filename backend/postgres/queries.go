@@ -19,6 +19,15 @@ const remainingUS = `(extract(epoch from (%E - now())) * 1000000)::bigint`
 // payload behind (its statements do not know the columns); this hides it.
 const metadataOf = `CASE WHEN metadata_owner = owner THEN metadata END`
 
+// live is the condition of a held row for a reader that is not its
+// holder (Inspect, List, ForceRelease): not ended by now(), and not
+// released. A released row's expires_at is its locked_at, which may be
+// later than now(): now() was read when the reader's statement began,
+// and the row may have been granted and released after that, before the
+// statement read it. Its holder's own calls (renew, release) come after
+// its grant, so expires_at > now() alone judges them.
+const live = `expires_at > now() AND expires_at > locked_at`
+
 // takeOver is the DO UPDATE of both acquire statements. The conflict path
 // draws a fresh token inside it, that is, after the row lock is taken and
 // the previous holder's statement has committed, so it is above every
@@ -177,7 +186,7 @@ INSERT INTO {T} AS l (key, owner, token, locked_at, expires_at, contended, metad
   RETURNING CASE WHEN contended THEN pg_notify($4, key)::text END`,
 
 		forceRelease: `WITH o AS (
-  SELECT key, owner, token, expires_at FROM {T} WHERE key = $1 AND expires_at > now() FOR UPDATE
+  SELECT key, owner, token, expires_at FROM {T} WHERE key = $1 AND ` + live + ` FOR UPDATE
 ), r AS (
   UPDATE {T} AS l SET locked_at = least(l.locked_at, now()), expires_at = least(l.locked_at, now()),
     metadata = NULL, metadata_owner = NULL
@@ -188,12 +197,12 @@ SELECT owner, token, ` + rem("expires_at") + `, pg_notify($2, key) FROM r`,
 
 		// Metadata is reported only if the row's owner stored it (see
 		// metadataOf).
-		inspect: `SELECT owner, token, ` + rem("expires_at") + `, ` + metadataOf + ` FROM {T} WHERE key = $1 AND expires_at > now()`,
+		inspect: `SELECT owner, token, ` + rem("expires_at") + `, ` + metadataOf + ` FROM {T} WHERE key = $1 AND ` + live,
 
 		// starts_with on a COLLATE "C" key can use the primary key index
 		// (PostgreSQL 15+); no LIKE, so no metacharacters to escape.
 		list: `SELECT key, owner, token, ` + rem("expires_at") + `, ` + metadataOf + ` FROM {T}
-  WHERE starts_with(key, $1) AND expires_at > now() ORDER BY key`,
+  WHERE starts_with(key, $1) AND ` + live + ` ORDER BY key`,
 
 		sweep: `DELETE FROM {T} WHERE expires_at < now() - $1::bigint * interval '1 microsecond'`,
 	}
