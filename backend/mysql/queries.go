@@ -18,6 +18,16 @@ func remainingUS(c string) string { return "TIMESTAMPDIFF(MICROSECOND, UTC_TIMES
 // the owner that stored it holds the row.
 const metadataOf = `IF(metadata_owner = owner, metadata, NULL)`
 
+// live is the condition of a held row for a reader that is not its
+// holder (Inspect, List): not ended by UTC_TIMESTAMP(6), and not
+// released. A released row's expires_at is its locked_at, which may be
+// later than UTC_TIMESTAMP(6): that was read when the reader's statement
+// began, and the row may have been granted and released after that,
+// before the statement read it. Its holder's own calls (renew, release)
+// come after its grant, so expires_at > UTC_TIMESTAMP(6) alone judges
+// them.
+const live = `expires_at > UTC_TIMESTAMP(6) AND expires_at > locked_at`
+
 func buildQueries(n names) queries {
 	r := strings.NewReplacer("{T}", n.table, "{C}", n.tokens, "{A}", n.acquire, "{R}", n.rotate)
 	q := queries{
@@ -39,12 +49,12 @@ func buildQueries(n names) queries {
   WHERE lock_key = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)`,
 
 		inspect: `SELECT owner, token, ` + remainingUS("expires_at") + `, ` + metadataOf + ` FROM {T}
-  WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6)`,
+  WHERE lock_key = ? AND ` + live,
 
 		// The key column is binary: LIKE compares bytes and ORDER BY is
 		// byte order; the prefix's own wildcards are escaped with '!'.
 		list: `SELECT lock_key, owner, token, ` + remainingUS("expires_at") + `, ` + metadataOf + ` FROM {T}
-  WHERE lock_key LIKE ? ESCAPE '!' AND expires_at > UTC_TIMESTAMP(6) ORDER BY lock_key`,
+  WHERE lock_key LIKE ? ESCAPE '!' AND ` + live + ` ORDER BY lock_key`,
 
 		sweep: `DELETE FROM {T} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`,
 
