@@ -231,19 +231,31 @@ func (b *Backend) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// errDuplicate is MySQL's ER_DUP_ENTRY.
-const errDuplicate = 1062
+// MySQL's ER_DUP_ENTRY and ER_LOCK_DEADLOCK.
+const (
+	errDuplicate = 1062
+	errDeadlock  = 1213
+)
 
-func isDuplicate(err error) bool {
+// acquireAgain reports whether an acquire that failed with err is asked
+// again: the procedure's transaction was rolled back whole (nothing was
+// taken, no token drawn), and the server's answer is to try again.
+func acquireAgain(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errDuplicate
+	return errors.As(err, &me) && (me.Number == errDuplicate || me.Number == errDeadlock)
 }
+
+// acquireTries bounds how often Acquire asks again (see acquireAgain).
+const acquireTries = 4
 
 // Acquire implements driver.Backend with one call of the acquire
 // procedure: one round trip, one transaction on the server, so a client
 // that pauses or dies mid-call holds no row lock. Two first acquires of a
 // new key race on its INSERT; the loser's duplicate-key error is answered
-// by asking once more, which finds the winner's row.
+// by asking again, which finds the winner's row. Acquires lock a key's
+// row and the token counter's, so InnoDB may end one of two concurrent
+// acquires (or an acquire and another transaction on the table) as a
+// deadlock's victim; it is asked again too, a few times at most.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
@@ -259,7 +271,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	)
 	args := []any{[]byte(req.Key), []byte(req.Owner), backendkit.Micros(req.TTL), backendkit.OrNil(req.Metadata), backendkit.Micros(req.LockDelay)}
 	err := b.db.QueryRowContext(ctx, b.q.acquire, args...).Scan(&ok, &tok, &owner, &rem, &delay)
-	if isDuplicate(err) {
+	for try := 1; try < acquireTries && acquireAgain(err) && ctx.Err() == nil; try++ {
 		err = b.db.QueryRowContext(ctx, b.q.acquire, args...).Scan(&ok, &tok, &owner, &rem, &delay)
 	}
 	switch {
