@@ -77,6 +77,7 @@ func runMixed(t *testing.T, arbiter string) {
 		TTL: 3 * time.Second,
 	}, &generative.Options{
 		SyncTest: true,
+		Pauses:   true,
 		Budget:   budget,
 		Fresh:    func() { old, new = memory.NewStore(), memory.NewStore() },
 		Variants: []func(context.Context) (driver.Backend, error){

@@ -155,11 +155,11 @@ type Options struct {
 	// NoFaults turns off the fault-injecting driver.
 	NoFaults bool
 	// Pauses turns on process pauses (clock.go): a client's clock jumps
-	// forward while one of its renewals is answered. Off by default: a
-	// run with them on a composite store (migrate.Dual of memory stores)
-	// reported two holders of one key right after a jump, not yet told
-	// apart from a window the checker draws too wide; the memory
-	// backend's runs, where they catch a revived lease, have them on.
+	// forward while one of its renewals is answered, as a process
+	// stopped (GC, SIGSTOP, a VM migration) with the reply on its way
+	// does (see docs/generative.md). Off by default; the runs of the
+	// memory backend and of migrate.Dual over memory stores turn them
+	// on. Against real servers, the safety suite stops real processes.
 	Pauses bool
 
 	// Known names properties that this store is known to violate, with

@@ -543,6 +543,24 @@ func (r *recorder) check() []violation {
 	defer r.mu.Unlock()
 	var vs []violation
 	add := func(p, f string, args ...any) { vs = append(vs, violation{p, fmt.Sprintf(f, args...)}) }
+	// A multi-key grant ends when one of its members is lost, before
+	// the engine tells observers of the loss (recipe.MultiGrant: the
+	// grant's Done closes as the member ends), and releases the others:
+	// the member's loss, recorded as the engine reported it, cuts the
+	// windows of all. Without it, a sibling's record released by the
+	// grant could be taken by another client before the worker, which
+	// checks the grant only between its steps, recorded the sibling's
+	// end.
+	groupLost := make(map[int]int64)
+	for _, l := range r.leases {
+		var lost *fencelock.LostError
+		if l.group == 0 || l.end == 0 || !errors.As(l.cause, &lost) {
+			continue
+		}
+		if c, ok := groupLost[l.group]; !ok || l.end < c {
+			groupLost[l.group] = l.end
+		}
+	}
 	end := func(l *leaseRec) int64 {
 		e := l.end
 		if e == 0 {
@@ -550,6 +568,9 @@ func (r *recorder) check() []violation {
 		}
 		if l.forced != 0 && l.forced < e {
 			e = l.forced
+		}
+		if c, ok := groupLost[l.group]; ok && l.group != 0 && c < e {
+			e = c
 		}
 		if c, ok := r.closed[l.client]; ok && c < e {
 			e = c
