@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -273,10 +274,18 @@ func closedErr(parent, ctx context.Context, err error) error {
 // ended returns the error for a wait whose context ended: ctx's error,
 // joined with the last failure of the store, if any, so that a caller
 // whose deadline passed while the store was unreachable learns why
-// (errors.Is matches both).
+// (errors.Is matches both). A last that is already ctx's error joined
+// with a failure (a recipe's Call.Outcome given what its Pause returned)
+// is returned as it is, its failure kept.
 func (c *Client) ended(ctx context.Context, last error) error {
 	err := ctx.Err()
-	if last == nil || definite(last) || ctxOnly(last) {
+	if last == nil || definite(last) {
+		return err
+	}
+	if j, ok := last.(interface{ Unwrap() []error }); ok && slices.Contains(j.Unwrap(), err) {
+		return last
+	}
+	if ctxOnly(last) {
 		return err
 	}
 	return errors.Join(err, c.wrap(context.Background(), "acquire", last))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/backend/memory"
+	"github.com/fencelock/fencelock/driver"
 	"github.com/fencelock/fencelock/internal/fakebackend"
 	"github.com/fencelock/fencelock/recipe"
 )
@@ -43,11 +44,13 @@ func TestSemaphoreEndedPermitNotHandedOut(t *testing.T) {
 				// MaxBackoff (the longest pause between Lists) before
 				// the TTL of failures that ends a waiting call, so a
 				// List lands after the heal and within that window.
+				// Margin and MaxBackoff are the client's, resolved.
 				var lists atomic.Int64
 				var healed atomic.Bool
-				heal := o.TTL - o.TTL/10 + o.TTL/100
-				if o.TTL-heal <= time.Second {
-					t.Fatalf("heal at %v leaves no whole MaxBackoff (1s) before the failure window ends at %v", heal, o.TTL)
+				co := c.Options()
+				heal := co.TTL - co.Margin + co.TTL/100
+				if co.TTL-heal <= co.MaxBackoff {
+					t.Fatalf("heal at %v leaves no whole MaxBackoff (%v) before the failure window ends at %v", heal, co.MaxBackoff, co.TTL)
 				}
 				time.AfterFunc(heal, func() { healed.Store(true) })
 				b.Set(fakebackend.List, func(context.Context) error {
@@ -71,6 +74,14 @@ func TestSemaphoreEndedPermitNotHandedOut(t *testing.T) {
 						return slow(o.TTL - o.TTL/20)(ctx)
 					})
 				}
+				var grants atomic.Int64
+				b.OnAcquire(func(ctx context.Context, r driver.AcquireRequest, next fakebackend.AcquireFunc) (driver.Grant, error) {
+					g, err := next(ctx, r)
+					if err == nil {
+						grants.Add(1)
+					}
+					return g, err
+				})
 				s, err := recipe.NewSemaphore(c, "pool", 3)
 				if err != nil {
 					t.Fatal(err)
@@ -86,6 +97,11 @@ func TestSemaphoreEndedPermitNotHandedOut(t *testing.T) {
 				case <-l.Done():
 					t.Fatalf("%s returned a permit (%s, token %d) whose lease had ended: %v", call.name, l.Key(), l.Token(), l.Err())
 				default:
+				}
+				if n := grants.Load(); call.name == "Acquire" && n < 2 {
+					// The first permit, still valid at the heal: the
+					// test would not see an ended one handed out.
+					t.Errorf("Acquire returned the first of %d permits granted; want it to have ended before the heal, and another taken", n)
 				}
 				if call.name == "TryAcquire" {
 					t.Errorf("TryAcquire returned a permit after its one List outlasted the permit's validity; want an error matching ErrLeaseLost")

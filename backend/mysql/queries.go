@@ -25,8 +25,11 @@ const metadataOf = `IF(metadata_owner = owner, metadata, NULL)`
 // began, and the row may have been granted and released after that,
 // before the statement read it. Its holder's own calls (renew, release)
 // come after its grant, so expires_at > UTC_TIMESTAMP(6) alone judges
-// them.
-const live = `expires_at > UTC_TIMESTAMP(6) AND expires_at > locked_at`
+// them. A held row's expires_at may be below its locked_at (a renewal
+// after the server's clock stepped back by more than the TTL: the table
+// has no CHECK against it, and Acquire still finds the row held), so a
+// release is told by equality, which only a release leaves.
+const live = `expires_at > UTC_TIMESTAMP(6) AND expires_at <> locked_at`
 
 func buildQueries(n names) queries {
 	r := strings.NewReplacer("{T}", n.table, "{C}", n.tokens, "{A}", n.acquire, "{R}", n.rotate)
