@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/backend/mysql"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -21,15 +20,7 @@ import (
 // caught: Acquire returning the deadlock error (acquireAgain without
 // errDeadlock).
 func TestAcquireEndedAsDeadlockVictimIsAskedAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b, err := mysql.Open(ctx, withParams(t, base, "table", table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	ctx, b, base, table := openTable(t)
 	// The key's row exists, free: the acquire locks it before it draws
 	// a token.
 	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "first", TTL: time.Minute})

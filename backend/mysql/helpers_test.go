@@ -81,3 +81,20 @@ func withParams(t testing.TB, base string, kv ...string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// openTable opens a Backend on the test server with a table of its own,
+// closed when the test ends. It returns the Backend, the server's URL
+// and the table's name, and a context bounded by a minute.
+func openTable(t *testing.T) (context.Context, *mysql.Backend, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	base := testURL(t)
+	table := uniqueTable(t, base)
+	b, err := mysql.Open(ctx, withParams(t, base, "table", table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return ctx, b, base, table
+}

@@ -1,11 +1,9 @@
 package mysql_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/backend/mysql"
 	"github.com/fencelock/fencelock/driver"
 )
 
@@ -19,15 +17,7 @@ import (
 // writer's record and refused. Mutation caught: Inspect and List judging
 // liveness by expires_at > UTC_TIMESTAMP(6) alone.
 func TestReleasedRowIsFreeToReadersWhoseNowCameFirst(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b, err := mysql.Open(ctx, withParams(t, base, "table", table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	ctx, b, base, table := openTable(t)
 	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute, Metadata: []byte("m")})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -22,15 +21,7 @@ import (
 // caught: Inspect and List requiring expires_at > locked_at, which tells
 // this held row for a released one.
 func TestHeldRowAfterServerClockSteppedBackIsReportedHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	base := testURL(t)
-	table := uniqueTable(t, base)
-	b, err := mysql.Open(ctx, withParams(t, base, "table", table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	ctx, b, base, table := openTable(t)
 	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
